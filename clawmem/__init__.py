@@ -1,0 +1,73 @@
+"""clawmem: agent memory for Python.
+
+Key/value facts with TTL in namespaces, conversations in SQL tables, per-turn recall,
+history compaction, and the events that make all of it observable. Names are imported
+lazily, so ``import clawmem`` stays cheap and never pulls in an optional backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from clawmem import events
+from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, MemoryError, ValueTooLarge
+from clawmem.events import run_context
+
+_LAZY = {
+    "ArrayMemory": "clawmem.memory.array",
+    "AugmentResult": "clawmem.recall",
+    "BaseMemory": "clawmem.memory.base",
+    "Claw": "clawmem.pipeline",
+    "CompactionResult": "clawmem.compaction",
+    "ConversationStore": "clawmem.sql.conversations",
+    "EchoProvider": "clawmem.providers",
+    "ExtractiveSummarizer": "clawmem.compaction",
+    "FakeClock": "clawmem.clock",
+    "FileMemory": "clawmem.memory.file",
+    "HistoryCompactor": "clawmem.compaction",
+    "MemoryHit": "clawmem.memory.base",
+    "MemoryInterface": "clawmem.memory.base",
+    "MemoryRegistry": "clawmem.memory.registry",
+    "MemoryStore": "clawmem.sql.kv",
+    "MessageAugmenter": "clawmem.recall",
+    "OpenAICompatibleProvider": "clawmem.providers",
+    "PiiGuard": "clawmem.guards",
+    "PrivacyAwareMemory": "clawmem.memory.wrappers",
+    "ProviderSummarizer": "clawmem.compaction",
+    "RedisMemory": "clawmem.memory.redis",
+    "Reply": "clawmem.pipeline",
+    "RouterMemory": "clawmem.memory.wrappers",
+    "SearchableMemory": "clawmem.memory.base",
+    "Settings": "clawmem.settings",
+    "Skill": "clawmem.recall",
+    "SkillRegistry": "clawmem.recall",
+    "SqlConversationMemory": "clawmem.memory.conversations",
+    "SqlMemory": "clawmem.memory.sql",
+    "new_id": "clawmem.ids",
+    "open_memory": "clawmem.memory.registry",
+}
+
+__all__ = [
+    "ConfigError",
+    "InvalidKey",
+    "InvalidNamespace",
+    "MemoryError",
+    "ValueTooLarge",
+    "events",
+    "run_context",
+    *sorted(_LAZY),
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'clawmem' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

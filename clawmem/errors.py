@@ -1,0 +1,39 @@
+"""Every exception clawmem raises on purpose, in one place."""
+
+from __future__ import annotations
+
+import builtins
+import re
+
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with the password of every URL in it replaced by ``***``."""
+    return _URL_PASSWORD.sub(r"\g<head>***@", text)
+
+
+class MemoryError(builtins.RuntimeError):  # noqa: A001 - the contract's name
+    """A storage backend failed. Carries the driver name and the operation; never a password."""
+
+    def __init__(self, driver: str, operation: str, detail: str) -> None:
+        self.driver = driver
+        self.operation = operation
+        self.detail = redact(detail)
+        super().__init__(f"{driver} memory: {operation} failed: {self.detail}")
+
+
+class InvalidNamespace(ValueError):
+    """A namespace broke the naming rule (1-100 of ``A-Z a-z 0-9 _ - . :``, no ``..``)."""
+
+
+class InvalidKey(ValueError):
+    """A key broke the key rule (non-empty str, at most 191 characters, no control characters)."""
+
+
+class ValueTooLarge(ValueError):
+    """A value or message exceeds the configured byte limit; nothing was written."""
+
+
+class ConfigError(ValueError):
+    """A setting could not be parsed; the message names the variable and the accepted form."""

@@ -1,0 +1,109 @@
+"""Build memory drivers by name, and the memory an app normally uses."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from clawmem.clock import Clock
+from clawmem.memory.base import MemoryInterface
+from clawmem.settings import Settings
+
+DriverFactory = Callable[[Settings, Clock], MemoryInterface]
+
+
+def _array(settings: Settings, clock: Clock) -> MemoryInterface:
+    from clawmem.memory.array import ArrayMemory
+
+    return ArrayMemory(clock=clock, max_value_bytes=settings.max_value_bytes)
+
+
+def _file(settings: Settings, clock: Clock) -> MemoryInterface:
+    from clawmem.memory.file import FileMemory
+
+    return FileMemory(settings.file_dir, clock=clock, max_value_bytes=settings.max_value_bytes)
+
+
+def _sql(settings: Settings, clock: Clock) -> MemoryInterface:
+    from clawmem.memory.sql import SqlMemory
+    from clawmem.sql.engine import engine_for
+
+    return SqlMemory(
+        engine_for(settings.database_url),
+        prefix=settings.table_prefix,
+        clock=clock,
+        max_value_bytes=settings.max_value_bytes,
+    )
+
+
+def _redis(settings: Settings, clock: Clock) -> MemoryInterface:
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise RuntimeError(
+            "the redis memory driver needs the 'redis' package: pip install redis"
+        ) from None
+    from clawmem.memory.redis import RedisMemory
+
+    return RedisMemory(url=settings.redis_url, clock=clock, max_value_bytes=settings.max_value_bytes)
+
+
+class MemoryRegistry:
+    """Maps driver names to factories ``factory(settings, clock) -> MemoryInterface``.
+
+    ``array``, ``file``, ``sql`` and ``redis`` are registered out of the box.
+    """
+
+    def __init__(self) -> None:
+        self._factories: dict[str, DriverFactory] = {
+            "array": _array,
+            "file": _file,
+            "sql": _sql,
+            "redis": _redis,
+        }
+
+    def register(self, name: str, factory: DriverFactory) -> None:
+        """Add or replace the driver ``name`` (case-insensitive)."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("a driver name must be a non-empty str")
+        if not callable(factory):
+            raise TypeError(f"the factory for driver {name!r} must be callable")
+        self._factories[name.strip().lower()] = factory
+
+    def names(self) -> list[str]:
+        """Return the registered driver names, in registration order."""
+        return list(self._factories)
+
+    def has(self, name: str) -> bool:
+        """Return whether ``name`` is registered."""
+        return name.strip().lower() in self._factories
+
+    def build(self, name: str, settings: Settings | None = None, clock: Clock = time.time) -> MemoryInterface:
+        """Return a new driver ``name``; raises ``ValueError`` listing the available names."""
+        factory = self._factories.get(str(name).strip().lower())
+        if factory is None:
+            raise ValueError(
+                f"no memory driver registered as {name!r}; available: {', '.join(self._factories)}"
+            )
+        memory = factory(settings or Settings(), clock)
+        if not isinstance(memory, MemoryInterface):
+            raise TypeError(f"the factory for driver {name!r} must return a MemoryInterface")
+        return memory
+
+
+registry = MemoryRegistry()
+
+
+def open_memory(settings: Settings, clock: Clock = time.time, drivers: MemoryRegistry | None = None) -> MemoryInterface:
+    """Return what an app uses: the configured key/value driver, with ``conversations`` routed
+    to SQL tables, behind the privacy switch."""
+    from clawmem.memory.conversations import SqlConversationMemory
+    from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
+    from clawmem.sql.engine import engine_for
+
+    kv = (drivers or registry).build(settings.memory_driver, settings, clock)
+    conversations = SqlConversationMemory(
+        engine_for(settings.database_url), prefix=settings.table_prefix, clock=clock,
+        max_value_bytes=settings.max_value_bytes,
+    )
+    return PrivacyAwareMemory(RouterMemory(kv, {"conversations": conversations}), settings.store_messages)

@@ -1,0 +1,143 @@
+"""The rules every driver applies identically: keys, namespaces, values and TTLs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from typing import Any
+
+from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, ValueTooLarge
+
+MAX_KEY_CHARS = 191
+MAX_NAMESPACE_CHARS = 100
+DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.:\-]+")
+_PREFIX = re.compile(r"[A-Za-z0-9_]{0,20}")
+
+
+def validate_prefix(prefix: object) -> str:
+    """Return the table prefix if it is safe in a table name, else raise ``ConfigError``."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise ConfigError(
+            f"table prefix must be at most 20 ASCII letters, digits or underscores, got {prefix!r}"
+        )
+    return prefix
+
+
+def validate_namespace(namespace: object) -> str:
+    """Return ``namespace`` unchanged if it is valid, else raise :class:`InvalidNamespace`."""
+    rule = (
+        f"1-{MAX_NAMESPACE_CHARS} characters from ASCII letters, digits and _ - . : "
+        "and never containing '..'"
+    )
+    if not isinstance(namespace, str):
+        raise InvalidNamespace(f"namespace must be a str ({rule}), got {type(namespace).__name__}")
+    if not namespace:
+        raise InvalidNamespace(f"namespace must not be empty: {rule}")
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        raise InvalidNamespace(
+            f"namespace must not exceed {MAX_NAMESPACE_CHARS} characters "
+            f"(got {len(namespace)}): {rule}"
+        )
+    if not _NAMESPACE.fullmatch(namespace):
+        raise InvalidNamespace(f"namespace {namespace!r} has illegal characters: {rule}")
+    if ".." in namespace:
+        raise InvalidNamespace(f"namespace {namespace!r} contains '..': {rule}")
+    return namespace
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` unchanged if it is valid, else raise :class:`InvalidKey`."""
+    if not isinstance(key, str):
+        raise InvalidKey(f"key must be a str, got {type(key).__name__}")
+    if not key:
+        raise InvalidKey("key must not be empty")
+    if len(key) > MAX_KEY_CHARS:
+        raise InvalidKey(f"key must not exceed {MAX_KEY_CHARS} characters (got {len(key)})")
+    for char in key:
+        category = unicodedata.category(char)
+        if category == "Cc":
+            raise InvalidKey(f"key {key!r} contains the control character U+{ord(char):04X}")
+        if category == "Cs":
+            raise InvalidKey(f"key {key!r} contains the lone surrogate U+{ord(char):04X}")
+    return key
+
+
+def validate_ttl(ttl: object) -> int | None:
+    """Return ``ttl`` if it is ``None`` or a positive int, else raise ``ValueError``."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise ValueError(f"ttl must be None or a positive int of seconds, got {ttl!r}")
+    if ttl <= 0:
+        raise ValueError(f"ttl must be a positive number of seconds, got {ttl}")
+    return ttl
+
+
+def _check_json(value: Any, key: str, path: str, active: set[int]) -> None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"value for key {key!r} holds {value!r} at {path}; JSON allows only finite numbers")
+        return
+    if isinstance(value, (list, tuple, dict)):
+        if id(value) in active:
+            raise ValueError(f"value for key {key!r} refers to itself at {path}")
+        active.add(id(value))
+        if isinstance(value, dict):
+            for child_key, child in value.items():
+                if not isinstance(child_key, str):
+                    raise TypeError(
+                        f"value for key {key!r} has a non-str dict key {child_key!r} at {path}"
+                    )
+                _check_json(child, key, f"{path}[{child_key!r}]", active)
+        else:
+            for index, child in enumerate(value):
+                _check_json(child, key, f"{path}[{index}]", active)
+        active.discard(id(value))
+        return
+    raise TypeError(
+        f"value for key {key!r} holds a {type(value).__name__} at {path}, which JSON cannot store"
+    )
+
+
+def encode_value(key: str, value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
+    """Return ``value`` as compact JSON text.
+
+    Raises ``ValueError`` for NaN/infinity or cycles, ``TypeError`` for anything JSON cannot
+    hold, and :class:`ValueTooLarge` past ``max_bytes``. Every message names the key.
+    """
+    try:
+        _check_json(value, key, "value", set())
+    except RecursionError:
+        raise ValueError(f"value for key {key!r} is nested too deeply to store") from None
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    check_size(f"value for key {key!r}", text, max_bytes)
+    return text
+
+
+def check_size(what: str, text: str, max_bytes: int) -> int:
+    """Return the UTF-8 size of ``text``; raise :class:`ValueTooLarge` if it exceeds ``max_bytes``."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
+    if size > max_bytes:
+        raise ValueTooLarge(f"{what} is {size} bytes, over the limit of {max_bytes} bytes")
+    return size
+
+
+def decode_value(text: str) -> Any:
+    """Return the value stored as JSON ``text``."""
+    return json.loads(text)
+
+
+def text_of(value: Any) -> str:
+    """Return the text recall scores and injects: a str as is, anything else as sorted JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,114 @@
+"""The one settings object. Built from ``CLAW_*`` environment variables or a Flask config."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from clawmem.errors import ConfigError
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
+
+ENV_PREFIX = "CLAW_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse_bool(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{ENV_PREFIX}{name} must be true or false, got {raw!r}")
+
+
+def _parse_int(name: str, raw: Any, minimum: int = 0) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(f"{ENV_PREFIX}{name} must be a whole number, got {raw!r}")
+    try:
+        number = int(str(raw).strip()) if not isinstance(raw, int) else raw
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be a whole number, got {raw!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be at least {minimum}, got {number}")
+    return number
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every clawmem setting. Field ``x`` is read from ``CLAW_X`` (config key ``X``).
+
+    ``database_url`` and ``file_dir`` default to paths inside ``instance_path``.
+    """
+
+    instance_path: str = "instance"
+    database_url: str = ""
+    table_prefix: str = ""
+    memory_driver: str = "sql"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    file_dir: str = ""
+    store_messages: bool = True
+    recall_top_k: int = 3
+    recall_namespace: str = "default"
+    compact_max_messages: int = 0
+    compact_max_tokens: int = 0
+    retention_days: int | None = None
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+    def __post_init__(self) -> None:
+        validate_prefix(self.table_prefix)
+        instance = Path(self.instance_path)
+        if not self.database_url:
+            object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")
+        if not self.file_dir:
+            object.__setattr__(self, "file_dir", str(instance / "memory"))
+
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """Return the config key of every setting (``DATABASE_URL``, ...), in field order."""
+        return [field.name.upper() for field in fields(cls) if field.name != "instance_path"]
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], instance_path: str | os.PathLike[str] = "instance") -> Settings:
+        """Build settings from config keys such as ``DATABASE_URL``; unknown keys are ignored.
+
+        Raises :class:`clawmem.errors.ConfigError` naming the variable when a value is malformed.
+        """
+        parsed: dict[str, Any] = {"instance_path": os.fspath(instance_path)}
+        for name in cls.setting_names():
+            if name not in values or values[name] in (None, ""):
+                continue
+            raw = values[name]
+            attribute = name.lower()
+            if attribute == "store_messages":
+                parsed[attribute] = _parse_bool(name, raw)
+            elif attribute in {"recall_top_k", "compact_max_messages", "compact_max_tokens"}:
+                parsed[attribute] = _parse_int(name, raw)
+            elif attribute in {"retention_days", "max_value_bytes"}:
+                parsed[attribute] = _parse_int(name, raw, minimum=1)
+            else:
+                parsed[attribute] = str(raw)
+        if "memory_driver" in parsed:
+            parsed["memory_driver"] = parsed["memory_driver"].strip().lower()
+        return cls(**parsed)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, instance_path: str | os.PathLike[str] = "instance"
+    ) -> Settings:
+        """Build settings from ``CLAW_*`` variables of ``environ`` (default ``os.environ``)."""
+        environ = os.environ if environ is None else environ
+        values = {
+            name[len(ENV_PREFIX) :]: value for name, value in environ.items() if name.startswith(ENV_PREFIX)
+        }
+        return cls.from_mapping(values, instance_path)
+
+    def replace(self, **changes: Any) -> Settings:
+        """Return a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,58 @@
+"""The operator dashboard: a read-only Flask app over clawmem's tables, plus the ``flask claw`` CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+from clawmem.settings import ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setting_sources(app: Flask, from_file: set[str], from_test: set[str]) -> dict[str, str]:
+    sources = {}
+    for name in Settings.setting_names():
+        if f"{ENV_PREFIX}{name}" in os.environ:
+            sources[name] = "environment"
+        elif name in from_test:
+            sources[name] = "test config"
+        elif name in from_file:
+            sources[name] = "instance config file"
+        else:
+            sources[name] = "default"
+    return sources
+
+
+def create_app(test_config: dict[str, Any] | None = None) -> Flask:
+    """Build the dashboard app.
+
+    Configuration comes from ``<instance>/config.py``, then ``CLAW_*`` environment variables,
+    then ``test_config``. Raises :class:`clawmem.ConfigError` for a malformed setting.
+    """
+    app = Flask(
+        __name__,
+        instance_relative_config=True,
+        template_folder=str(ROOT / "templates"),
+        static_folder=str(ROOT / "static"),
+    )
+    before = set(app.config)
+    app.config.from_pyfile("config.py", silent=True)
+    from_file = set(app.config) - before
+    app.config.from_prefixed_env(ENV_PREFIX.rstrip("_"))
+    if test_config:
+        app.config.from_mapping(test_config)
+    os.makedirs(app.instance_path, exist_ok=True)
+
+    settings = Settings.from_mapping(app.config, app.instance_path)
+    app.extensions["clawmem.settings"] = settings
+    app.extensions["clawmem.sources"] = _setting_sources(app, from_file, set(test_config or {}))
+
+    from dashboard import cli, views
+
+    cli.init_app(app)
+    views.init_app(app)
+    return app

@@ -1,0 +1,26 @@
+"""``flask claw``: the only place anything is deleted."""
+
+from __future__ import annotations
+
+import click
+from flask import Flask
+from flask.cli import AppGroup
+
+from clawmem.sql.schema import create_tables
+from dashboard import state
+
+claw = AppGroup("claw", help="Inspect, retain and delete clawmem data.")
+
+
+@claw.command("init-db")
+def init_db() -> None:
+    """Create the three tables of the configured prefix (safe to run again)."""
+    settings = state.settings()
+    create_tables(state.engine(), settings.table_prefix)
+    click.echo(f"tables ready: {settings.table_prefix}phpclaw_conversations, "
+               f"{settings.table_prefix}phpclaw_messages, {settings.table_prefix}phpclaw_memory")
+
+
+def init_app(app: Flask) -> None:
+    """Register the ``claw`` command group."""
+    app.cli.add_command(claw)

@@ -1,0 +1,191 @@
+"""Shared fixtures: a fake clock, real backends (SQLite, MariaDB, PostgreSQL, Redis) and drivers.
+
+Remote backends come from ``CLAW_TEST_MYSQL_URL``, ``CLAW_TEST_POSTGRES_URL`` and
+``CLAW_TEST_REDIS_URL``. Locally an unset or unreachable backend skips with the reason; with
+``CI=true`` it fails the run instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from clawmem.clock import FakeClock
+from clawmem.sql.engine import create_engine
+from clawmem.sql.schema import create_tables, drop_tables
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+SQL_BACKENDS = ["sqlite", "mysql", "postgres"]
+_URL_VARIABLES = {
+    "mysql": "CLAW_TEST_MYSQL_URL",
+    "postgres": "CLAW_TEST_POSTGRES_URL",
+    "redis": "CLAW_TEST_REDIS_URL",
+}
+_reachable: dict[str, str] = {}
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def backend_url(name: str) -> str:
+    """Return the test URL of remote backend ``name``, or skip (locally) / fail (in CI)."""
+    if name in _reachable:
+        return _reachable[name]
+    variable = _URL_VARIABLES[name]
+    url = os.environ.get(variable)
+    if not url:
+        _unavailable(f"{variable} is not set, so {name} tests cannot run")
+    try:
+        if name == "redis":
+            import redis
+
+            redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+        else:
+            engine = create_engine(url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 3})
+            with engine.connect():
+                pass
+            engine.dispose()
+    except Exception as exc:  # any failure to reach the service means the same thing here
+        _unavailable(f"{name} at {variable} is unreachable: {type(exc).__name__}")
+    _reachable[name] = url
+    return url
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A clock at a fixed, fractional instant that moves only when told to."""
+    return FakeClock(1_700_000_000.25)
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A table prefix of its own for this test, so tests never share rows."""
+    return f"t{uuid.uuid4().hex[:8]}_"
+
+
+def sql_url(backend: str, tmp_path: Any) -> str:
+    """Return the SQLAlchemy URL of ``backend`` (a fresh file database for SQLite)."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'clawmem.db'}"
+    return backend_url(backend)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_backend(request: pytest.FixtureRequest) -> str:
+    """Each SQL backend in turn: sqlite, mysql, postgres."""
+    return request.param
+
+
+@pytest.fixture
+def engine(sql_backend: str, tmp_path: Any, prefix: str) -> Iterator[sa.engine.Engine]:
+    """An engine on the current SQL backend with this test's three tables created (and dropped)."""
+    engine = create_engine(sql_url(sql_backend, tmp_path))
+    create_tables(engine, prefix)
+    yield engine
+    drop_tables(engine, prefix)
+    engine.dispose()
+
+
+@pytest.fixture
+def redis_client() -> Any:
+    """A Redis client on the test server; keys are isolated by a per-test key prefix."""
+    import redis
+
+    return redis.Redis.from_url(backend_url("redis"))
+
+
+# -- drivers ---------------------------------------------------------------------------------
+
+DriverFactory = Callable[[pytest.FixtureRequest, FakeClock], Any]
+
+
+def _array(request: pytest.FixtureRequest, clock: FakeClock) -> Any:
+    from clawmem.memory.array import ArrayMemory
+
+    return ArrayMemory(clock=clock)
+
+
+def _file(request: pytest.FixtureRequest, clock: FakeClock) -> Any:
+    from clawmem.memory.file import FileMemory
+
+    return FileMemory(request.getfixturevalue("tmp_path") / "memory", clock=clock)
+
+
+def _redis(request: pytest.FixtureRequest, clock: FakeClock) -> Any:
+    from clawmem.memory.redis import RedisMemory
+
+    client = request.getfixturevalue("redis_client")
+    key_prefix = f"clawtest:{uuid.uuid4().hex[:8]}:"
+    memory = RedisMemory(client=client, prefix=key_prefix, clock=clock)
+    request.addfinalizer(lambda: [client.delete(k) for k in client.scan_iter(match=f"{key_prefix}*")])
+    return memory
+
+
+def _sql(backend: str) -> DriverFactory:
+    def factory(request: pytest.FixtureRequest, clock: FakeClock) -> Any:
+        from clawmem.memory.sql import SqlMemory
+
+        tmp_path = request.getfixturevalue("tmp_path")
+        prefix = f"t{uuid.uuid4().hex[:8]}_"
+        engine = create_engine(sql_url(backend, tmp_path))
+        create_tables(engine, prefix)
+
+        def cleanup() -> None:
+            drop_tables(engine, prefix)
+            engine.dispose()
+
+        request.addfinalizer(cleanup)
+        return SqlMemory(engine, prefix=prefix, clock=clock)
+
+    return factory
+
+
+DRIVERS: dict[str, DriverFactory] = {
+    "array": _array,
+    "file": _file,
+    "sql-sqlite": _sql("sqlite"),
+    "sql-mysql": _sql("mysql"),
+    "sql-postgres": _sql("postgres"),
+    "redis": _redis,
+}
+
+
+def _plain(memory: Any) -> Any:
+    return memory
+
+
+def _routed(memory: Any) -> Any:
+    from clawmem.memory.array import ArrayMemory
+    from clawmem.memory.wrappers import RouterMemory
+
+    # A decoy route proves the router sends other namespaces to the default driver.
+    return RouterMemory(memory, {"elsewhere": ArrayMemory()})
+
+
+def _private(memory: Any) -> Any:
+    from clawmem.memory.wrappers import PrivacyAwareMemory
+
+    return PrivacyAwareMemory(memory, store_messages=True)
+
+
+WRAPPERS = {"plain": _plain, "router": _routed, "privacy": _private}
+
+
+@pytest.fixture(params=list(DRIVERS))
+def driver_name(request: pytest.FixtureRequest) -> str:
+    """Each storage driver in turn."""
+    return request.param
+
+
+@pytest.fixture
+def make_driver(request: pytest.FixtureRequest, clock: FakeClock) -> Callable[[str], Any]:
+    """Build a fresh, empty driver by name on the shared fake clock."""
+    return lambda name: DRIVERS[name](request, clock)
