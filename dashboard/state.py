@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from flask import current_app
 from sqlalchemy.engine import Engine
 
+from clawmem.clock import Clock
+from clawmem.memory.base import MemoryInterface
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 
@@ -19,6 +23,20 @@ def setting_sources() -> dict[str, str]:
     return current_app.extensions["clawmem.sources"]
 
 
+def clock() -> Clock:
+    """Return the app's clock (``time.time`` unless a test replaced ``app.extensions["clawmem.clock"]``)."""
+    return current_app.extensions.get("clawmem.clock", time.time)
+
+
 def engine() -> Engine:
     """Return the shared engine of the configured database."""
     return engine_for(settings().database_url)
+
+
+def memory() -> MemoryInterface:
+    """Return the app's memory (built once per app by :func:`clawmem.open_memory`)."""
+    from clawmem.memory.registry import open_memory
+
+    if "clawmem.memory" not in current_app.extensions:
+        current_app.extensions["clawmem.memory"] = open_memory(settings(), clock())
+    return current_app.extensions["clawmem.memory"]

@@ -54,6 +54,10 @@ class ArrayMemory(BaseMemory):
             live = self._live(namespace, now)
         return {key: decode_value(encoded) for key, encoded in live.items()}
 
+    def _namespaces(self) -> list[str]:
+        with self._lock:
+            return [namespace for namespace, entries in self._store.items() if entries]
+
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
         counts: dict[str, int] = {}
         with self._lock:

@@ -188,6 +188,13 @@ class BaseMemory(SearchableMemory):
         events.emit("memory.search", driver=self.name, namespace=namespace, hits=len(hits), limit=limit)
         return hits
 
+    def namespaces(self) -> list[str]:
+        """Return every namespace that holds at least one entry (live or expired), sorted."""
+        return sorted(self._call("namespaces", self._namespaces))
+
+    def _namespaces(self) -> list[str]:
+        raise NotImplementedError(f"the {self.name} driver cannot list its namespaces")
+
     def sweep(self, dry_run: bool = False) -> dict[str, int]:
         """Delete expired entries in every namespace; return the count per namespace.
 
