@@ -1,0 +1,302 @@
+"""FileMemory: one JSON file per namespace in a private directory, safe across processes.
+
+Layout of ``directory``: ``<stem>.json`` holds a namespace's entries as
+``{key: {"value": <JSON>, "expires_at": <int | null>}}`` and ``<stem>.lock`` is the lock file that
+serialises writers. The stem encodes the namespace injectively (see :func:`namespace_file_stem`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from clawmem import events
+from clawmem.clock import Clock
+from clawmem.errors import InvalidNamespace
+from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory
+from clawmem.memory.rules import (
+    DEFAULT_MAX_VALUE_BYTES,
+    decode_value,
+    encode_value,
+    validate_key,
+    validate_namespace,
+    validate_ttl,
+)
+
+STORE_SUFFIX = ".json"
+LOCK_SUFFIX = ".lock"
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
+
+# Every namespace character outside [a-z0-9] becomes "_" plus one character: an upper-case
+# letter its lower-case form, the four punctuation marks a digit. Stems are then lower-case
+# ASCII (distinct on case-insensitive file systems too) and at most twice the namespace length.
+_ESCAPES = {"_": "0", ".": "1", ":": "2", "-": "3"}
+_UNESCAPES = {code: char for char, code in _ESCAPES.items()}
+_STEM = re.compile(r"(?:[a-z0-9]|_[a-z0-3])+")
+
+# key -> {"value": ..., "expires_at": int | None}
+Store = dict[str, dict[str, Any]]
+
+
+class CorruptStoreError(Exception):
+    """A namespace file exists but holds no valid store. It is left exactly as it was."""
+
+
+def namespace_file_stem(namespace: str) -> str:
+    """Return the file name stem (no suffix) that stores ``namespace``; injective and case-safe."""
+    validate_namespace(namespace)
+    parts = []
+    for char in namespace:
+        if char in _ESCAPES:
+            parts.append("_" + _ESCAPES[char])
+        elif "A" <= char <= "Z":
+            parts.append("_" + char.lower())
+        else:
+            parts.append(char)
+    return "".join(parts)
+
+
+def namespace_of_stem(stem: str) -> str | None:
+    """Return the namespace a file stem encodes, or ``None`` if the stem is not one of ours."""
+    if not _STEM.fullmatch(stem):
+        return None
+    namespace = re.sub(r"_(.)", lambda match: _UNESCAPES.get(match[1]) or match[1].upper(), stem)
+    try:
+        return validate_namespace(namespace)
+    except InvalidNamespace:
+        return None
+
+
+def is_live(entry: dict[str, Any], now: int) -> bool:
+    """Return whether a stored entry has not expired at ``now``."""
+    return entry["expires_at"] is None or now < entry["expires_at"]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_store(raw: bytes, path: Path) -> Store:
+    """Return the store held in ``raw``; raise :class:`CorruptStoreError` naming ``path`` otherwise."""
+    advice = "repair the file or move it away; nothing was changed"
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CorruptStoreError(f"{path} is not valid UTF-8 JSON ({exc}); {advice}") from None
+    if not isinstance(data, dict):
+        raise CorruptStoreError(
+            f"{path} holds a JSON {type(data).__name__}, not an object of entries; {advice}"
+        )
+    for key, entry in data.items():
+        expires_at = entry.get("expires_at", False) if isinstance(entry, dict) else False
+        valid_expiry = expires_at is None or type(expires_at) is int
+        if not isinstance(entry, dict) or "value" not in entry or not valid_expiry:
+            raise CorruptStoreError(
+                f"{path} has a malformed entry for key {key!r} "
+                f'(expected {{"value": ..., "expires_at": int or null}}); {advice}'
+            )
+    return data
+
+
+def dump_store(store: Store) -> bytes:
+    """Return the file content for ``store``: one entry per line, sorted by key."""
+    lines = [
+        json.dumps(key, ensure_ascii=False)
+        + ":"
+        + json.dumps(store[key], ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        for key in sorted(store)
+    ]
+    return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
+
+
+class FileMemory(BaseMemory):
+    """Keeps each namespace in its own JSON file under ``directory`` (created 0700 on first write).
+
+    Writers hold an exclusive ``flock`` on the namespace's lock file for the whole
+    read-modify-write cycle and replace the data file atomically, so concurrent processes lose
+    no update and readers never see a half-written file. A corrupt file raises ``MemoryError``.
+    """
+
+    name = "file"
+    backend_errors = (OSError, CorruptStoreError)
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        clock: Clock = time.time,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        super().__init__(clock, max_value_bytes)
+        self.directory = Path(directory)
+
+    def path_for(self, namespace: str) -> Path:
+        """Return the JSON file that holds ``namespace`` (it may not exist yet)."""
+        return self.directory / (namespace_file_stem(namespace) + STORE_SUFFIX)
+
+    # -- file I/O --------------------------------------------------------------------------
+
+    def _read(self, path: Path) -> Store:
+        # No lock needed: writers replace the file atomically, so a reader sees old or new.
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        return parse_store(raw, path)
+
+    def _ensure_directory(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, mode=DIRECTORY_MODE)
+        except FileExistsError:
+            return
+        os.chmod(self.directory, DIRECTORY_MODE)  # mkdir's mode is filtered by the umask
+
+    @contextlib.contextmanager
+    def _locked(self, namespace: str) -> Iterator[Path]:
+        """Hold the namespace's exclusive lock; yield its data file path."""
+        self._ensure_directory()
+        # The lock file is never replaced or deleted: a new inode would let two writers in.
+        lock_path = self.directory / (namespace_file_stem(namespace) + LOCK_SUFFIX)
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield self.path_for(namespace)
+        finally:
+            os.close(descriptor)  # closing the descriptor releases the lock
+
+    def _write(self, path: Path, store: Store) -> None:
+        if not store:
+            path.unlink(missing_ok=True)
+            return
+        content = dump_store(store)
+        descriptor, temp_name = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=STORE_SUFFIX)
+        try:
+            with os.fdopen(descriptor, "wb") as temp_file:
+                temp_file.write(content)
+                temp_file.flush()
+                # Without fsync a crash could leave an empty file behind the rename.
+                os.fsync(temp_file.fileno())
+            os.chmod(temp_name, FILE_MODE)
+            os.replace(temp_name, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp_name)
+            raise
+
+    def _rewrite(self, namespace: str, now: int, edit: Callable[[Store], bool]) -> int:
+        """Apply ``edit`` (returns whether it changed the store) and prune expired entries, all
+        under the lock; return how many were pruned."""
+        with self._locked(namespace) as path:
+            store = self._read(path)
+            changed = edit(store)
+            expired = [key for key, entry in store.items() if not is_live(entry, now)]
+            for key in expired:
+                del store[key]
+            if changed or expired:
+                self._write(path, store)
+        return len(expired)
+
+    # -- primitives ------------------------------------------------------------------------
+
+    def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
+        entry = self._read(self.path_for(namespace)).get(key)
+        if entry is None or not is_live(entry, now):
+            return False, None
+        return True, entry["value"]
+
+    def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
+        entry = {"value": decode_value(encoded), "expires_at": expires_at}
+
+        def put(store: Store) -> bool:
+            store[key] = entry
+            return True
+
+        self._rewrite(namespace, now, put)
+
+    def _forget(self, key: str, namespace: str, now: int) -> None:
+        self._rewrite(namespace, now, lambda store: store.pop(key, None) is not None)
+
+    def _flush(self, namespace: str) -> int:
+        with self._locked(namespace) as path:
+            count = len(self._read(path))
+            path.unlink(missing_ok=True)
+        return count
+
+    def _all(self, namespace: str, now: int) -> dict[str, Any]:
+        store = self._read(self.path_for(namespace))
+        return {key: entry["value"] for key, entry in store.items() if is_live(entry, now)}
+
+    def _namespaces(self) -> list[str]:
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return []
+        namespaces = []
+        for entry in entries:
+            stem, suffix = os.path.splitext(entry.name)
+            namespace = namespace_of_stem(stem) if suffix == STORE_SUFFIX else None
+            if namespace is not None and entry.is_file():
+                namespaces.append(namespace)
+        return namespaces
+
+    def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for namespace in sorted(self._namespaces()):
+            if dry_run:
+                store = self._read(self.path_for(namespace))
+                expired = sum(1 for entry in store.values() if not is_live(entry, now))
+            else:
+                expired = self._rewrite(namespace, now, lambda store: False)
+            if expired:
+                counts[namespace] = expired
+        return counts
+
+    # -- beyond the contract ---------------------------------------------------------------
+
+    def update(
+        self,
+        key: str,
+        function: Callable[[Any], Any],
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: int | None = None,
+    ) -> Any:
+        """Store ``function(current)`` under one exclusive lock and return it, so no update is lost.
+
+        ``current`` is ``None`` when the key is missing or expired; ``ttl`` works as in ``set``.
+        Raises what ``set`` raises; an exception from ``function`` propagates and writes nothing.
+        """
+        validate_key(key)
+        validate_namespace(namespace)
+        validate_ttl(ttl)
+        now = self._now()
+        expires_at = None if ttl is None else now + ttl
+        written: list[str] = []
+
+        def apply(store: Store) -> bool:
+            entry = store.get(key)
+            current = entry["value"] if entry is not None and is_live(entry, now) else None
+            encoded = encode_value(key, function(current), self.max_value_bytes)
+            store[key] = {"value": decode_value(encoded), "expires_at": expires_at}
+            written.append(encoded)
+            return True
+
+        self._call("update", self._rewrite, namespace, now, apply)
+        encoded = written[0]
+        events.emit(
+            "memory.write",
+            driver=self.name,
+            namespace=namespace,
+            key=key,
+            bytes=len(encoded.encode("utf-8")),
+            ttl=ttl,
+            gated=False,
+        )
+        return decode_value(encoded)
