@@ -110,6 +110,9 @@ class BaseMemory(SearchableMemory):
     @abc.abstractmethod
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]: ...
 
+    def _encode(self, key: str, value: Any) -> str:
+        return encode_value(key, value, self.max_value_bytes)
+
     def _search(self, query: str, limit: int, namespace: str, now: int) -> list[MemoryHit]:
         return [
             MemoryHit(key, value, namespace, points)
@@ -124,7 +127,10 @@ class BaseMemory(SearchableMemory):
         except MemoryError:
             raise
         except self.backend_errors as exc:
-            raise MemoryError(self.name, operation, f"{type(exc).__name__}: {exc}") from exc
+            raise MemoryError(self.name, operation, self._describe(exc)) from exc
+
+    def _describe(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__}: {exc}"
 
     def _now(self) -> int:
         return now_seconds(self.clock)
@@ -147,7 +153,7 @@ class BaseMemory(SearchableMemory):
         validate_key(key)
         validate_namespace(namespace)
         validate_ttl(ttl)
-        encoded = encode_value(key, value, self.max_value_bytes)
+        encoded = self._encode(key, value)
         now = self._now()
         expires_at = None if ttl is None else now + ttl
         self._call("set", self._set, key, encoded, namespace, expires_at, now)

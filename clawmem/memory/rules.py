@@ -141,3 +141,16 @@ def text_of(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def ttl_state(expires_at: int | None, now: int) -> tuple[str, int | None]:
+    """Return an entry's TTL state at ``now``.
+
+    ``("live", None)`` never expires, ``("expiring", seconds_left)`` is live until
+    ``expires_at``, and ``("expired", seconds_since)`` is expired but may not be swept yet.
+    """
+    if expires_at is None:
+        return ("live", None)
+    if now < expires_at:
+        return ("expiring", expires_at - now)
+    return ("expired", now - expires_at)

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
+
+_WRITE = "clawmem_write"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL lets readers run beside one writer; the busy timeout makes concurrent writers wait
-    # for the lock instead of failing with "database is locked".
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Transactions are begun explicitly (see _sqlite_begin). WAL lets readers run beside one
+    # writer; the busy timeout makes concurrent writers wait instead of failing at once.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA busy_timeout = 30000")
     cursor.execute("PRAGMA journal_mode = WAL")
     cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.close()
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    # A write transaction takes the write lock up front: a deferred one that reads first and
+    # then writes would fail with "database is locked" instead of waiting its turn.
+    immediate = connection.get_execution_options().get(_WRITE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def create_engine(url: str, **options: Any) -> Engine:
@@ -27,7 +39,8 @@ def create_engine(url: str, **options: Any) -> Engine:
     options.setdefault("pool_pre_ping", True)
     engine = sa.create_engine(parsed, **options)
     if parsed.get_backend_name() == "sqlite":
-        sa.event.listen(engine, "connect", _sqlite_pragmas)
+        sa.event.listen(engine, "connect", _sqlite_connect)
+        sa.event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
@@ -35,3 +48,20 @@ def create_engine(url: str, **options: Any) -> Engine:
 def engine_for(url: str) -> Engine:
     """Return the process-wide shared engine for ``url``."""
     return create_engine(url)
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """Yield a connection inside one transaction that will write (committed on success)."""
+    with engine.connect() as connection:
+        connection = connection.execution_options(**{_WRITE: True})
+        with connection.begin():
+            yield connection
+
+
+def describe_error(exc: BaseException) -> str:
+    """Return a one-line description of a database error without SQL parameters (they may hold data)."""
+    original = getattr(exc, "orig", None)
+    if original is not None:
+        return f"{type(original).__name__}: {original}".splitlines()[0]
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -1,0 +1,86 @@
+"""SqlMemory: the key/value store on the ``{prefix}phpclaw_memory`` table."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from clawmem.clock import Clock
+from clawmem.memory.base import BaseMemory
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, validate_prefix
+from clawmem.sql import kv
+from clawmem.sql.engine import describe_error, write_transaction
+
+_DEADLOCK_RETRIES = 5
+
+
+class SqlMemory(BaseMemory):
+    """Entries as rows keyed by (namespace, lookup_key). Expiry is compared with the injected
+    clock, never the database's ``NOW()``; upserts are single atomic statements."""
+
+    name = "sql"
+    backend_errors = (sa.exc.SQLAlchemyError,)
+
+    def __init__(
+        self,
+        engine: Engine,
+        prefix: str = "",
+        clock: Clock = time.time,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        super().__init__(clock, max_value_bytes)
+        self.engine = engine
+        self.prefix = validate_prefix(prefix)
+
+    def _describe(self, exc: BaseException) -> str:
+        return describe_error(exc)
+
+    def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
+        with self.engine.connect() as conn:
+            encoded = kv.get_entry(conn, self.prefix, namespace, key, now)
+        return (False, None) if encoded is None else (True, decode_value(encoded))
+
+    def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
+        for attempt in range(_DEADLOCK_RETRIES):
+            try:
+                with write_transaction(self.engine) as conn:
+                    kv.upsert_entry(conn, self.prefix, namespace, key, encoded, expires_at, self.clock)
+                return
+            except sa.exc.OperationalError as exc:
+                # InnoDB may pick a concurrent upsert of the same key as a deadlock victim
+                # (error 1213); the statement is idempotent, so running it again is safe.
+                code = getattr(exc.orig, "args", [None])[0]
+                if code != 1213 or attempt == _DEADLOCK_RETRIES - 1:
+                    raise
+
+    def _forget(self, key: str, namespace: str, now: int) -> None:
+        with write_transaction(self.engine) as conn:
+            kv.delete_entry(conn, self.prefix, namespace, key)
+
+    def _flush(self, namespace: str) -> int:
+        with write_transaction(self.engine) as conn:
+            return kv.delete_namespace(conn, self.prefix, namespace)
+
+    def _all(self, namespace: str, now: int) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            return {key: decode_value(value) for key, value in kv.live_entries(conn, self.prefix, namespace, now)}
+
+    def _namespaces(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return kv.namespaces(conn, self.prefix)
+
+    def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            counts = kv.expired_counts(conn, self.prefix, now)
+        if dry_run:
+            return counts
+        deleted = {}
+        for namespace in counts:
+            with write_transaction(self.engine) as conn:
+                count = kv.delete_expired(conn, self.prefix, namespace, now)
+            if count:
+                deleted[namespace] = count
+        return deleted

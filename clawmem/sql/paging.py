@@ -1,0 +1,57 @@
+"""Keyset pagination: pages of rows and the opaque cursors that continue them."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class InvalidCursor(ValueError):
+    """A pagination cursor was not one this API issued."""
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; ``next_cursor`` is ``None`` on the last page."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
+def encode_cursor(values: Sequence[Any]) -> str:
+    """Return an opaque, URL-safe cursor for the sort-key ``values`` of the last row shown."""
+    return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, size: int) -> list[Any]:
+    """Return the ``size`` sort-key values in ``cursor``; raise :class:`InvalidCursor` if malformed."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError):
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}") from None
+    if not isinstance(values, list) or len(values) != size or not all(isinstance(v, str) for v in values):
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+    return values
+
+
+def page_of(rows: Sequence[T], limit: int, key: Any) -> Page[T]:
+    """Return the first ``limit`` of ``rows`` (fetched as ``limit + 1``) with the cursor after them.
+
+    ``key(row)`` gives the row's sort-key values.
+    """
+    items = list(rows[:limit])
+    more = len(rows) > limit
+    return Page(items, encode_cursor(key(items[-1])) if more and items else None)
+
+
+def check_limit(limit: object, maximum: int = 500) -> int:
+    """Return ``limit`` if it is an int in 1..maximum, else raise ``ValueError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise ValueError(f"limit must be an int from 1 to {maximum}, got {limit!r}")
+    return limit
