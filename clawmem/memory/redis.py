@@ -1,0 +1,239 @@
+"""RedisMemory: one Redis string per entry plus a sorted-set index per namespace.
+
+Layout under ``prefix`` (``P``) for namespace ``N`` (namespaces never contain braces, so the
+layout is injective and ``a`` never sees ``a:b``)::
+
+    P{N}:k:<key>   the entry, JSON ``[expires_at, value]``; a Redis TTL when it has a ttl
+    P{N}:i         sorted set of the namespace's keys, scored by expires_at (+inf: never)
+    Pnamespaces    set of namespaces that have an index, for the sweeper
+
+Every command touches one namespace's keys only; ``KEYS`` and ``SCAN`` are never used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from clawmem.clock import Clock
+from clawmem.errors import ConfigError, redact
+from clawmem.memory.base import BaseMemory
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_PREFIX = "phpclaw:"
+CONNECT_TIMEOUT_SECONDS = 5.0
+_BATCH = 1000  # keys per MGET/DEL/EXISTS, so no single command grows with the namespace
+
+
+class CorruptEntryError(Exception):
+    """A Redis key in clawmem's layout holds something other than ``[expires_at, value]``."""
+
+
+def _text(raw: bytes | str) -> str:
+    # A caller's client may or may not decode responses.
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+def _batches(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), _BATCH):
+        yield items[start : start + _BATCH]
+
+
+def encode_entry(encoded: str, expires_at: int | None) -> str:
+    """Return the stored form of an entry: JSON ``[expires_at, value]``."""
+    return f"[{'null' if expires_at is None else expires_at},{encoded}]"
+
+
+def decode_entry(raw: bytes | str, redis_key: str) -> tuple[int | None, Any]:
+    """Return ``(expires_at, value)`` of a stored entry; raise :class:`CorruptEntryError` if malformed."""
+    try:
+        data = json.loads(_text(raw))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CorruptEntryError(f"Redis key {redis_key!r} does not hold JSON ({exc})") from None
+    if not (isinstance(data, list) and len(data) == 2 and (data[0] is None or type(data[0]) is int)):
+        raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, value]")
+    return data[0], data[1]
+
+
+def is_live(expires_at: int | None, now: int) -> bool:
+    """Return whether an entry with ``expires_at`` has not expired at ``now``."""
+    return expires_at is None or now < expires_at
+
+
+class RedisMemory(BaseMemory):
+    """Keeps entries in Redis with server-side expiry and an exact expiry check on every read.
+
+    Give a ``url`` (default ``redis://127.0.0.1:6379/0``) or a ready ``client``, not both.
+    ``ttl=None`` never expires. Failures raise ``MemoryError`` without the URL's password.
+    """
+
+    name = "redis"
+    backend_errors = (redis.RedisError, CorruptEntryError)
+
+    def __init__(
+        self,
+        url: str | None = None,
+        client: redis.Redis | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Clock = time.time,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        super().__init__(clock, max_value_bytes)
+        if url is not None and client is not None:
+            raise ValueError("give RedisMemory a url or a client, not both")
+        if not isinstance(prefix, str):
+            raise TypeError(f"the Redis key prefix must be a str, got {type(prefix).__name__}")
+        self.prefix = prefix
+        if client is None:
+            try:
+                client = redis.Redis.from_url(
+                    url or DEFAULT_URL, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS
+                )
+            except ValueError as exc:
+                raise ConfigError(f"invalid Redis URL {redact(url or DEFAULT_URL)!r}: {exc}") from None
+        self.client = client
+
+    # -- key layout ------------------------------------------------------------------------
+
+    def entry_key(self, key: str, namespace: str) -> str:
+        """Return the Redis key that holds ``key`` of ``namespace``."""
+        return f"{self.prefix}{{{namespace}}}:k:{key}"
+
+    def index_key(self, namespace: str) -> str:
+        """Return the Redis key of the sorted set that indexes ``namespace``."""
+        return f"{self.prefix}{{{namespace}}}:i"
+
+    @property
+    def namespaces_key(self) -> str:
+        """Return the Redis key of the set of namespaces that have an index."""
+        return f"{self.prefix}namespaces"
+
+    # -- primitives ------------------------------------------------------------------------
+
+    def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
+        redis_key = self.entry_key(key, namespace)
+        raw = self.client.get(redis_key)
+        if raw is None:
+            return False, None
+        expires_at, value = decode_entry(raw, redis_key)
+        # Redis may not have dropped the key yet; the injected clock decides, as on every driver.
+        return (True, value) if is_live(expires_at, now) else (False, None)
+
+    def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        # A plain SET (no EX) also clears a TTL left by an earlier set.
+        ttl = None if expires_at is None else expires_at - now
+        pipe.set(self.entry_key(key, namespace), encode_entry(encoded, expires_at), ex=ttl)
+        pipe.zadd(self.index_key(namespace), {key: math.inf if expires_at is None else expires_at})
+        pipe.sadd(self.namespaces_key, namespace)
+        pipe.execute()
+
+    def _forget(self, key: str, namespace: str, now: int) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.entry_key(key, namespace))
+        pipe.zrem(self.index_key(namespace), key)
+        pipe.execute()
+
+    def _flush(self, namespace: str) -> int:
+        index = self.index_key(namespace)
+
+        def clear(pipe: Any) -> None:
+            keys = [self.entry_key(_text(member), namespace) for member in pipe.zrange(index, 0, -1)]
+            pipe.multi()
+            for batch in _batches(keys):
+                pipe.delete(*batch)
+            pipe.delete(index)
+            pipe.srem(self.namespaces_key, namespace)
+
+        # WATCH the index: a concurrent set of a new key retries the flush instead of orphaning it.
+        results = self.client.transaction(clear, index)
+        return sum(results[:-2])
+
+    def _all(self, namespace: str, now: int) -> dict[str, Any]:
+        # Scored by expires_at, so "score > now" is exactly the live members.
+        live = self.client.zrangebyscore(self.index_key(namespace), f"({now}", "+inf")
+        members = [_text(member) for member in live]
+        pipe = self.client.pipeline(transaction=False)
+        for batch in _batches(members):
+            pipe.mget([self.entry_key(key, namespace) for key in batch])
+        raws = [raw for batch in pipe.execute() for raw in batch]
+        entries: dict[str, Any] = {}
+        vanished: list[str] = []
+        for key, raw in zip(members, raws, strict=True):
+            if raw is None:
+                vanished.append(key)
+                continue
+            expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
+            if is_live(expires_at, now):
+                entries[key] = value
+        if vanished:
+            self._drop_vanished(namespace, vanished)
+        return entries
+
+    def _drop_vanished(self, namespace: str, keys: list[str]) -> None:
+        """Remove index members whose entry Redis already dropped (its own expiry or eviction)."""
+        index = self.index_key(namespace)
+        entry_keys = [self.entry_key(key, namespace) for key in keys]
+
+        def remove(pipe: Any) -> None:
+            present = [pipe.exists(entry_key) for entry_key in entry_keys]
+            gone = [key for key, exists in zip(keys, present, strict=True) if not exists]
+            pipe.multi()
+            if gone:
+                pipe.zrem(index, *gone)
+
+        # Watching the entries too: a concurrent set revives one without changing its index score.
+        self.client.transaction(remove, index, *entry_keys)
+
+    def _namespaces(self) -> list[str]:
+        names = [_text(name) for name in self.client.smembers(self.namespaces_key)]
+        pipe = self.client.pipeline(transaction=False)
+        for namespace in names:
+            pipe.zcard(self.index_key(namespace))
+        return [namespace for namespace, size in zip(names, pipe.execute(), strict=True) if size]
+
+    def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for namespace in sorted(_text(name) for name in self.client.smembers(self.namespaces_key)):
+            expired = self._sweep_namespace(namespace, now, dry_run)
+            if expired:
+                counts[namespace] = expired
+        return counts
+
+    def _sweep_namespace(self, namespace: str, now: int, dry_run: bool) -> int:
+        """Delete (or with ``dry_run`` count) the namespace's entries expired at ``now``.
+
+        Counts only entries still in Redis; an index member whose key Redis already dropped is
+        removed from the index without being counted.
+        """
+        index = self.index_key(namespace)
+        if dry_run:
+            expired = self.client.zrangebyscore(index, "-inf", now)
+            keys = [self.entry_key(_text(member), namespace) for member in expired]
+            return sum(self.client.exists(*batch) for batch in _batches(keys))
+
+        deletes = 0
+
+        def prune(pipe: Any) -> None:
+            nonlocal deletes
+            expired = pipe.zrangebyscore(index, "-inf", now)
+            emptied = len(expired) == pipe.zcard(index)
+            keys = [self.entry_key(_text(member), namespace) for member in expired]
+            pipe.multi()
+            deletes = 0
+            for batch in _batches(keys):
+                pipe.delete(*batch)
+                deletes += 1
+            pipe.zremrangebyscore(index, "-inf", now)
+            if emptied:
+                pipe.srem(self.namespaces_key, namespace)
+
+        # WATCH the index: a concurrent set that renews an expired key retries the sweep.
+        results = self.client.transaction(prune, index)
+        return sum(results[:deletes])
