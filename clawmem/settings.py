@@ -75,7 +75,9 @@ class Settings:
         return [field.name.upper() for field in fields(cls) if field.name != "instance_path"]
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], instance_path: str | os.PathLike[str] = "instance") -> Settings:
+    def from_mapping(
+        cls, values: Mapping[str, Any], instance_path: str | os.PathLike[str] = "instance"
+    ) -> Settings:
         """Build settings from config keys such as ``DATABASE_URL``; unknown keys are ignored.
 
         Raises :class:`clawmem.errors.ConfigError` naming the variable when a value is malformed.

@@ -40,9 +40,7 @@ def _redis(settings: Settings, clock: Clock) -> MemoryInterface:
     try:
         import redis  # noqa: F401
     except ImportError:
-        raise RuntimeError(
-            "the redis memory driver needs the 'redis' package: pip install redis"
-        ) from None
+        raise RuntimeError("the redis memory driver needs the 'redis' package: pip install redis") from None
     from clawmem.memory.redis import RedisMemory
 
     return RedisMemory(url=settings.redis_url, clock=clock, max_value_bytes=settings.max_value_bytes)
@@ -94,7 +92,9 @@ class MemoryRegistry:
 registry = MemoryRegistry()
 
 
-def open_memory(settings: Settings, clock: Clock = time.time, drivers: MemoryRegistry | None = None) -> MemoryInterface:
+def open_memory(
+    settings: Settings, clock: Clock = time.time, drivers: MemoryRegistry | None = None
+) -> MemoryInterface:
     """Return what an app uses: the configured key/value driver, with ``conversations`` routed
     to SQL tables, behind the privacy switch."""
     from clawmem.memory.conversations import SqlConversationMemory
@@ -103,7 +103,9 @@ def open_memory(settings: Settings, clock: Clock = time.time, drivers: MemoryReg
 
     kv = (drivers or registry).build(settings.memory_driver, settings, clock)
     conversations = SqlConversationMemory(
-        engine_for(settings.database_url), prefix=settings.table_prefix, clock=clock,
+        engine_for(settings.database_url),
+        prefix=settings.table_prefix,
+        clock=clock,
         max_value_bytes=settings.max_value_bytes,
     )
     return PrivacyAwareMemory(RouterMemory(kv, {"conversations": conversations}), settings.store_messages)

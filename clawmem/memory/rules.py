@@ -30,8 +30,7 @@ def validate_prefix(prefix: object) -> str:
 def validate_namespace(namespace: object) -> str:
     """Return ``namespace`` unchanged if it is valid, else raise :class:`InvalidNamespace`."""
     rule = (
-        f"1-{MAX_NAMESPACE_CHARS} characters from ASCII letters, digits and _ - . : "
-        "and never containing '..'"
+        f"1-{MAX_NAMESPACE_CHARS} characters from ASCII letters, digits and _ - . : and never containing '..'"
     )
     if not isinstance(namespace, str):
         raise InvalidNamespace(f"namespace must be a str ({rule}), got {type(namespace).__name__}")
@@ -39,8 +38,7 @@ def validate_namespace(namespace: object) -> str:
         raise InvalidNamespace(f"namespace must not be empty: {rule}")
     if len(namespace) > MAX_NAMESPACE_CHARS:
         raise InvalidNamespace(
-            f"namespace must not exceed {MAX_NAMESPACE_CHARS} characters "
-            f"(got {len(namespace)}): {rule}"
+            f"namespace must not exceed {MAX_NAMESPACE_CHARS} characters (got {len(namespace)}): {rule}"
         )
     if not _NAMESPACE.fullmatch(namespace):
         raise InvalidNamespace(f"namespace {namespace!r} has illegal characters: {rule}")
@@ -82,7 +80,9 @@ def _check_json(value: Any, key: str, path: str, active: set[int]) -> None:
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"value for key {key!r} holds {value!r} at {path}; JSON allows only finite numbers")
+            raise ValueError(
+                f"value for key {key!r} holds {value!r} at {path}; JSON allows only finite numbers"
+            )
         return
     if isinstance(value, (list, tuple, dict)):
         if id(value) in active:
@@ -91,9 +91,7 @@ def _check_json(value: Any, key: str, path: str, active: set[int]) -> None:
         if isinstance(value, dict):
             for child_key, child in value.items():
                 if not isinstance(child_key, str):
-                    raise TypeError(
-                        f"value for key {key!r} has a non-str dict key {child_key!r} at {path}"
-                    )
+                    raise TypeError(f"value for key {key!r} has a non-str dict key {child_key!r} at {path}")
                 _check_json(child, key, f"{path}[{child_key!r}]", active)
         else:
             for index, child in enumerate(value):

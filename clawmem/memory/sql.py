@@ -66,7 +66,9 @@ class SqlMemory(BaseMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
-            return {key: decode_value(value) for key, value in kv.live_entries(conn, self.prefix, namespace, now)}
+            return {
+                key: decode_value(value) for key, value in kv.live_entries(conn, self.prefix, namespace, now)
+            }
 
     def _namespaces(self) -> list[str]:
         with self.engine.connect() as conn:

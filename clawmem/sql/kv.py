@@ -39,7 +39,13 @@ def get_entry(conn: Connection, prefix: str, namespace: str, key: str, now: int)
 
 
 def upsert_entry(
-    conn: Connection, prefix: str, namespace: str, key: str, encoded: str, expires_at: int | None, clock: Clock
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    key: str,
+    encoded: str,
+    expires_at: int | None,
+    clock: Clock,
 ) -> None:
     """Create or replace an entry in one atomic statement on every dialect."""
     table = tables(prefix).memory
@@ -88,17 +94,14 @@ def live_entries(conn: Connection, prefix: str, namespace: str, now: int) -> Ite
     result = conn.execute(
         sa.select(table.c.lookup_key, table.c.value).where(table.c.namespace == namespace, _live(table, now))
     )
-    for key, value in result:
-        yield key, value
+    yield from result
 
 
 def expired_counts(conn: Connection, prefix: str, now: int) -> dict[str, int]:
     """Return the number of expired rows per namespace."""
     table = tables(prefix).memory
     rows = conn.execute(
-        sa.select(table.c.namespace, sa.func.count())
-        .where(_expired(table, now))
-        .group_by(table.c.namespace)
+        sa.select(table.c.namespace, sa.func.count()).where(_expired(table, now)).group_by(table.c.namespace)
     )
     return {namespace: count for namespace, count in rows}
 
@@ -109,9 +112,7 @@ def delete_expired(conn: Connection, prefix: str, namespace: str, now: int) -> i
     The condition is re-checked row by row, so an entry a concurrent writer just renewed stays.
     """
     table = tables(prefix).memory
-    return conn.execute(
-        sa.delete(table).where(table.c.namespace == namespace, _expired(table, now))
-    ).rowcount
+    return conn.execute(sa.delete(table).where(table.c.namespace == namespace, _expired(table, now))).rowcount
 
 
 def namespaces(conn: Connection, prefix: str) -> list[str]:
@@ -213,7 +214,9 @@ class MemoryStore:
         if query:
             pattern = like_pattern(query)
             select = select.where(
-                sa.or_(table.c.lookup_key.ilike(pattern, escape="\\"), table.c.value.ilike(pattern, escape="\\"))
+                sa.or_(
+                    table.c.lookup_key.ilike(pattern, escape="\\"), table.c.value.ilike(pattern, escape="\\")
+                )
             )
         if cursor:
             (after,) = decode_cursor(cursor, 1)

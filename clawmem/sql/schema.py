@@ -11,6 +11,7 @@ from sqlalchemy.engine import Dialect, Engine
 
 from clawmem.memory.rules import validate_prefix
 
+
 class ExactString(sa.types.TypeDecorator[str]):
     """VARCHAR that compares exactly on every backend.
 
