@@ -27,6 +27,14 @@ def sweep_any(memory: MemoryInterface, dry_run: bool = False) -> dict[str, int]:
     return sweep(dry_run=dry_run) if sweep else {}
 
 
+def namespaces_any(memory: MemoryInterface) -> list[str]:
+    """Return the namespaces ``memory`` holds; raise ``NotImplementedError`` if it cannot list them."""
+    namespaces = getattr(memory, "namespaces", None)
+    if namespaces is None:
+        raise NotImplementedError(f"{type(memory).__name__} cannot list its namespaces")
+    return namespaces()
+
+
 class RouterMemory(SearchableMemory):
     """Sends each call to the driver routed for its exact namespace, else to ``default``."""
 
@@ -66,6 +74,14 @@ class RouterMemory(SearchableMemory):
 
     def search(self, query: str, limit: int = 5, namespace: str = DEFAULT_NAMESPACE) -> list[MemoryHit]:
         return search_any(self.driver_for(namespace), query, limit, namespace)
+
+    def namespaces(self) -> list[str]:
+        """Return every namespace that holds entries, each taken from the driver that serves it."""
+        found = {ns for ns in namespaces_any(self.default) if ns not in self.routes}
+        for namespace, driver in self.routes.items():
+            if namespace in namespaces_any(driver):
+                found.add(namespace)
+        return sorted(found)
 
     def sweep(self, dry_run: bool = False) -> dict[str, int]:
         """Sweep every driver behind the router; return expired counts per namespace."""
@@ -123,6 +139,10 @@ class PrivacyAwareMemory(SearchableMemory):
 
     def search(self, query: str, limit: int = 5, namespace: str = DEFAULT_NAMESPACE) -> list[MemoryHit]:
         return search_any(self.inner, query, limit, namespace)
+
+    def namespaces(self) -> list[str]:
+        """Return the wrapped memory's namespaces."""
+        return namespaces_any(self.inner)
 
     def sweep(self, dry_run: bool = False) -> dict[str, int]:
         """Sweep the wrapped memory (deleting expired rows is not a write the switch gates)."""
