@@ -37,3 +37,18 @@ class ValueTooLarge(ValueError):
 
 class ConfigError(ValueError):
     """A setting could not be parsed; the message names the variable and the accepted form."""
+
+
+class GuardBlocked(RuntimeError):
+    """A guard refused the turn. The message names each pattern and where it matched, never the text."""
+
+    def __init__(self, message: str, findings: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.findings = tuple(findings)
+
+
+class ProviderError(RuntimeError):
+    """An LLM provider call failed: HTTP status, timeout, connection or malformed reply.
+
+    The message says which and never contains the API key.
+    """
