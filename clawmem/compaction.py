@@ -1,0 +1,255 @@
+"""Compaction: summarising the older half of a long history so the rest fits the window.
+
+Triggers are strict: ``len(history) > max_messages`` or ``estimate_tokens(history) >
+max_tokens``, each only when its threshold is above 0; when both trip, the reason is
+``"messages"``. ``context.overflow`` is emitted whenever a trigger trips, whether or not
+compaction then runs (it does not when ``enabled`` is false or nothing is old enough to
+summarise). Compaction shapes only what is sent to the provider; the stored conversation is
+never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clawmem import events
+from clawmem.recall import keywords, utf8_len
+
+log = logging.getLogger(__name__)
+
+SUMMARY_PREFIX = "[Conversation summary]\n"
+SUMMARY_UNAVAILABLE = "(summary unavailable)"
+SUMMARY_INSTRUCTION = "Summarise the conversation above in 2\u20133 sentences. Be concise."
+BYTES_PER_TOKEN = 4
+
+Message = Mapping[str, Any]
+Summarizer = Callable[[list[dict[str, Any]]], str]
+
+
+def message_bytes(message: Message) -> int:
+    """Return the UTF-8 size of a message's content plus the JSON of its ``tool_input``."""
+    size = utf8_len(message.get("content") or "")
+    if message.get("tool_input") is not None:
+        size += utf8_len(json.dumps(message["tool_input"]))
+    return size
+
+
+def history_bytes(history: Sequence[Message]) -> int:
+    """Return the total :func:`message_bytes` of ``history``."""
+    return sum(message_bytes(message) for message in history)
+
+
+def estimate_tokens(history: Sequence[Message]) -> int:
+    """Return the seed's token estimate: total message bytes integer-divided by 4."""
+    return history_bytes(history) // BYTES_PER_TOKEN
+
+
+def split_history(history: Sequence[Message]) -> tuple[int, int]:
+    """Return ``(start, boundary)``: ``history[start:boundary]`` is summarised, the rest kept.
+
+    A leading ``system`` message is set aside (``start`` is 1) and always kept. Of the other
+    n messages the newest ceil(n/2) are kept; the boundary then moves earlier while the first
+    kept message is a ``tool`` row, so a tool row stays with the assistant turn that called it.
+    """
+    start = 1 if history and history[0].get("role") == "system" else 0
+    count = len(history) - start
+    boundary = start + count - (count + 1) // 2
+    while boundary > start and history[boundary].get("role") == "tool":
+        boundary -= 1
+    return start, boundary
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What compaction did: ``fired`` is true when messages were summarised.
+
+    ``reason`` is the trigger that tripped (``"messages"``, ``"tokens"``) even when compaction
+    did not fire; ``summary`` is the summary text; ``error`` is the summariser's exception class
+    when it failed; ``provider_calls`` is 1 when the summariser called a provider, else 0.
+    """
+
+    fired: bool
+    reason: str | None
+    history: tuple[dict[str, Any], ...]
+    messages_before: int
+    messages_after: int
+    bytes_before: int
+    bytes_after: int
+    provider_calls: int = 0
+    summarised: int = 0
+    summary: str | None = None
+    error: str | None = None
+
+
+class HistoryCompactor:
+    """Replaces the older half of an oversized history with one summary message.
+
+    Thresholds of 0 are off, so by default nothing ever fires.
+    """
+
+    def __init__(
+        self, summarizer: Summarizer, max_messages: int = 0, max_tokens: int = 0, enabled: bool = True
+    ) -> None:
+        for name, number in (("max_messages", max_messages), ("max_tokens", max_tokens)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError(f"{name} must be a non-negative int (0 = off), got {number!r}")
+        if not callable(summarizer):
+            raise TypeError("summarizer must be callable: old messages in, summary text out")
+        self.summarizer = summarizer
+        self.max_messages = max_messages
+        self.max_tokens = max_tokens
+        self.enabled = enabled
+
+    def trigger(self, history: Sequence[Message]) -> str | None:
+        """Return ``"messages"`` or ``"tokens"`` when that threshold is exceeded, else ``None``."""
+        if self.max_messages > 0 and len(history) > self.max_messages:
+            return "messages"
+        if self.max_tokens > 0 and estimate_tokens(history) > self.max_tokens:
+            return "tokens"
+        return None
+
+    def apply(self, history: Sequence[Message]) -> CompactionResult:
+        """Return the history to send, compacted when a trigger trips; never raises for a
+        failing summariser (the summary becomes ``(summary unavailable)``)."""
+        messages = [dict(message) for message in history]
+        size = history_bytes(messages)
+        reason = self.trigger(messages)
+        start, boundary = split_history(messages)
+        unchanged = CompactionResult(False, reason, tuple(messages), len(messages), len(messages), size, size)
+        if reason is None:
+            return unchanged
+        if not self.enabled:
+            action = "disabled"
+        elif boundary == start:
+            action = "nothing to summarise"
+        else:
+            action = "compact"
+        events.emit(
+            "context.overflow",
+            reason=reason,
+            messages=len(messages),
+            estimated_tokens=size // BYTES_PER_TOKEN,
+            max_messages=self.max_messages,
+            max_tokens=self.max_tokens,
+            action=action,
+        )
+        if action != "compact":
+            return unchanged
+        old = messages[start:boundary]
+        events.emit(
+            "compaction.before", reason=reason, messages=len(messages), bytes=size, summarised=len(old)
+        )
+        summary, error = self._summarise(old)
+        compacted = [
+            *messages[:start],
+            {"role": "assistant", "content": SUMMARY_PREFIX + summary},
+            *messages[boundary:],
+        ]
+        result = CompactionResult(
+            fired=True,
+            reason=reason,
+            history=tuple(compacted),
+            messages_before=len(messages),
+            messages_after=len(compacted),
+            bytes_before=size,
+            bytes_after=history_bytes(compacted),
+            provider_calls=1 if getattr(self.summarizer, "uses_provider", False) else 0,
+            summarised=len(old),
+            summary=summary,
+            error=error,
+        )
+        events.emit(
+            "compaction.after",
+            reason=reason,
+            messages_before=result.messages_before,
+            messages_after=result.messages_after,
+            bytes_before=result.bytes_before,
+            bytes_after=result.bytes_after,
+            provider_calls=result.provider_calls,
+            failed=error is not None,
+        )
+        return result
+
+    def _summarise(self, old: list[dict[str, Any]]) -> tuple[str, str | None]:
+        try:
+            summary = self.summarizer([dict(message) for message in old])
+            if not isinstance(summary, str):
+                raise TypeError(f"a summariser must return str, got {type(summary).__name__}")
+        except Exception as exc:  # any summariser failure: the turn goes on without a summary
+            # The class only: the message may quote conversation text.
+            log.warning("compaction summary unavailable: %s", type(exc).__name__)
+            return SUMMARY_UNAVAILABLE, type(exc).__name__
+        return (summary.strip() or SUMMARY_UNAVAILABLE), None
+
+
+class ProviderSummarizer:
+    """Asks an LLM provider for a 2–3 sentence summary of the old messages (one call)."""
+
+    uses_provider = True
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        """Return the provider's summary text; raises whatever the provider raises."""
+        return self.provider.complete([*messages, {"role": "user", "content": SUMMARY_INSTRUCTION}]).text
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _sentences(text: str) -> list[str]:
+    return [part.strip() for part in _SENTENCE_END.split(text.strip()) if part.strip()]
+
+
+def _clip(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
+
+
+class ExtractiveSummarizer:
+    """A local, deterministic summary that sends nothing anywhere.
+
+    It keeps the first sentence of the first user message, then the (at most) two sentences
+    that share the most words recurring across several messages, in conversation order, each
+    labelled with its role; at most ``max_chars`` characters in all.
+    """
+
+    uses_provider = False
+
+    def __init__(self, max_chars: int = 600, sentence_chars: int = 200) -> None:
+        if max_chars < 20 or sentence_chars < 20:
+            raise ValueError("max_chars and sentence_chars must be at least 20")
+        self.max_chars = max_chars
+        self.sentence_chars = sentence_chars
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        """Return the summary of ``messages`` (empty when they hold no user or assistant text)."""
+        candidates: list[tuple[str, str]] = []
+        message_count: Counter[str] = Counter()
+        for message in messages:
+            if message.get("role") not in ("user", "assistant"):
+                continue
+            content = message.get("content") or ""
+            message_count.update(keywords(content))
+            candidates.extend((message["role"], sentence) for sentence in _sentences(content))
+        recurring = {word for word, count in message_count.items() if count > 1}
+        weight = [len(recurring.intersection(keywords(sentence))) for _, sentence in candidates]
+        opening = next((index for index, (role, _) in enumerate(candidates) if role == "user"), None)
+        chosen = {opening} if opening is not None else set()
+        ranked = sorted(
+            (index for index in range(len(candidates)) if index not in chosen),
+            key=lambda index: (-weight[index], index),
+        )
+        chosen.update(index for index in ranked[:2] if weight[index] > 0)
+        parts = [
+            f"{role}: {_clip(sentence, self.sentence_chars)}"
+            for index, (role, sentence) in enumerate(candidates)
+            if index in chosen
+        ]
+        return _clip(" ".join(parts), self.max_chars) if parts else ""
