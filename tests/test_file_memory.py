@@ -185,9 +185,11 @@ def test_directory_is_0700_and_files_0600_even_with_an_open_umask(
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
 
 
-def test_reads_create_nothing(memory: FileMemory, directory: Path) -> None:
+def test_reads_and_deleting_nothing_create_nothing(memory: FileMemory, directory: Path) -> None:
     assert memory.get("k") is None
     assert memory.all() == {}
+    memory.forget("k")
+    memory.flush("other")
     assert memory.sweep() == {}
     assert memory.namespaces() == []
     assert not directory.exists()

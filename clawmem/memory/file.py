@@ -222,9 +222,13 @@ class FileMemory(BaseMemory):
         self._rewrite(namespace, now, put)
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
+        if not self.path_for(namespace).exists():
+            return  # nothing to delete or prune; leave no lock file behind for it
         self._rewrite(namespace, now, lambda store: store.pop(key, None) is not None)
 
     def _flush(self, namespace: str) -> int:
+        if not self.path_for(namespace).exists():
+            return 0
         with self._locked(namespace) as path:
             count = len(self._read(path))
             path.unlink(missing_ok=True)
