@@ -26,6 +26,7 @@ from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
     encode_value,
+    ttl_state,
     validate_key,
     validate_namespace,
     validate_ttl,
@@ -78,7 +79,7 @@ def namespace_of_stem(stem: str) -> str | None:
 
 def is_live(entry: dict[str, Any], now: int) -> bool:
     """Return whether a stored entry has not expired at ``now``."""
-    return entry["expires_at"] is None or now < entry["expires_at"]
+    return ttl_state(entry["expires_at"], now)[0] != "expired"
 
 
 def _reject_constant(name: str) -> Any:

@@ -23,7 +23,7 @@ import redis
 from clawmem.clock import Clock
 from clawmem.errors import ConfigError, redact
 from clawmem.memory.base import BaseMemory
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, ttl_state
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
@@ -59,11 +59,6 @@ def decode_entry(raw: bytes | str, redis_key: str) -> tuple[int | None, Any]:
     if not (isinstance(data, list) and len(data) == 2 and (data[0] is None or type(data[0]) is int)):
         raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, value]")
     return data[0], data[1]
-
-
-def is_live(expires_at: int | None, now: int) -> bool:
-    """Return whether an entry with ``expires_at`` has not expired at ``now``."""
-    return expires_at is None or now < expires_at
 
 
 class RedisMemory(BaseMemory):
@@ -123,7 +118,7 @@ class RedisMemory(BaseMemory):
             return False, None
         expires_at, value = decode_entry(raw, redis_key)
         # Redis may not have dropped the key yet; the injected clock decides, as on every driver.
-        return (True, value) if is_live(expires_at, now) else (False, None)
+        return (True, value) if ttl_state(expires_at, now)[0] != "expired" else (False, None)
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -170,7 +165,7 @@ class RedisMemory(BaseMemory):
                 vanished.append(key)
                 continue
             expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
-            if is_live(expires_at, now):
+            if ttl_state(expires_at, now)[0] != "expired":
                 entries[key] = value
         if vanished:
             self._drop_vanished(namespace, vanished)
