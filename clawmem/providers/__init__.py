@@ -1,0 +1,18 @@
+"""LLM providers: the protocol, an OpenAI-compatible HTTP client and a local echo for demos."""
+
+from __future__ import annotations
+
+from clawmem.errors import ProviderError
+from clawmem.providers.base import Message, Provider, ProviderReply, ToolCall
+from clawmem.providers.echo import EchoProvider
+from clawmem.providers.openai import OpenAICompatibleProvider
+
+__all__ = [
+    "EchoProvider",
+    "Message",
+    "OpenAICompatibleProvider",
+    "Provider",
+    "ProviderError",
+    "ProviderReply",
+    "ToolCall",
+]

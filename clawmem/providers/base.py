@@ -1,0 +1,42 @@
+"""What every provider speaks: a list of chat messages in, one reply out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from clawmem.errors import ProviderError
+
+Message = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool the model asked to run: its name, its JSON input and the provider's call id."""
+
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class ProviderReply:
+    """The model's answer: text (may be empty when it only calls tools), tool calls and usage."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Mapping[str, Any] | None = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """An LLM endpoint. ``complete`` returns the reply or raises :class:`ProviderError`."""
+
+    name: str
+    model: str
+
+    def complete(self, messages: Sequence[Message]) -> ProviderReply: ...
+
+
+__all__ = ["Message", "Provider", "ProviderError", "ProviderReply", "ToolCall"]
