@@ -1,0 +1,177 @@
+"""The audit log: one JSON line per run of a command that deletes or exports data.
+
+Each line of ``<instance>/audit.log`` (created 0600) holds the UTC time, the command, its
+arguments with subject text (user ids, match text, keys) replaced by a sha256 prefix, the dry-run
+flag, the counts and the outcome: ``ok``, ``aborted`` (the operator said no), ``refused`` (no
+terminal and no ``--yes``) or ``error``. It never holds stored content. Hashes are unkeyed so that
+an operator can later show which subject a line concerns by hashing the subject again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import sqlalchemy as sa
+from flask import current_app
+
+from clawmem.errors import MemoryError, redact
+from clawmem.sql.engine import describe_error
+from dashboard import state
+
+AUDIT_FILE = "audit.log"
+HASH_HEX_CHARS = 16
+OUTCOMES = ("ok", "aborted", "refused", "error")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def subject_hash(text: str) -> str:
+    """Return ``sha256:`` and the first 16 hex digits of the SHA-256 of ``text`` (UTF-8)."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_HEX_CHARS]
+
+
+class Refused(click.ClickException):
+    """A deleting command was run without ``--yes`` and without a terminal to ask on (exit 1)."""
+
+
+@dataclass
+class AuditEntry:
+    """What one run did; the command body fills ``counts`` as it goes, so a failed run still
+    records what it had already deleted."""
+
+    command: str
+    arguments: dict[str, Any]
+    dry_run: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    outcome: str = "ok"
+    error: str | None = None
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the count ``name``."""
+        self.counts[name] = self.counts.get(name, 0) + amount
+
+
+def audit_line(entry: AuditEntry, moment: datetime) -> str:
+    """Return ``entry`` as one JSON line (with the newline) stamped with the aware UTC ``moment``."""
+    record = {
+        "time": moment.astimezone(UTC).isoformat(timespec="seconds"),
+        "command": entry.command,
+        "arguments": entry.arguments,
+        "dry_run": entry.dry_run,
+        "counts": entry.counts,
+        "outcome": entry.outcome,
+    }
+    if entry.error is not None:
+        record["error"] = entry.error
+    return json.dumps(record, ensure_ascii=False, sort_keys=True, default=str) + "\n"
+
+
+def open_audit_log(path: Path) -> int:
+    """Return a descriptor appending to ``path``, creating it with mode 0600.
+
+    Opened before any work starts, so a run that could not be audited deletes nothing.
+    Raises ``OSError`` when the file cannot be opened.
+    """
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def write_line(descriptor: int, line: str) -> None:
+    """Append ``line`` in a single write (O_APPEND keeps concurrent runs' lines whole) and sync."""
+    os.write(descriptor, line.encode("utf-8"))
+    os.fsync(descriptor)
+
+
+def audit_path() -> Path:
+    """Return the current app's audit log path, ``<instance>/audit.log``."""
+    return Path(current_app.instance_path) / AUDIT_FILE
+
+
+def describe_failure(exc: BaseException) -> str:
+    """Return a one-line, password-free description of ``exc`` for the operator."""
+    if isinstance(exc, sa.exc.SQLAlchemyError):
+        return redact(f"database error: {describe_error(exc)}")
+    if isinstance(exc, OSError) and exc.strerror:
+        return redact(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror)
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return redact(text)
+
+
+# Failures at the command boundary that become one line on stderr and exit 1, never a traceback.
+EXPECTED_FAILURES = (sa.exc.SQLAlchemyError, MemoryError, OSError, ValueError, RuntimeError)
+
+
+def one_line_errors(function: F) -> F:
+    """Turn expected failures of a command that deletes nothing into a one-line ``Error:``, exit 1."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **params: Any) -> Any:
+        try:
+            return function(*args, **params)
+        except EXPECTED_FAILURES as exc:
+            raise click.ClickException(describe_failure(exc)) from None
+
+    return run  # type: ignore[return-value]
+
+
+def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
+    """Wrap a command body ``body(entry, **params)`` so that every run appends one audit line.
+
+    Parameters named in ``hashed`` are logged as :func:`subject_hash` values. Expected failures
+    (database, driver, file system, bad values) become a one-line ``Error:`` and exit 1.
+    """
+    secret = frozenset(hashed)
+
+    def decorate(body: F) -> F:
+        @functools.wraps(body)
+        def run(**params: Any) -> None:
+            arguments = {
+                name: subject_hash(value) if name in secret and isinstance(value, str) else value
+                for name, value in params.items()
+            }
+            entry = AuditEntry(command, arguments, dry_run=bool(params.get("dry_run", False)))
+            try:
+                descriptor = open_audit_log(audit_path())
+            except OSError as exc:
+                raise click.ClickException(f"cannot open the audit log: {describe_failure(exc)}") from None
+            try:
+                body(entry, **params)
+            except click.Abort:
+                entry.outcome = "aborted"
+                raise
+            except Refused:
+                entry.outcome = "refused"
+                raise
+            except click.ClickException as exc:
+                entry.outcome, entry.error = "error", type(exc).__name__
+                raise
+            except EXPECTED_FAILURES as exc:
+                entry.outcome, entry.error = "error", type(exc).__name__
+                raise click.ClickException(describe_failure(exc)) from None
+            except BaseException as exc:
+                entry.outcome, entry.error = "error", type(exc).__name__
+                raise
+            finally:
+                moment = datetime.fromtimestamp(state.clock()(), UTC)
+                try:
+                    write_line(descriptor, audit_line(entry, moment))
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"the run finished ({entry.outcome}) but its audit line could not be written: "
+                        f"{describe_failure(exc)}"
+                    ) from None
+                finally:
+                    os.close(descriptor)
+
+        return run  # type: ignore[return-value]
+
+    return decorate
+

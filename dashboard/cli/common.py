@@ -1,0 +1,190 @@
+"""What the deleting commands share: option types, confirmation, progress and the stores they reach."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
+from typing import Any, NamedTuple, TypeVar
+
+import click
+
+from clawmem.errors import InvalidKey, InvalidNamespace
+from clawmem.memory.base import MemoryInterface
+from clawmem.memory.rules import validate_key, validate_namespace
+from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
+from clawmem.sql.retention import Batch, parse_window
+from dashboard.cli.audit import AuditEntry, Refused
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Window(NamedTuple):
+    """A retention window as typed (``90d``) and as a duration."""
+
+    text: str
+    delta: timedelta
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class WindowType(click.ParamType):
+    """``<N>d`` or ``<N>h`` with N >= 1; anything else is a usage error (exit 2)."""
+
+    name = "window"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Window:
+        if isinstance(value, Window):
+            return value
+        try:
+            return Window(str(value).strip(), parse_window(str(value)))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def check_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: the namespace rule of the memory contract, as a usage error."""
+    if value is None:
+        return None
+    try:
+        return validate_namespace(value)
+    except InvalidNamespace as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def check_key(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Click callback: the key rule of the memory contract, as a usage error."""
+    try:
+        return validate_key(value)
+    except InvalidKey as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def check_text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: a subject text must hold something other than whitespace."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty or only whitespace", ctx, param)
+    return value
+
+
+def deleting_options(listing: str | None) -> Callable[[F], F]:
+    """Add ``--dry-run`` and ``--yes`` to a deleting command, and ``--verbose`` (help ``listing``)
+    when the command can list what goes."""
+
+    def decorate(function: F) -> F:
+        if listing is not None:
+            function = click.option("-v", "--verbose", is_flag=True, help=listing)(function)
+        function = click.option(
+            "--yes",
+            "-y",
+            is_flag=True,
+            help="Do not ask for confirmation; required when stdin is not a terminal.",
+        )(function)
+        return click.option(
+            "--dry-run", is_flag=True, help="Print exactly what would be deleted and delete nothing."
+        )(function)
+
+    return decorate
+
+
+def stdin_is_terminal() -> bool:
+    """Return whether there is a person at a terminal to answer a confirmation."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def stdout_is_terminal() -> bool:
+    """Return whether output goes to a terminal (progress bar) rather than a log (plain lines)."""
+    return sys.stdout is not None and sys.stdout.isatty()
+
+
+def confirm_deletion(question: str, yes: bool, nothing_to_delete: bool = False) -> None:
+    """Return when deleting may go ahead; raise :class:`Refused` or ``click.Abort`` otherwise.
+
+    Without ``--yes`` and without a terminal the run is refused even when there is nothing to
+    delete, so an unattended job fails the same way every time until it is given ``--yes``.
+    """
+    if yes:
+        return
+    if not stdin_is_terminal():
+        raise Refused("refusing to delete without --yes: stdin is not a terminal "
+                      "(add --yes to run unattended, or --dry-run to preview)")
+    if nothing_to_delete:
+        return
+    click.confirm(question, default=False, abort=True)
+
+
+def plural(count: int, noun: str) -> str:
+    """Return ``"1 conversation"`` / ``"3 conversations"``, ``"2 memory entries"``, ``"2 batches"``."""
+    if count == 1:
+        return f"{count} {noun}"
+    if noun.endswith("ry"):
+        return f"{count} {noun[:-1]}ies"
+    return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s")) else f"{count} {noun}s"
+
+
+def run_batches(
+    batches: Iterable[Batch], total: int, entry: AuditEntry, verbose: bool, label: str
+) -> tuple[int, int, int]:
+    """Consume conversation batches, counting into ``entry`` as each commits; return
+    ``(conversations, messages, batches)``.
+
+    A terminal gets a progress bar; anything else one plain line per committed batch.
+    """
+    done = messages = count = 0
+    bar = click.progressbar(length=total, label=label, file=sys.stdout) if stdout_is_terminal() else None
+    try:
+        for batch in _advance(batches, bar):
+            count += 1
+            done += batch.conversations
+            messages += batch.messages
+            entry.add("conversations", batch.conversations)
+            entry.add("messages", batch.messages)
+            if bar is None:
+                click.echo(
+                    f"batch {count}: deleted {plural(batch.conversations, 'conversation')} and "
+                    f"{plural(batch.messages, 'message')} ({done} of {total})"
+                )
+            if verbose:
+                for conversation_id in batch.conversation_ids:
+                    click.echo(f"  deleted conversation {conversation_id}")
+    finally:
+        if bar is not None:
+            bar.render_finish()
+    return done, messages, count
+
+
+def _advance(batches: Iterable[Batch], bar: Any) -> Iterator[Batch]:
+    for batch in batches:
+        if bar is not None:
+            bar.update(batch.conversations)
+        yield batch
+
+
+# -- the stores behind the app's memory --------------------------------------------------------
+
+
+def _unwrapped(memory: MemoryInterface) -> MemoryInterface:
+    while isinstance(memory, PrivacyAwareMemory):
+        memory = memory.inner
+    return memory
+
+
+def kv_driver(memory: MemoryInterface) -> MemoryInterface:
+    """Return the key/value driver behind the app's privacy switch and router."""
+    inner = _unwrapped(memory)
+    return inner.default if isinstance(inner, RouterMemory) else inner
+
+
+def driver_for(memory: MemoryInterface, namespace: str) -> MemoryInterface:
+    """Return the storage driver that serves ``namespace`` in the app's memory."""
+    inner = _unwrapped(memory)
+    return inner.driver_for(namespace) if isinstance(inner, RouterMemory) else inner
+
+
+def routed_away(memory: MemoryInterface) -> set[str]:
+    """Return the namespaces the router sends somewhere other than the key/value driver."""
+    inner = _unwrapped(memory)
+    if not isinstance(inner, RouterMemory):
+        return set()
+    return {namespace for namespace, driver in inner.routes.items() if driver is not inner.default}

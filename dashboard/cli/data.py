@@ -1,0 +1,411 @@
+"""``flask claw forget | flush | sweep | prune | stats | uninstall``: retention and removal.
+
+Every deleting command previews with ``--dry-run``, asks before deleting (``--yes`` skips the
+question and is required without a terminal), prints what it deleted and appends one line to
+the audit log. Commands touch only the tables of the configured ``CLAW_TABLE_PREFIX``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import click
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from clawmem import events
+from clawmem.clock import utc_datetime
+from clawmem.memory.conversations import SqlConversationMemory
+from clawmem.memory.sql import SqlMemory
+from clawmem.sql.conversations import ConversationStore
+from clawmem.sql.kv import MemoryStore
+from clawmem.sql.retention import (
+    BY_COLUMNS,
+    count_conversations,
+    delete_in_batches,
+    describe_cutoff,
+    drop_prefix_tables,
+    existing_tables,
+    iter_conversation_ids,
+    sqlite_file_bytes,
+    table_stats,
+)
+from clawmem.sql.retention import older_than as older_than_condition
+from clawmem.sql.schema import tables
+from dashboard import state
+from dashboard.cli import claw
+from dashboard.cli.audit import AuditEntry, audited, one_line_errors
+from dashboard.cli.common import (
+    Window,
+    WindowType,
+    check_key,
+    check_namespace,
+    confirm_deletion,
+    deleting_options,
+    driver_for,
+    plural,
+    run_batches,
+)
+from dashboard.cli.files import remove_store_files, store_files
+
+LIST_IDS = "Also list the ids of the conversations that go."
+
+
+def _batch_size_option(function: Any) -> Any:
+    return click.option(
+        "--batch-size",
+        type=click.IntRange(1, 100_000),
+        default=1000,
+        show_default=True,
+        help="Conversations per transaction; a killed run loses at most one uncommitted batch.",
+    )(function)
+
+
+# -- forget -----------------------------------------------------------------------------------
+
+
+@claw.command("forget")
+@click.argument("key", callback=check_key)
+@click.option(
+    "--namespace", "-n", default="default", show_default=True, callback=check_namespace,
+    help="The namespace of KEY. In 'conversations', KEY is a conversation id.",
+)
+@deleting_options(listing=None)
+@audited("forget", hashed=("key",))
+def forget(entry: AuditEntry, key: str, namespace: str, dry_run: bool, yes: bool) -> None:
+    """Delete one key (or one conversation and its messages).
+
+    Deletes KEY from NAMESPACE; in 'conversations', KEY is a conversation id and its messages
+    go with it, in one transaction. A key that does not exist is not an error: the command
+    says so and exits 0.
+    """
+    memory = state.memory()
+    driver = driver_for(memory, namespace)
+    if isinstance(driver, SqlConversationMemory):
+        found = ConversationStore(driver.engine, driver.prefix).get(key)
+        exists = found is not None and found.namespace == namespace
+        messages = found.message_count if found is not None and exists else 0
+        name = f"conversation {key} in namespace {namespace!r}"
+        what = f"{name} and its {plural(messages, 'message')}"
+        counts = {"conversations": int(exists), "messages": messages}
+    else:
+        if isinstance(driver, SqlMemory):
+            exists = MemoryStore(driver.engine, driver.prefix).entry(namespace, key) is not None
+        else:
+            exists = driver.has(key, namespace)
+        name = what = f"key {key!r} in namespace {namespace!r}"
+        counts = {"keys": int(exists)}
+    entry.counts = dict.fromkeys(counts, 0)
+    if not exists:
+        confirm_deletion("", yes, nothing_to_delete=True)
+        click.echo(f"nothing to delete: no {name}")
+        return
+    if dry_run:
+        entry.counts = counts
+        click.echo(f"would delete {what} (dry run: nothing deleted)")
+        return
+    confirm_deletion(f"Delete {what}?", yes)
+    memory.forget(key, namespace)
+    entry.counts = counts
+    click.echo(f"deleted {what}")
+
+
+# -- flush ------------------------------------------------------------------------------------
+
+
+def _flushed_count(memory: Any, namespace: str) -> int:
+    """Flush ``namespace`` through the app's memory; return how many entries its driver removed."""
+    run_id = f"flush-{uuid.uuid4().hex}"
+    removed: list[int] = []
+
+    def listen(payload: dict[str, Any]) -> None:
+        if payload.get("run_id") == run_id and payload.get("namespace") == namespace:
+            removed.append(int(payload.get("count") or 0))
+
+    events.on("memory.flush", listen)
+    try:
+        with events.run_context(run_id):
+            memory.flush(namespace)
+    finally:
+        events.off("memory.flush", listen)
+    return sum(removed)
+
+
+@claw.command("flush")
+@click.option("--namespace", "-n", required=True, callback=check_namespace, help="The namespace to empty.")
+@deleting_options(listing="Also list the keys (or conversation ids) that go.")
+@audited("flush")
+def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: bool) -> None:
+    """Delete every entry of a namespace.
+
+    Expired entries go too. In 'conversations' this deletes every conversation with its
+    messages, in batches of 1000, each batch one transaction.
+    """
+    memory = state.memory()
+    driver = driver_for(memory, namespace)
+    if isinstance(driver, SqlConversationMemory):
+        _flush_conversations(entry, driver, namespace, dry_run, yes, verbose)
+        return
+    if isinstance(driver, SqlMemory):
+        found = {row.namespace: row.total for row in MemoryStore(driver.engine, driver.prefix).namespaces()}
+        total = found.get(namespace, 0)
+    else:
+        total = len(driver.all(namespace))
+    entry.counts = {"keys": 0}
+    if dry_run:
+        entry.counts = {"keys": total}
+        click.echo(f"would delete {plural(total, 'entry')} of namespace "
+                   f"{namespace!r} (dry run: nothing deleted)")
+        if verbose:
+            for key in _keys(driver, namespace):
+                click.echo(f"  {namespace}/{key}")
+        return
+    confirm_deletion(f"Delete {plural(total, 'entry')} of namespace {namespace!r}?", yes, total == 0)
+    removed = _flushed_count(memory, namespace)
+    entry.counts = {"keys": removed}
+    click.echo(f"deleted {plural(removed, 'entry')} of namespace {namespace!r}")
+
+
+def _keys(driver: Any, namespace: str) -> list[str]:
+    if not isinstance(driver, SqlMemory):
+        return list(driver.all(namespace))
+    store, keys, cursor = MemoryStore(driver.engine, driver.prefix), [], None
+    while True:
+        page = store.entries(namespace, limit=500, cursor=cursor)
+        keys.extend(row.key for row in page.items)
+        if page.next_cursor is None:
+            return keys
+        cursor = page.next_cursor
+
+
+def _flush_conversations(
+    entry: AuditEntry, driver: SqlConversationMemory, namespace: str, dry_run: bool, yes: bool, verbose: bool
+) -> None:
+    where = tables(driver.prefix).conversations.c.namespace == namespace
+    with driver.engine.connect() as conn:
+        counts = count_conversations(conn, driver.prefix, where)
+    entry.counts = {"conversations": 0, "messages": 0}
+    summary = f"{plural(counts.conversations, 'conversation')} and {plural(counts.messages, 'message')}"
+    if dry_run:
+        entry.counts = {"conversations": counts.conversations, "messages": counts.messages}
+        click.echo(f"would delete {summary} of namespace {namespace!r} (dry run: nothing deleted)")
+        if verbose:
+            _list_conversations(driver.engine, driver.prefix, where, "created_at")
+        return
+    confirm_deletion(f"Delete {summary} of namespace {namespace!r}?", yes, counts.conversations == 0)
+    batches = delete_in_batches(driver.engine, driver.prefix, where)
+    done, messages, _ = run_batches(batches, counts.conversations, entry, verbose, "flushing")
+    click.echo(f"deleted {plural(done, 'conversation')} and {plural(messages, 'message')} "
+               f"of namespace {namespace!r}")
+
+
+def _list_conversations(engine: sa.engine.Engine, prefix: str, where: Any, by: str) -> None:
+    with engine.connect() as conn:
+        for conversation_id, moment in iter_conversation_ids(conn, prefix, where, by):
+            click.echo(f"  {conversation_id}  {by} {moment:%Y-%m-%d %H:%M:%S}")
+
+
+# -- sweep ------------------------------------------------------------------------------------
+
+
+@claw.command("sweep")
+@deleting_options(listing=None)
+@audited("sweep")
+def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
+    """Delete expired key/value entries in every namespace.
+
+    Works on every driver that keeps its own expiry (SQL, file; Redis expires keys itself).
+    Prints the count per namespace. Live entries are never touched.
+    """
+    memory = state.memory()
+    expired = memory.sweep(dry_run=True)
+    total = sum(expired.values())
+    entry.counts = {"expired": 0}
+    if dry_run:
+        entry.counts = {"expired": total}
+        _print_namespace_counts(expired, "would delete")
+        click.echo(f"would delete {plural(total, 'expired entry')} (dry run: nothing deleted)")
+        return
+    confirm_deletion(f"Delete {plural(total, 'expired entry')} in {plural(len(expired), 'namespace')}?",
+                     yes, nothing_to_delete=total == 0)
+    deleted = memory.sweep(dry_run=False) if total else {}
+    entry.counts = {"expired": sum(deleted.values())}
+    _print_namespace_counts(deleted, "deleted")
+    click.echo(f"deleted {plural(sum(deleted.values()), 'expired entry')}")
+
+
+def _print_namespace_counts(counts: dict[str, int], verb: str) -> None:
+    for namespace in sorted(counts):
+        click.echo(f"  {namespace}: {verb} {counts[namespace]}")
+
+
+# -- prune ------------------------------------------------------------------------------------
+
+
+def _window(option: Window | None) -> tuple[Window, str]:
+    if option is not None:
+        return option, "--older-than"
+    days = state.settings().retention_days
+    if days is None:
+        raise click.UsageError(
+            "no retention window: pass --older-than (for example 90d) or set CLAW_RETENTION_DAYS"
+        )
+    return Window(f"{days}d", timedelta(days=days)), "CLAW_RETENTION_DAYS"
+
+
+@claw.command("prune")
+@click.option(
+    "--older-than", type=WindowType(), default=None,
+    help="Delete conversations older than this: <N>d or <N>h. Default: CLAW_RETENTION_DAYS.",
+)
+@click.option(
+    "--by", type=click.Choice(BY_COLUMNS), default="created_at", show_default=True,
+    help="Age by when a conversation started, or by its last activity.",
+)
+@_batch_size_option
+@deleting_options(listing=LIST_IDS)
+@audited("prune")
+def prune(
+    entry: AuditEntry,
+    older_than: Window | None,
+    by: str,
+    batch_size: int,
+    dry_run: bool,
+    yes: bool,
+    verbose: bool,
+) -> None:
+    """Delete conversations older than a retention window.
+
+    Messages go first and then their conversations, BATCH-SIZE conversations per transaction,
+    oldest first, so a run that is killed leaves no orphan messages and the next run finishes
+    the job. Safe to schedule: add --yes in cron.
+    """
+    window, source = _window(older_than)
+    settings = state.settings()
+    prefix, engine = settings.table_prefix, state.engine()
+    cutoff = utc_datetime(state.clock()) - window.delta
+    entry.arguments.update(older_than=window.text, window_from=source, cutoff=cutoff.isoformat())
+    where = older_than_condition(prefix, by, cutoff)
+    with engine.connect() as conn:
+        counts = count_conversations(conn, prefix, where)
+    click.echo(f"conversations of prefix {prefix!r} with {by} before {describe_cutoff(cutoff)} "
+               f"(older than {window}, from {source})")
+    summary = f"{plural(counts.conversations, 'conversation')} and {plural(counts.messages, 'message')}"
+    entry.counts = {"conversations": 0, "messages": 0}
+    if dry_run:
+        entry.counts = {"conversations": counts.conversations, "messages": counts.messages}
+        click.echo(f"would delete {summary} (dry run: nothing deleted)")
+        if verbose:
+            _list_conversations(engine, prefix, where, by)
+        return
+    confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=counts.conversations == 0)
+    batches = delete_in_batches(engine, prefix, where, order_by=by, batch_size=batch_size)
+    done, messages, count = run_batches(batches, counts.conversations, entry, verbose, "pruning")
+    click.echo(f"deleted {plural(done, 'conversation')} and {plural(messages, 'message')} "
+               f"in {plural(count, 'batch')}")
+
+
+
+# -- stats ------------------------------------------------------------------------------------
+
+
+def human_bytes(size: int | None) -> str:
+    """Return ``size`` as ``512 B``, ``1.5 KiB``, ``12.0 MiB``...; ``n/a`` for ``None``."""
+    if size is None:
+        return "n/a"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+@claw.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@one_line_errors
+def stats(as_json: bool) -> None:
+    """Show rows and size of the three tables.
+
+    The inspection query, for the tables of the configured prefix only.
+
+    Rows are exact counts. Sizes come from information_schema (data + index length) on
+    MariaDB/MySQL, pg_total_relation_size on PostgreSQL and the dbstat table on SQLite. InnoDB
+    and PostgreSQL keep freed space until OPTIMIZE TABLE / VACUUM FULL.
+    """
+    settings = state.settings()
+    engine = state.engine()
+    found = table_stats(engine, settings.table_prefix)
+    database = make_url(settings.database_url).render_as_string(hide_password=True)
+    if as_json:
+        document = {
+            "database": database,
+            "dialect": engine.dialect.name,
+            "table_prefix": settings.table_prefix,
+            "tables": [
+                {"table": t.name, "exists": t.exists, "rows": t.rows, "bytes": t.bytes} for t in found
+            ],
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    click.echo(f"database: {database} ({engine.dialect.name}), table prefix {settings.table_prefix!r}")
+    width = max(len(t.name) for t in found)
+    click.echo(f"{'table':<{width}}  {'rows':>12}  {'size':>10}")
+    for table in found:
+        if not table.exists:
+            click.echo(f"{table.name:<{width}}  missing: run `flask claw init-db`")
+            continue
+        click.echo(f"{table.name:<{width}}  {table.rows:>12,}  {human_bytes(table.bytes):>10}")
+    file_bytes = sqlite_file_bytes(engine)
+    if file_bytes is not None:
+        click.echo(f"database file: {human_bytes(file_bytes)} (page_count x page_size, all tables)")
+
+
+# -- uninstall --------------------------------------------------------------------------------
+
+
+@claw.command("uninstall")
+@click.option("--files", is_flag=True, help="Also remove the file driver's directory (CLAW_FILE_DIR).")
+@deleting_options(listing="Also list the files that go.")
+@audited("uninstall")
+def uninstall(entry: AuditEntry, files: bool, dry_run: bool, yes: bool, verbose: bool) -> None:
+    """Drop the three tables of the configured prefix.
+
+    Every row in them goes.
+
+    Other prefixes' tables are never touched. With --files, also remove the namespace files of
+    the file driver and then its directory; a directory holding anything clawmem did not
+    write is refused before anything is deleted.
+    """
+    settings = state.settings()
+    engine = state.engine()
+    present = existing_tables(engine, settings.table_prefix)
+    rows = sum(table.rows or 0 for table in present)
+    directory_files = store_files(settings.file_dir) if files else []
+    entry.counts = {"tables": 0, "rows": 0, "files": 0}
+    for table in present:
+        click.echo(f"table {table.name}: {plural(table.rows or 0, 'row')}")
+    if files:
+        click.echo(f"directory {settings.file_dir}: {plural(len(directory_files), 'file')}")
+        if verbose:
+            for path in directory_files:
+                click.echo(f"  {path}")
+    nothing = not present and not directory_files
+    summary = f"{plural(len(present), 'table')} holding {plural(rows, 'row')}"
+    if files:
+        summary += f" and remove {plural(len(directory_files), 'file')}"
+    if dry_run:
+        entry.counts = {"tables": len(present), "rows": rows, "files": len(directory_files)}
+        click.echo(f"would drop {summary} (dry run: nothing deleted)")
+        return
+    confirm_deletion(f"Drop {summary}? This cannot be undone.", yes, nothing_to_delete=nothing)
+    dropped = drop_prefix_tables(engine, settings.table_prefix)
+    entry.counts.update(tables=len(dropped), rows=rows)
+    click.echo(f"dropped {plural(len(dropped), 'table')}: {', '.join(dropped) or 'none existed'}")
+    if files:
+        removed = remove_store_files(settings.file_dir)
+        entry.counts["files"] = removed
+        click.echo(f"removed {plural(removed, 'file')} and the directory {settings.file_dir}")
