@@ -27,17 +27,18 @@ def _setting_sources(app: Flask, from_file: set[str], from_test: set[str]) -> di
     return sources
 
 
-def create_app(test_config: dict[str, Any] | None = None) -> Flask:
-    """Build the dashboard app.
+def create_app(test_config: dict[str, Any] | None = None, instance_path: str | None = None) -> Flask:
+    """Build the dashboard app, its instance folder defaulting to ``<repository>/instance``.
 
     Configuration comes from ``<instance>/config.py``, then ``CLAW_*`` environment variables,
     then ``test_config``. Raises :class:`clawmem.ConfigError` for a malformed setting.
     """
     app = Flask(
         __name__,
+        instance_path=instance_path,
         instance_relative_config=True,
         template_folder=str(ROOT / "templates"),
-        static_folder=str(ROOT / "static"),
+        static_folder=None,
     )
     before = set(app.config)
     app.config.from_pyfile("config.py", silent=True)
@@ -51,8 +52,19 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(app, from_file, set(test_config or {}))
 
-    from dashboard import cli, views
+    from dashboard import auth, cli, extensions, security, views
 
+    # Any other method gets 405 instead of an automatic OPTIONS answer: GET, HEAD and the two
+    # sign-in POSTs are all this app accepts. The static route is added here, after that
+    # switch, so it refuses OPTIONS too.
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    app.static_folder = str(ROOT / "static")
+    app.add_url_rule(
+        f"{app.static_url_path}/<path:filename>", endpoint="static", view_func=app.send_static_file
+    )
+    security.init_app(app)
+    extensions.init_app(app)
+    auth.init_app(app)
     cli.init_app(app)
     views.init_app(app)
     return app

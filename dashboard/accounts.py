@@ -1,0 +1,223 @@
+"""Dashboard admin accounts, login sessions and failed-login records, kept in the instance database."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+
+import argon2
+from argon2.exceptions import InvalidHashError, VerificationError
+from flask import current_app
+from sqlalchemy import Index, String, delete, func, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from dashboard.extensions import db
+
+USERNAME_RULE = re.compile(r"[A-Za-z0-9._@-]{1,80}")
+MIN_PASSWORD_CHARS = 12
+FAILURE_WINDOW_SECONDS = 15 * 60
+MAX_FAILURES_PER_ACCOUNT = 5  # per client address and username, within the window
+MAX_FAILURES_PER_ADDRESS = 30  # per client address over every username, within the window
+SESSION_MAX_SECONDS = 12 * 3600
+SESSION_IDLE_SECONDS = 2 * 3600
+
+
+class AccountError(ValueError):
+    """An admin account could not be created or changed; the message says why."""
+
+
+class Admin(db.Model):
+    """A person who may sign in to the dashboard. Only the Argon2id hash of the password is kept."""
+
+    __tablename__ = "dashboard_admins"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(80), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float]
+
+
+class LoginSession(db.Model):
+    """One signed-in browser. The cookie holds a random token; only its SHA-256 is stored."""
+
+    __tablename__ = "dashboard_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    admin_id: Mapped[int] = mapped_column(index=True)
+    created_at: Mapped[float]
+    last_seen_at: Mapped[float]
+
+
+class LoginFailure(db.Model):
+    """One failed sign-in, for rate limiting across every worker process."""
+
+    __tablename__ = "dashboard_login_failures"
+    __table_args__ = (Index("dashboard_login_failures_lookup", "address", "username", "failed_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    address: Mapped[str] = mapped_column(String(64))
+    username: Mapped[str] = mapped_column(String(80))
+    failed_at: Mapped[float]
+
+
+def password_hasher() -> argon2.PasswordHasher:
+    """Return the Argon2id hasher; config ``ARGON2_PROFILE`` names an ``argon2.profiles`` entry."""
+    profile = current_app.config.get("ARGON2_PROFILE", "RFC_9106_LOW_MEMORY")
+    parameters = getattr(argon2.profiles, profile, None)
+    if not isinstance(parameters, argon2.Parameters):
+        raise AccountError(f"ARGON2_PROFILE {profile!r} is not a profile of argon2.profiles")
+    return argon2.PasswordHasher.from_parameters(parameters)
+
+
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD_CHARS:
+        raise AccountError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
+
+
+def generate_password() -> str:
+    """Return a new random password of 24 URL-safe characters."""
+    return secrets.token_urlsafe(18)
+
+
+def admin_count() -> int:
+    """Return how many admin accounts exist."""
+    return db.session.scalar(select(func.count()).select_from(Admin)) or 0
+
+
+def create_admin(username: str, password: str, now: float) -> Admin:
+    """Create an admin; raises :class:`AccountError` for a bad name, a short password or a taken name."""
+    if not USERNAME_RULE.fullmatch(username):
+        raise AccountError("a username is 1-80 ASCII letters, digits or . _ @ -")
+    _check_password(password)
+    if db.session.scalar(select(Admin).where(Admin.username == username)) is not None:
+        raise AccountError(f"an admin named {username!r} already exists; use set-password to change it")
+    admin = Admin(username=username, password_hash=password_hasher().hash(password), created_at=now)
+    db.session.add(admin)
+    db.session.commit()
+    return admin
+
+
+def set_password(username: str, password: str) -> None:
+    """Replace an admin's password and end every session they have; raises :class:`AccountError`."""
+    _check_password(password)
+    admin = db.session.scalar(select(Admin).where(Admin.username == username))
+    if admin is None:
+        raise AccountError(f"no admin named {username!r}; create it with create-admin")
+    admin.password_hash = password_hasher().hash(password)
+    db.session.execute(delete(LoginSession).where(LoginSession.admin_id == admin.id))
+    db.session.commit()
+
+
+def authenticate(username: str, password: str) -> Admin | None:
+    """Return the admin whose name and password match, else ``None``.
+
+    An unknown name costs one hash verification too, so timing does not reveal which names exist.
+    """
+    hasher = password_hasher()
+    admin = db.session.scalar(select(Admin).where(Admin.username == username))
+    stored = admin.password_hash if admin is not None else _dummy_hash(hasher)
+    try:
+        hasher.verify(stored, password)
+    except (VerificationError, InvalidHashError):
+        return None
+    if admin is None:
+        return None
+    if hasher.check_needs_rehash(stored):
+        admin.password_hash = hasher.hash(password)
+        db.session.commit()
+    return admin
+
+
+def _dummy_hash(hasher: argon2.PasswordHasher) -> str:
+    cache = current_app.extensions.setdefault("dashboard.dummy_hash", {})
+    key = (hasher.time_cost, hasher.memory_cost, hasher.parallelism)
+    if key not in cache:
+        cache[key] = hasher.hash(secrets.token_urlsafe(18))
+    return cache[key]
+
+
+# -- rate limiting ---------------------------------------------------------------------------
+
+
+def _failure_key(username: str) -> str:
+    # Case variants of one name share a budget.
+    return username.casefold()[:80]
+
+
+def login_blocked_for(address: str, username: str, now: float) -> float:
+    """Return the seconds until ``address`` may try ``username`` again (0 when it may now)."""
+    since = now - FAILURE_WINDOW_SECONDS
+    recent = LoginFailure.failed_at > since
+    per_account = db.session.scalars(
+        select(LoginFailure.failed_at)
+        .where(LoginFailure.address == address, LoginFailure.username == _failure_key(username), recent)
+        .order_by(LoginFailure.failed_at)
+    ).all()
+    per_address = db.session.scalars(
+        select(LoginFailure.failed_at)
+        .where(LoginFailure.address == address, recent)
+        .order_by(LoginFailure.failed_at)
+    ).all()
+    waits = [0.0]
+    if len(per_account) >= MAX_FAILURES_PER_ACCOUNT:
+        waits.append(per_account[-MAX_FAILURES_PER_ACCOUNT] + FAILURE_WINDOW_SECONDS - now)
+    if len(per_address) >= MAX_FAILURES_PER_ADDRESS:
+        waits.append(per_address[-MAX_FAILURES_PER_ADDRESS] + FAILURE_WINDOW_SECONDS - now)
+    return max(waits)
+
+
+def record_failure(address: str, username: str, now: float) -> None:
+    """Remember one failed sign-in, and drop records older than the window."""
+    db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= now - FAILURE_WINDOW_SECONDS))
+    db.session.add(LoginFailure(address=address, username=_failure_key(username), failed_at=now))
+    db.session.commit()
+
+
+def clear_failures(address: str, username: str) -> None:
+    """Forget the failures of ``address`` on ``username`` after a successful sign-in."""
+    db.session.execute(
+        delete(LoginFailure).where(
+            LoginFailure.address == address, LoginFailure.username == _failure_key(username)
+        )
+    )
+    db.session.commit()
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def start_session(admin: Admin, now: float) -> str:
+    """Record a new signed-in session for ``admin``; return the token for the cookie."""
+    token = secrets.token_urlsafe(32)
+    record = LoginSession(token_hash=_token_hash(token), admin_id=admin.id, created_at=now, last_seen_at=now)
+    db.session.add(record)
+    db.session.commit()
+    return token
+
+
+def session_admin(token: str | None, now: float) -> Admin | None:
+    """Return the admin of a live session token, or ``None`` (unknown, ended, idle or too old)."""
+    if not token or not isinstance(token, str):
+        return None
+    record = db.session.get(LoginSession, _token_hash(token))
+    if record is None:
+        return None
+    if now - record.created_at > SESSION_MAX_SECONDS or now - record.last_seen_at > SESSION_IDLE_SECONDS:
+        end_session(token)
+        return None
+    if now - record.last_seen_at > 60:  # one write a minute is enough to track idleness
+        record.last_seen_at = now
+        db.session.commit()
+    return db.session.get(Admin, record.admin_id)
+
+
+def end_session(token: str | None) -> None:
+    """End a session so its cookie is refused from now on (an unknown token is not an error)."""
+    if token and isinstance(token, str):
+        db.session.execute(delete(LoginSession).where(LoginSession.token_hash == _token_hash(token)))
+        db.session.commit()

@@ -1,0 +1,38 @@
+"""Flask extensions, created unbound here and bound to the app by :func:`init_app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+from htmx_flask import Htmx
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+# The dashboard's own data (admin accounts, sessions, login failures). It lives in the instance
+# folder and never in clawmem's three tables.
+db = SQLAlchemy()
+htmx = Htmx()
+
+
+def _create_own_tables() -> None:
+    # IF NOT EXISTS, because several gunicorn workers may start at the same moment.
+    with db.engine.begin() as conn:
+        for table in db.metadata.sorted_tables:
+            conn.execute(CreateTable(table, if_not_exists=True))
+            for index in table.indexes:
+                conn.execute(CreateIndex(index, if_not_exists=True))
+
+
+def init_app(app: Flask) -> None:
+    """Bind the extensions; the account database defaults to ``<instance>/dashboard.db``."""
+    app.config.setdefault("SQLALCHEMY_DATABASE_URI", f"sqlite:///{Path(app.instance_path) / 'dashboard.db'}")
+    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        # Workers share the file: wait for a writer's lock instead of failing at once.
+        app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", {"connect_args": {"timeout": 30}})
+    db.init_app(app)
+    htmx.init_app(app)
+    from dashboard import accounts  # noqa: F401  (registers the models on db.metadata)
+
+    with app.app_context():
+        _create_own_tables()

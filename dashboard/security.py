@@ -1,0 +1,94 @@
+"""Response headers, the session cookie, the secret key and CSRF tokens of the dashboard."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+from flask import Flask, Request, Response, abort, request, session
+from flask.sessions import SecureCookieSessionInterface
+
+SECRET_KEY_FILE = "secret_key"
+CSRF_SESSION_KEY = "csrf"
+CSRF_FIELD = "csrf_token"
+
+CONTENT_SECURITY_POLICY = "default-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def load_or_create_secret_key(instance_path: str | os.PathLike[str]) -> str:
+    """Return the secret key stored in ``<instance>/secret_key``, creating it (mode 0600) on first use.
+
+    Several workers may start at once: the key is written to a private temp file and linked
+    into place, so exactly one key wins and every worker reads that one.
+    """
+    path = Path(instance_path) / SECRET_KEY_FILE
+    if not path.exists():
+        descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_hex(32))
+            # If another worker linked its key first, everyone uses that one.
+            with contextlib.suppress(FileExistsError):
+                os.link(temp_name, path)
+        finally:
+            os.unlink(temp_name)
+    key = path.read_text().strip()
+    if len(key) < 32:
+        raise RuntimeError(f"{path} holds a secret key shorter than 32 characters; delete it to regenerate")
+    return key
+
+
+class DashboardSessionInterface(SecureCookieSessionInterface):
+    """The signed cookie session, marked Secure whenever the request itself came over HTTPS."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(app.config["SESSION_COOKIE_SECURE"]) or bool(request and request.is_secure)
+
+
+def csrf_token() -> str:
+    """Return this session's CSRF token, creating one on first use."""
+    token = session.get(CSRF_SESSION_KEY)
+    if not token:
+        token = session[CSRF_SESSION_KEY] = secrets.token_urlsafe(32)
+    return token
+
+
+def check_csrf(form_request: Request) -> None:
+    """Abort with 400 unless the form carries this session's CSRF token."""
+    expected = session.get(CSRF_SESSION_KEY)
+    given = form_request.form.get(CSRF_FIELD, "")
+    if not expected or not hmac.compare_digest(str(expected).encode(), given.encode()):
+        abort(400, description="The form expired or did not come from this dashboard; reload it and retry.")
+
+
+def _add_headers(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    # The same URL serves a full page or a fragment depending on these request headers.
+    response.vary.update(("HX-Request", "HX-Target"))
+    if request.endpoint != "static":
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def init_app(app: Flask) -> None:
+    """Configure the secret key and session cookie, and add the security headers to every response."""
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = load_or_create_secret_key(app.instance_path)
+    app.config["SESSION_COOKIE_HTTPONLY"] = True
+    app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
+    app.config.setdefault("SESSION_COOKIE_SECURE", False)
+    app.session_interface = DashboardSessionInterface()
+    app.jinja_env.globals["csrf_token"] = csrf_token
+    app.jinja_env.globals["CSRF_FIELD"] = CSRF_FIELD
+    app.after_request(_add_headers)

@@ -1,0 +1,72 @@
+"""Compaction analysis of one stored conversation, computed with the compactor's own rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clawmem.compaction import (
+    ExtractiveSummarizer,
+    HistoryCompactor,
+    estimate_tokens,
+    history_bytes,
+    split_history,
+)
+from clawmem.sql.conversations import StoredMessage
+
+
+def as_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
+    """Return stored messages as the history dicts the compactor reads."""
+    return [
+        {"role": m.role, "content": m.content, "tool_name": m.tool_name, "tool_input": m.tool_input}
+        for m in messages
+    ]
+
+
+def first_trigger(compactor: HistoryCompactor, history: Sequence[dict[str, Any]]) -> int | None:
+    """Return the smallest n for which ``history[:n]`` trips a threshold, or ``None`` if none does.
+
+    Both triggers only grow as messages are added, so a binary search over prefixes finds it.
+    """
+    if compactor.trigger(history) is None:
+        return None
+    low, high = 1, len(history)
+    while low < high:
+        middle = (low + high) // 2
+        if compactor.trigger(history[:middle]) is None:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: int) -> dict[str, Any]:
+    """Return what compaction would do to this history under the given thresholds (0 = off).
+
+    Keys: ``enabled``, ``reason`` (trigger now or ``None``), ``first_fire`` (1-based message
+    at which a threshold is first exceeded), ``summarised_ids`` / ``kept_ids``, counts, bytes,
+    tokens, and a local extractive ``summary`` of what would be summarised.
+    """
+    history = as_history(messages)
+    compactor = HistoryCompactor(ExtractiveSummarizer(), max_messages=max_messages, max_tokens=max_tokens)
+    reason = compactor.trigger(history)
+    start, boundary = split_history(history)
+    old = history[start:boundary]
+    fires_at = first_trigger(compactor, history)
+    return {
+        "enabled": max_messages > 0 or max_tokens > 0,
+        "max_messages": max_messages,
+        "max_tokens": max_tokens,
+        "messages": len(history),
+        "tokens": estimate_tokens(history),
+        "bytes": history_bytes(history),
+        "reason": reason,
+        "first_fire": fires_at,
+        "first_fire_id": messages[fires_at - 1].id if fires_at else None,
+        "summarised_ids": {m.id for m in messages[start:boundary]} if reason else set(),
+        "summarised_count": len(old) if reason else 0,
+        "summarised_tokens": estimate_tokens(old) if reason else 0,
+        "kept_count": len(history) - len(old) if reason else len(history),
+        "kept_system": start == 1,
+        "summary": ExtractiveSummarizer()(old) if reason and old else "",
+    }

@@ -1,0 +1,91 @@
+"""Overview: what the agent holds, how old it is, and what the privacy switch left behind."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import Blueprint
+
+from clawmem.clock import utc_datetime
+from clawmem.errors import redact
+from clawmem.sql.kv import MemoryStore
+from clawmem.sql.retention import table_stats
+from clawmem.sql.schema import tables
+from dashboard import state
+from dashboard.views.rendering import format_bytes, format_time, render_page
+from dashboard.views.stores import conversation_store, memory_store
+
+bp = Blueprint("overview", __name__)
+
+MAX_LISTED = 10
+
+
+def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict[str, Any]:
+    report: dict[str, Any] = {"days": days, "oldest": format_time(oldest), "age_days": None, "beyond": False}
+    if oldest is not None:
+        report["age_days"] = (now - oldest).days
+        if days is not None:
+            report["beyond"] = oldest < now - timedelta(days=days)
+            report["command"] = f"flask claw prune --older-than {days}d --dry-run"
+    return report
+
+
+def _deletion_commands(store: MemoryStore | None) -> list[str]:
+    if store is not None:
+        namespaces = [n.namespace for n in store.namespaces()]
+    else:
+        namespaces = state.memory().namespaces()
+    commands = ["flask claw flush --namespace conversations --dry-run"]
+    commands += [f"flask claw flush --namespace {name} --dry-run" for name in namespaces[:MAX_LISTED]]
+    if len(namespaces) > MAX_LISTED:
+        commands.append(f"… and the same for {len(namespaces) - MAX_LISTED} more namespaces (see Memory)")
+    return commands
+
+
+@bp.get("/")
+def index() -> str:
+    """The three tables, the retention window, unswept keys, the privacy switch and the drivers."""
+    settings = state.settings()
+    conversations = conversation_store()
+    store = memory_store()
+    memory_counts = store.counts() if store is not None else None
+    now = utc_datetime(state.clock())
+    found = table_stats(state.engine(), settings.table_prefix)
+    table_rows = [
+        {"name": t.name, "rows": t.rows,
+         "size": format_bytes(t.bytes) if t.exists else "missing: run flask claw init-db"}
+        for t in found
+    ]
+    schema = tables(settings.table_prefix)
+    rows = {t.name: t.rows or 0 for t in found}
+    counts = {"conversations": rows[schema.conversations.name], "messages": rows[schema.messages.name]}
+    newest = conversations.newest(by="updated_at")
+    privacy = {
+        "store_messages": settings.store_messages,
+        "conversations": counts["conversations"],
+        "messages": counts["messages"],
+        "memory_rows": rows[schema.memory.name] if store is not None else None,
+        "newest": format_time(newest),
+        "commands": [] if settings.store_messages else _deletion_commands(store),
+    }
+    return render_page(
+        "overview/index.html",
+        {},
+        tables=table_rows,
+        retention=_retention(conversations.oldest(), now, settings.retention_days),
+        memory=memory_counts,
+        privacy=privacy,
+        drivers={
+            "memory": settings.memory_driver,
+            "conversations": f"sql ({state.engine().dialect.name})",
+            "database": redact(settings.database_url),
+            "prefix": settings.table_prefix or "(none)",
+        },
+        compaction={
+            "enabled": settings.compact_max_messages > 0 or settings.compact_max_tokens > 0,
+            "max_messages": settings.compact_max_messages,
+            "max_tokens": settings.compact_max_tokens,
+        },
+        recall={"top_k": settings.recall_top_k, "namespace": settings.recall_namespace},
+    )

@@ -1,0 +1,172 @@
+"""What memory reaches the model: the injection preview and the cold-memory report.
+
+Both run the real :class:`clawmem.MessageAugmenter`; nothing here scores or ranks on its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from flask import Blueprint, abort, request, url_for
+
+from clawmem.errors import InvalidNamespace
+from clawmem.guards import PiiGuard
+from clawmem.memory.rules import encode_value, validate_namespace
+from clawmem.recall import MessageAugmenter
+from dashboard import state
+from dashboard.views.rendering import (
+    format_bytes,
+    int_arg,
+    offset_cursor,
+    offset_from_cursor,
+    render_page,
+    text_arg,
+)
+from dashboard.views.stores import conversation_store, memory_store
+
+bp = Blueprint("recall", __name__)
+
+DECISION_PAGE_SIZE = 50
+COLD_PAGE_SIZE = 50
+MAX_MESSAGE_CHARS = 20_000
+STATUS_WORDS = {
+    "injected": "injected",
+    "truncated": "injected, cut to fit",
+    "dropped_zero_overlap": "dropped: no shared word",
+    "cut_top_k": "cut: top-k",
+    "cut_byte_cap": "cut: byte budget",
+}
+
+
+class NamespaceSnapshot:
+    """One namespace read once, answering ``all()`` for many augmentations in one request."""
+
+    name = "snapshot"
+
+    def __init__(self, namespace: str, entries: dict[str, Any]) -> None:
+        self.namespace = namespace
+        self.entries = entries
+
+    def all(self, namespace: str) -> dict[str, Any]:
+        """Return the snapshot's entries (only for the namespace it was read from)."""
+        if namespace != self.namespace:
+            raise LookupError(f"this snapshot holds namespace {self.namespace!r}, not {namespace!r}")
+        return self.entries
+
+
+def _namespace_arg() -> str:
+    namespace = text_arg("namespace", 100) or state.settings().recall_namespace
+    try:
+        return validate_namespace(namespace)
+    except InvalidNamespace as exc:
+        abort(400, description=str(exc))
+
+
+def _namespace_choices(selected: str) -> list[str]:
+    store = memory_store()
+    names = [n.namespace for n in store.namespaces()] if store is not None else state.memory().namespaces()
+    return sorted({*names, state.settings().recall_namespace, selected})
+
+
+@bp.get("/preview")
+def preview() -> str:
+    """Show exactly what ``augment`` would send for a message: the text, every entry's score and
+    fate, the bytes of the budget used, and whether the PII guard would block the turn."""
+    message = request.args.get("message", "")[:MAX_MESSAGE_CHARS]
+    namespace = _namespace_arg()
+    settings = state.settings()
+    offset = offset_from_cursor(text_arg("cursor", 200))
+    report: dict[str, Any] | None = None
+    decisions: list[dict[str, Any]] = []
+    more_url = None
+    if message.strip():
+        augmenter = MessageAugmenter(state.memory(), top_k=settings.recall_top_k, namespace=namespace)
+        result = augmenter.augment(message)
+        findings = PiiGuard(block=True).find(result)
+        shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
+        decisions = [
+            {"key": d.key, "score": d.score, "bytes": d.bytes, "status": d.status,
+             "status_words": STATUS_WORDS.get(d.status, d.status), "reason": d.reason, "injected": d.injected,
+             "url": url_for("memory.entry", namespace=namespace, key=d.key)}
+            for d in shown
+        ]
+        if offset + DECISION_PAGE_SIZE < len(result.decisions):
+            more_url = url_for("recall.preview", message=message, namespace=namespace,
+                               cursor=offset_cursor(offset + DECISION_PAGE_SIZE))
+        report = {
+            "text": result.text,
+            "changed": result.changed,
+            "bytes_used": result.bytes_used,
+            "budget": result.max_recall_bytes,
+            "injected": len(result.injected_keys),
+            "entries": len(result.decisions),
+            "hits": sum(1 for d in result.decisions if d.score > 0),
+            "error": result.error,
+            "findings": [{"pattern": f.pattern, "source": f.source} for f in findings],
+        }
+    return render_page(
+        "recall/preview.html",
+        {"preview-result": "recall/_preview_result.html", "decisions-more": "recall/_decisions.html"},
+        message=message,
+        namespace=namespace,
+        namespaces=_namespace_choices(namespace),
+        top_k=settings.recall_top_k,
+        report=report,
+        decisions=decisions,
+        more_url=more_url,
+    )
+
+
+@bp.get("/cold")
+def cold() -> str:
+    """Entries that none of the last ``n`` user messages would have injected, and their share of
+    the namespace: stored memory that never reaches the model."""
+    count = int_arg("n", 50, 1, 1000)
+    namespace = _namespace_arg()
+    settings = state.settings()
+    offset = offset_from_cursor(text_arg("cursor", 200))
+    messages = conversation_store().recent_user_messages(count)
+    entries = state.memory().all(namespace)
+    augmenter = MessageAugmenter(NamespaceSnapshot(namespace, entries), top_k=settings.recall_top_k,
+                                 namespace=namespace)
+    injections: Counter[str] = Counter()
+    for message in messages:
+        injections.update(augmenter.augment(message.content or "").injected_keys)
+    sizes = {key: len(encode_value(key, value).encode("utf-8")) for key, value in entries.items()}
+    cold_keys = [key for key in entries if key not in injections]
+    cold_bytes = sum(sizes[key] for key in cold_keys)
+    total_bytes = sum(sizes.values())
+    rows = [
+        {"key": key, "bytes": format_bytes(sizes[key]),
+         "url": url_for("memory.entry", namespace=namespace, key=key)}
+        for key in cold_keys[offset:offset + COLD_PAGE_SIZE]
+    ]
+    more_url = None
+    if offset + COLD_PAGE_SIZE < len(cold_keys):
+        more_url = url_for("recall.cold", n=count, namespace=namespace,
+                           cursor=offset_cursor(offset + COLD_PAGE_SIZE))
+    summary = {
+        "messages": len(messages),
+        "entries": len(entries),
+        "cold": len(cold_keys),
+        "hot": len(entries) - len(cold_keys),
+        "cold_percent": round(100 * len(cold_keys) / len(entries), 1) if entries else 0.0,
+        "cold_bytes": format_bytes(cold_bytes),
+        "total_bytes": format_bytes(total_bytes),
+        "cold_bytes_percent": round(100 * cold_bytes / total_bytes, 1) if total_bytes else 0.0,
+    }
+    hot = [{"key": key, "times": times, "url": url_for("memory.entry", namespace=namespace, key=key)}
+           for key, times in sorted(injections.items(), key=lambda item: (-item[1], item[0]))[:10]]
+    return render_page(
+        "recall/cold.html",
+        {"cold-more": "recall/_cold_rows.html"},
+        n=count,
+        namespace=namespace,
+        namespaces=_namespace_choices(namespace),
+        top_k=settings.recall_top_k,
+        summary=summary,
+        rows=rows,
+        hot=hot,
+        more_url=more_url,
+    )

@@ -1,0 +1,118 @@
+"""How every view answers: the full page, or only the fragment an htmx request targets.
+
+Also the small formatters views use to turn rows into the plain strings templates print.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import abort, render_template, request
+
+from clawmem.sql.paging import InvalidCursor, decode_cursor, encode_cursor
+
+
+def wants_fragment(target_id: str) -> bool:
+    """Return whether this is an htmx request aimed at element ``target_id`` (not boosted, not a
+    history restore, which both need the whole page)."""
+    htmx = request.htmx
+    return bool(htmx) and htmx.target == target_id and not htmx.boosted and not htmx.history_restore_request
+
+
+def render_page(template: str, fragments: Mapping[str, str], **context: Any) -> str:
+    """Render ``template``, or the partial of ``fragments`` (target id -> partial) the request targets."""
+    for target_id, partial in fragments.items():
+        if wants_fragment(target_id):
+            return render_template(partial, **context)
+    return render_template(template, **context)
+
+
+def text_arg(name: str, max_chars: int = 200) -> str:
+    """Return the stripped query parameter ``name`` ('' when absent), cut to ``max_chars``."""
+    return request.args.get(name, "").strip()[:max_chars]
+
+
+def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
+    """Return query parameter ``name`` as an int clamped to ``minimum..maximum`` (``default`` if absent)."""
+    raw = request.args.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        number = int(raw)
+    except ValueError:
+        abort(400, description=f"{name} must be a whole number, got {raw[:40]!r}")
+    return max(minimum, min(maximum, number))
+
+
+def offset_cursor(offset: int) -> str:
+    """Return the opaque cursor of a list computed in memory, continuing at ``offset``."""
+    return encode_cursor([str(offset)])
+
+
+def offset_from_cursor(cursor: str) -> int:
+    """Return the offset in a cursor made by :func:`offset_cursor` (0 for none); 400 if malformed."""
+    if not cursor:
+        return 0
+    try:
+        (raw,) = decode_cursor(cursor, 1)
+        offset = int(raw)
+    except (InvalidCursor, ValueError):
+        abort(400, description="this cursor did not come from this list; start again from the first page")
+    if offset < 0:
+        abort(400, description="this cursor did not come from this list; start again from the first page")
+    return offset
+
+
+def format_time(moment: datetime | None) -> str:
+    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` ('' for ``None``)."""
+    return "" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def format_unix(seconds: int | float | None) -> str:
+    """Return Unix seconds as ``2024-05-01 12:03:04 UTC`` ('' for ``None``)."""
+    if seconds is None:
+        return ""
+    return format_time(datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None))
+
+
+def format_duration(seconds: float) -> str:
+    """Return a rough human duration: ``45 s``, ``12 min``, ``3 h 5 min``, ``4 d 2 h``."""
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours == 0:
+        return f"{minutes} min"
+    if days == 0:
+        rest = minutes % 60
+        return f"{hours} h" + (f" {rest} min" if rest else "")
+    rest = hours % 24
+    return f"{days} d" + (f" {rest} h" if rest else "")
+
+
+def format_bytes(size: int | None) -> str:
+    """Return a byte count as ``512 B``, ``4.0 KiB``, ``3.2 MiB`` ('' for ``None``)."""
+    if size is None:
+        return ""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def pretty_json(value: Any) -> str:
+    """Return ``value`` as indented JSON text with non-ASCII characters kept readable."""
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def preview_text(text: str | None, max_chars: int = 160) -> str:
+    """Return the first ``max_chars`` characters of ``text`` on one line, with an ellipsis if cut."""
+    if not text:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= max_chars else flat[: max_chars - 1] + "…"

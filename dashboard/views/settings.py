@@ -1,0 +1,86 @@
+"""Settings: every effective setting with its source, and the CLI commands that delete data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+
+from clawmem.errors import redact
+from clawmem.settings import ENV_PREFIX, Settings
+from dashboard import state
+from dashboard.views.rendering import render_page
+
+bp = Blueprint("settings", __name__)
+
+MEANINGS = {
+    "DATABASE_URL": "where the three tables live",
+    "TABLE_PREFIX": "table name prefix of this site",
+    "MEMORY_DRIVER": "storage of key/value memory",
+    "REDIS_URL": "used by the redis driver",
+    "FILE_DIR": "used by the file driver",
+    "STORE_MESSAGES": "privacy switch: false stops new writes, keeps old ones",
+    "RECALL_TOP_K": "memory entries injected per turn (0 = recall off)",
+    "RECALL_NAMESPACE": "the namespace recall reads",
+    "COMPACT_MAX_MESSAGES": "compact when a history has more messages (0 = off)",
+    "COMPACT_MAX_TOKENS": "compact when a history has more estimated tokens (0 = off)",
+    "RETENTION_DAYS": "window that flask claw prune uses by default",
+    "MAX_VALUE_BYTES": "largest value or message accepted",
+}
+
+
+def shown_value(value: Any) -> str:
+    """Return a setting as text, with any password in a URL replaced by ``***``."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return redact(str(value))
+
+
+def deletion_commands(settings: Settings) -> list[dict[str, str]]:
+    """Return the ``flask claw`` commands for each deletion task, with what each one does."""
+    window = f"{settings.retention_days}d" if settings.retention_days else "90d"
+    return [
+        {"task": "Delete one memory key", "command": "flask claw forget KEY --namespace NAMESPACE"},
+        {"task": "Delete one conversation and its messages",
+         "command": "flask claw forget CONVERSATION_ID --namespace conversations"},
+        {"task": "Delete every key of a namespace", "command": "flask claw flush --namespace NAMESPACE"},
+        {"task": "Delete every stored conversation and message",
+         "command": "flask claw flush --namespace conversations"},
+        {"task": "Delete expired keys (see first what would go)", "command": "flask claw sweep --dry-run"},
+        {"task": "Apply the retention window to conversations",
+         "command": f"flask claw prune --older-than {window} --dry-run"},
+        {"task": "Export everything about a subject",
+         "command": "flask claw export --user-id SUBJECT_ID --output subject.json"},
+        {"task": "Erase a subject (conversations, messages, matching memory)",
+         "command": "flask claw erase --user-id SUBJECT_ID --dry-run"},
+        {"task": "Erase every mention of a text, such as an email address",
+         "command": "flask claw erase --match TEXT --dry-run"},
+        {"task": "Remove clawmem's tables and data from this site",
+         "command": "flask claw uninstall --dry-run"},
+    ]
+
+
+@bp.get("/settings")
+def index() -> str:
+    """Every effective setting, where it came from, the compaction thresholds and deletion commands."""
+    settings = state.settings()
+    sources = state.setting_sources()
+    rows = [
+        {
+            "name": name,
+            "variable": f"{ENV_PREFIX}{name}",
+            "value": shown_value(getattr(settings, name.lower())),
+            "source": sources.get(name, "default"),
+            "meaning": MEANINGS.get(name, ""),
+        }
+        for name in Settings.setting_names()
+    ]
+    compaction = {
+        "max_messages": settings.compact_max_messages,
+        "max_tokens": settings.compact_max_tokens,
+        "enabled": settings.compact_max_messages > 0 or settings.compact_max_tokens > 0,
+    }
+    return render_page("settings/index.html", {}, rows=rows, compaction=compaction,
+                       commands=deletion_commands(settings))
