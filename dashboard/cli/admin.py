@@ -1,0 +1,107 @@
+"""``flask claw demo``, ``create-admin`` and ``set-password``: demo data and dashboard logins."""
+
+from __future__ import annotations
+
+import click
+import sqlalchemy as sa
+
+from clawmem.clock import FakeClock
+from clawmem.memory.registry import open_memory
+from clawmem.sql.conversations import ConversationStore
+from clawmem.sql.schema import create_tables, tables
+from dashboard import accounts, state
+from dashboard.cli import claw
+from dashboard.cli.audit import AuditEntry, audited
+from dashboard.cli.common import confirm_deletion
+from dashboard.demo import load_demo, remove_demo
+
+
+def _tables_exist() -> bool:
+    inspector = sa.inspect(state.engine())
+    schema = tables(state.settings().table_prefix)
+    names = (schema.conversations.name, schema.messages.name, schema.memory.name)
+    return any(inspector.has_table(name) for name in names)
+
+
+@claw.command("demo")
+@click.option("--reset", is_flag=True, help="Delete earlier demo data (and only that) before loading.")
+@click.option("--yes", "-y", is_flag=True, help="With --reset: do not ask for confirmation.")
+@click.option("--if-new", is_flag=True, help="Load only when the tables do not exist yet, as make run does.")
+@audited("demo")
+def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
+    """Load realistic demo data: namespaces with live, expiring and expired keys, and conversations
+    of two identifiable subjects (cust-1001, cust-2002) with tool calls.
+
+    With --reset, the keys the demo writes and the conversations it marked are deleted first
+    (after confirmation, and with a line in the audit log); other data is never touched.
+    """
+    settings = state.settings()
+    if if_new and _tables_exist():
+        click.echo("The database already has clawmem tables; demo data not loaded.")
+        return
+    if not settings.store_messages:
+        raise click.ClickException(
+            "CLAW_STORE_MESSAGES is false, so the privacy switch would drop every demo write; "
+            "turn it on to load demo data."
+        )
+    create_tables(state.engine(), settings.table_prefix)
+    now = state.clock()()
+    # The drivers read this clock; the loader moves it so that entries expire and times spread.
+    clock = FakeClock(now)
+    memory = open_memory(settings, clock)
+    if reset:
+        confirm_deletion("Delete the demo's keys and every conversation marked as demo data?", yes)
+        removed = remove_demo(memory, ConversationStore(state.engine(), settings.table_prefix))
+        entry.counts = {"conversations": removed.conversations, "messages": removed.messages,
+                        "keys": removed.entries}
+        click.echo(f"removed demo data: {removed.conversations} conversations with "
+                   f"{removed.messages} messages, {removed.entries} demo keys")
+    report = load_demo(memory, clock, now)
+    click.echo(
+        f"loaded demo data: {report.entries} keys in {len(report.namespaces)} namespaces "
+        f"({', '.join(sorted(report.namespaces))}), {report.conversations} conversations with "
+        f"{report.messages} messages"
+    )
+
+
+def _new_password(generate: bool) -> str:
+    if generate:
+        return accounts.generate_password()
+    return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+
+
+@claw.command("create-admin")
+@click.argument("username", default="admin")
+@click.option("--generate", is_flag=True, help="Generate a random password and print it once.")
+@click.option("--if-none", is_flag=True, help="Do nothing when an admin account already exists.")
+def create_admin(username: str, generate: bool, if_none: bool) -> None:
+    """Create a dashboard admin (default name: admin). Only the Argon2id hash of the password is kept."""
+    if if_none and accounts.admin_count() > 0:
+        click.echo("An admin account exists; sign in with it "
+                   "(to reset a password: flask claw set-password NAME).")
+        return
+    password = _new_password(generate)
+    try:
+        accounts.create_admin(username, password, state.clock()())
+    except accounts.AccountError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"created dashboard admin {username!r}")
+    if generate:
+        click.echo(f"password: {password}")
+        click.echo("This password is shown only now; store it somewhere safe.")
+
+
+@claw.command("set-password")
+@click.argument("username")
+@click.option("--generate", is_flag=True, help="Generate a random password and print it once.")
+def set_password(username: str, generate: bool) -> None:
+    """Change a dashboard admin's password and sign that admin out everywhere."""
+    password = _new_password(generate)
+    try:
+        accounts.set_password(username, password)
+    except accounts.AccountError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"password changed for {username!r}; every session of that admin has ended")
+    if generate:
+        click.echo(f"password: {password}")
+        click.echo("This password is shown only now; store it somewhere safe.")
