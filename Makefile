@@ -3,7 +3,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
 
-.PHONY: run test lint venv
+.PHONY: run test lint venv htmx
 
 venv: $(VENV)/.installed
 
@@ -13,8 +13,18 @@ $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	touch $@
 
-run: venv
+# htmx 2.x from the npm registry, pinned and sha256-checked (see dashboard/vendor.py). Without
+# npm it warns and the dashboard works without JavaScript.
+htmx: venv
+	$(PYTHON) -m dashboard.vendor
+
+# Demo data goes only into a new database; the first admin's password is printed once.
+run: venv htmx
+	$(FLASK) claw demo --if-new
 	$(FLASK) claw init-db
+	$(FLASK) claw create-admin --generate --if-none
+	@echo "Dashboard: http://127.0.0.1:5000  (sign in as admin; the password is printed above on"
+	@echo "first run, otherwise use yours or reset it with: $(FLASK) claw set-password admin)"
 	$(FLASK) run --host 127.0.0.1 --port 5000
 
 lint: venv
