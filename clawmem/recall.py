@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clawmem import events
@@ -68,24 +68,30 @@ def entry_text(key: str, value: Any) -> str:
     return f"{key} {text_of(value)}"
 
 
-def score(query_words: Iterable[str], key: str, value: Any) -> int:
-    """Return how many distinct query words occur among the entry's words."""
-    folded = entry_text(key, value).casefold()
+def _score_folded(query_words: Iterable[str], folded: str) -> int:
     # Every word of the entry is a substring of its folded text, so a query word that is not
     # a substring cannot count; most entries are settled here without tokenising them.
-    candidates = [word for word in set(query_words) if word in folded]
+    candidates = [word for word in query_words if word in folded]
     if not candidates:
         return 0
-    entry_words = set(_words(folded))
+    entry_words = set(_WORD.findall(folded))
     return sum(1 for word in candidates if word in entry_words)
+
+
+def score(query_words: Iterable[str], key: str, value: Any) -> int:
+    """Return how many distinct query words occur among the entry's words."""
+    return _score_folded(set(query_words), entry_text(key, value).casefold())
 
 
 def rank(query: str, entries: Mapping[str, Any], limit: int = DEFAULT_TOP_K) -> list[tuple[str, Any, int]]:
     """Return up to ``limit`` ``(key, value, score)`` with score > 0, by score desc then key asc."""
-    words = keywords(query)
+    words = set(keywords(query))
     if not words or limit <= 0:
         return []
-    scored = [(key, value, score(words, key, value)) for key, value in entries.items()]
+    scored = [
+        (key, value, _score_folded(words, entry_text(key, value).casefold()))
+        for key, value in entries.items()
+    ]
     hits = [hit for hit in scored if hit[2] > 0]
     hits.sort(key=lambda hit: (-hit[2], hit[0]))
     return hits[:limit]
@@ -102,11 +108,6 @@ def cut_utf8(text: str, max_bytes: int) -> str:
         return ""
     # Decoding a byte prefix with "ignore" drops only a partial character at its end.
     return text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
-
-
-def memory_line(key: str, value: Any) -> str:
-    """Return the line an entry is injected as: ``- <key>: <text(value)>`` and a newline."""
-    return f"- {key}: {text_of(value)}\n"
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ class AugmentResult:
     bytes_used: int = 0
     error: str | None = None
     spans: tuple[Span, ...] = ()
-    findings: tuple[GuardFinding, ...] = field(default=())
+    findings: tuple[GuardFinding, ...] = ()
 
     @property
     def injected_keys(self) -> list[str]:
@@ -180,18 +181,19 @@ def plan_memory_block(
 
     Pure: the ranking is :func:`rank`'s, extended to the zero-score entries by key.
     """
-    words = keywords(message)
-    scored = sorted(
-        ((key, value, score(words, key, value)) for key, value in entries.items()),
-        key=lambda item: (-item[2], item[0]),
-    )
+    words = set(keywords(message))
+    scored = []
+    for key, value in entries.items():
+        text = text_of(value)
+        scored.append((key, text, _score_folded(words, f"{key} {text}".casefold())))
+    scored.sort(key=lambda item: (-item[2], item[0]))
     hit_count = sum(1 for item in scored if item[2] > 0)
     used = utf8_len(MEMORY_HEADER)
     lines: list[tuple[str, str]] = []
     decisions: list[EntryDecision] = []
     closed_by: str | None = None
-    for position, (key, value, points) in enumerate(scored):
-        line = memory_line(key, value)
+    for position, (key, text, points) in enumerate(scored):
+        line = f"- {key}: {text}\n"
         size = utf8_len(line)
         if points == 0:
             status, reason = ZERO_OVERLAP, "no word of the message occurs in the key or value"

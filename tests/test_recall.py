@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from clawmem import events
 from clawmem.errors import MemoryError
@@ -59,6 +61,15 @@ def test_score_counts_distinct_query_words_in_key_and_value() -> None:
     assert score(keywords("toronto city"), "home", {"city": "Toronto"}) == 2
     assert score(keywords("caf"), "drink", "café") == 0  # a query word must be a whole word
     assert score(keywords("known"), "fact", "well-known") == 0
+
+
+TEXT = st.text(alphabet="abcÉé e\u0301ß-'’_ 12ΣσςİK漢", max_size=30)
+
+
+@given(query=TEXT, key=st.text(alphabet="abcé_-ß", min_size=1, max_size=6), value=TEXT)
+def test_score_is_the_size_of_the_word_set_intersection(query: str, key: str, value: str) -> None:
+    expected = len(set(keywords(query)) & set(keywords(f"{key} {value}")))
+    assert score(keywords(query), key, value) == expected
 
 
 def test_score_reads_non_string_values_as_sorted_json() -> None:
