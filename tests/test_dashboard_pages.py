@@ -1,0 +1,309 @@
+"""Every page: reachable signed in, gated signed out, GET-only, read-only, and with the
+security headers; htmx gets a fragment only when it targets one."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from html.parser import HTMLParser
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from clawmem.settings import Settings
+from clawmem.sql.conversations import ConversationStore
+from dashboard import accounts, state
+from dashboard.security import CONTENT_SECURITY_POLICY
+from dashboard.views.settings import deletion_commands, shown_value
+from tests.dashboard_helpers import page_text, sign_in
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+
+PUBLIC = {"auth.login", "health.healthz", "static"}
+SIGN_IN_OUT = {"auth.login", "auth.logout"}
+ALLOWED = {"auth.login": {"GET", "HEAD", "POST"}, "auth.logout": {"POST"}}
+WRITING_HTMX = {"hx-post", "hx-put", "hx-patch", "hx-delete"}
+
+
+def first_conversation_id(app: Flask) -> str:
+    with app.app_context():
+        return ConversationStore(state.engine(), state.settings().table_prefix).list(limit=1).items[0].id
+
+
+def example_urls(app: Flask) -> dict[str, str]:
+    """A URL for every endpoint, with its parameters filled from the demo data."""
+    conversation = first_conversation_id(app)
+    return {
+        "overview.index": "/",
+        "conversations.index": "/conversations/",
+        "conversations.detail": f"/conversations/{conversation}",
+        "memory.index": "/memory/",
+        "memory.namespace": "/memory/default/",
+        "memory.entry": "/memory/default/entry?key=shipping_policy",
+        "recall.preview": "/preview?message=where+is+my+order",
+        "recall.cold": "/cold",
+        "settings.index": "/settings",
+        "health.healthz": "/healthz",
+        "static": "/static/app.css",
+        "auth.login": "/login",
+        "auth.logout": "/logout",
+    }
+
+
+GATED = [
+    "overview.index", "conversations.index", "conversations.detail", "memory.index", "memory.namespace",
+    "memory.entry", "recall.preview", "recall.cold", "settings.index",
+]
+
+
+def test_every_rule_has_an_example(app: Flask, demo: None) -> None:
+    endpoints = {rule.endpoint for rule in app.url_map.iter_rules()}
+    assert endpoints == set(example_urls(app))
+    assert endpoints - PUBLIC - SIGN_IN_OUT == set(GATED)
+
+
+@pytest.mark.parametrize("endpoint", GATED)
+def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClient, endpoint: str) -> None:
+    response = signed_in.get(example_urls(app)[endpoint])
+    assert response.status_code == 200
+    assert response.mimetype == "text/html"
+
+
+@pytest.mark.parametrize("endpoint", GATED)
+def test_page_redirects_to_sign_in_when_signed_out(app: Flask, demo: None, client: FlaskClient,
+                                                    endpoint: str) -> None:
+    url = example_urls(app)[endpoint]
+    response = client.get(url)
+    assert response.status_code == 302
+    location = urlsplit(response.headers["Location"])
+    assert location.path == "/login"
+    assert "Alice" not in page_text(response)
+
+
+@pytest.mark.parametrize("endpoint", sorted(PUBLIC))
+def test_public_endpoints_answer_without_a_session(app: Flask, demo: None, client: FlaskClient,
+                                                   endpoint: str) -> None:
+    with client.get(example_urls(app)[endpoint]) as response:  # closes a static file's handle
+        assert response.status_code == 200
+
+
+def test_only_sign_in_and_out_accept_post_and_nothing_accepts_delete_put_patch(app: Flask) -> None:
+    for rule in app.url_map.iter_rules():
+        methods = set(rule.methods or ())
+        assert not methods & {"DELETE", "PUT", "PATCH"}, rule
+        if rule.endpoint == "auth.login":
+            assert methods == {"GET", "HEAD", "POST"}
+        elif rule.endpoint == "auth.logout":
+            assert methods == {"POST"}
+        else:
+            assert methods == {"GET", "HEAD"}, rule
+
+
+@pytest.mark.parametrize("signed", [True, False], ids=["signed-in", "signed-out"])
+def test_every_other_method_gets_405(app: Flask, demo: None, client: FlaskClient, admin: tuple[str, str],
+                                     signed: bool) -> None:
+    if signed:
+        sign_in(client, *admin)
+    for endpoint, url in example_urls(app).items():
+        allowed = ALLOWED.get(endpoint, {"GET", "HEAD"})
+        for method in {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"} - allowed:
+            response = client.open(url, method=method)
+            assert response.status_code == 405, (method, url, response.status_code)
+
+
+class _Controls(HTMLParser):
+    """Collects links, forms and every control of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.forms: list[dict[str, str]] = []
+        self.controls: list[tuple[str, dict[str, str]]] = []
+        self.texts: list[str] = []
+        self._in_button = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = {name: value or "" for name, value in attrs}
+        if tag == "a" and "href" in attributes:
+            self.links.append(attributes["href"])
+        if tag == "form":
+            self.forms.append(attributes)
+        if tag in ("button", "input", "select", "textarea", "a", "form"):
+            self.controls.append((tag, attributes))
+        self._in_button = tag == "button"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_button:
+            self.texts.append(data.strip())
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "button":
+            self._in_button = False
+
+
+DESTRUCTIVE = re.compile(r"delet|flush|eras|edit|remov|drop|purge|forget|sweep|prune|uninstall", re.I)
+
+
+def test_no_page_has_a_control_that_deletes_or_edits(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    seen: set[str] = set()
+    queue = deque(["/"])
+    pages = 0
+    while queue and pages < 150:
+        url = queue.popleft()
+        if url in seen:
+            continue
+        seen.add(url)
+        response = signed_in.get(url)
+        assert response.status_code == 200, url
+        pages += 1
+        parser = _Controls()
+        parser.feed(page_text(response))
+        for form in parser.forms:
+            method = form.get("method", "get").lower()
+            if method != "get":
+                assert (method, form.get("action")) == ("post", "/logout"), (url, form)
+        for tag, attributes in parser.controls:
+            assert not WRITING_HTMX & set(attributes), (url, tag, attributes)
+            for name in ("name", "value", "href", "action", "hx-get", "formaction"):
+                assert not DESTRUCTIVE.search(urlsplit(attributes.get(name, "")).path), (url, tag, attributes)
+        for text in parser.texts:
+            assert not DESTRUCTIVE.search(text), (url, text)
+        for link in parser.links:
+            target = urljoin(url, link)
+            parts = urlsplit(target)
+            if parts.netloc or not parts.path.startswith("/") or parts.path.startswith("/static/"):
+                continue
+            queue.append(parts.path + (f"?{parts.query}" if parts.query else ""))
+    assert pages >= 30, f"the crawl reached only {pages} pages"
+
+
+@pytest.mark.parametrize("endpoint", GATED + ["auth.login"])
+def test_data_pages_carry_the_security_headers(app: Flask, demo: None, signed_in: FlaskClient,
+                                               endpoint: str) -> None:
+    response = signed_in.get(example_urls(app)[endpoint], follow_redirects=True)
+    assert response.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert "'unsafe-inline'" not in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["Referrer-Policy"] == "same-origin"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert {"HX-Request", "HX-Target"} <= set(response.vary)
+
+
+def test_pages_hold_no_inline_script_or_style(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    for endpoint in GATED:
+        body = page_text(signed_in.get(example_urls(app)[endpoint]))
+        assert "<style" not in body and " style=" not in body
+        for script in re.findall(r"<script[^>]*>(.*?)</script>", body, re.S):
+            assert script == "", "scripts must be files, the CSP forbids inline code"
+        assert not re.search(r"\son[a-z]+=", body)
+
+
+def test_static_files_stay_cacheable(client: FlaskClient) -> None:
+    with client.get("/static/app.css") as response:
+        assert response.status_code == 200
+        assert response.headers.get("Cache-Control") != "no-store"
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def _htmx(target: str, **extra: str) -> dict[str, str]:
+    return {"HX-Request": "true", "HX-Target": target, **extra}
+
+
+def test_fragment_only_for_its_own_target(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    full = page_text(signed_in.get("/conversations/"))
+    assert "<html" in full and 'id="conversation-results"' in full
+    fragment = page_text(signed_in.get("/conversations/?q=order", headers=_htmx("conversation-results")))
+    assert "<html" not in fragment and "<table" in fragment and "<nav" not in fragment
+    other = page_text(signed_in.get("/conversations/", headers=_htmx("somewhere-else")))
+    assert "<html" in other
+
+
+@pytest.mark.parametrize("header", ["HX-Boosted", "HX-History-Restore-Request"])
+def test_boosted_and_history_restore_requests_get_the_full_page(
+    app: Flask, demo: None, signed_in: FlaskClient, header: str
+) -> None:
+    response = signed_in.get("/conversations/", headers=_htmx("conversation-results", **{header: "true"}))
+    assert "<html" in page_text(response)
+
+
+def test_load_more_fragment_holds_only_rows(app: Flask, signed_in: FlaskClient) -> None:
+    with app.app_context():
+        memory = state.memory()
+        for number in range(60):
+            memory.set(f"k{number:03}", "value", "bulk")
+    page = page_text(signed_in.get("/memory/bulk/"))
+    more = re.search(r'id="memory-more".*?href="([^"]+)"', page, re.S)
+    assert more, "60 keys need a second page"
+    fragment = page_text(signed_in.get(more.group(1).replace("&amp;", "&"), headers=_htmx("memory-more")))
+    assert fragment.lstrip().startswith("<tr") and "<table" not in fragment and "<html" not in fragment
+    assert "k050" in fragment and "k049" not in fragment
+
+
+def test_signed_out_htmx_request_is_told_to_load_the_sign_in_page(client: FlaskClient) -> None:
+    response = client.get("/conversations/", headers=_htmx("conversation-results"))
+    assert response.status_code == 401
+    assert urlsplit(response.headers["HX-Redirect"]).path == "/login"
+
+
+def test_settings_show_every_setting_with_its_source(make_app: Callable[..., Flask],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAW_RECALL_TOP_K", "5")
+    app = make_app(COMPACT_MAX_MESSAGES=40)
+    client = app.test_client()
+    with app.app_context():
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+    sign_in(client)
+    body = page_text(client.get("/settings"))
+    row = r"<tr><td><code>CLAW_(\w+)</code></td><td><code>(.*?)</code></td><td>([^<]+)</td>"
+    rows = re.findall(row, body)
+    found = {name: (value, source) for name, value, source in rows}
+    assert set(found) == set(Settings.setting_names())
+    assert found["RECALL_TOP_K"] == ("5", "environment")
+    assert found["COMPACT_MAX_MESSAGES"] == ("40", "test config")
+    assert found["MEMORY_DRIVER"] == ("sql", "default")
+
+
+def test_settings_never_show_a_database_password() -> None:
+    assert shown_value("mysql+pymysql://clawmem:s3cret@db/clawmem") == "mysql+pymysql://clawmem:***@db/clawmem"
+
+
+def test_every_deletion_command_shown_exists_with_its_options(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    with app.app_context():
+        commands = deletion_commands(state.settings())
+    assert len(commands) >= 8
+    for row in commands:
+        words = row["command"].split()
+        assert words[:2] == ["flask", "claw"]
+        result = runner.invoke(args=["claw", words[2], "--help"])
+        assert result.exit_code == 0, row
+        for option in (word for word in words[3:] if word.startswith("--")):
+            assert option in result.output, (row, option)
+
+
+def test_overview_shows_what_was_stored_before_the_switch_went_off(make_app: Callable[..., Flask],
+                                                                   demo: None) -> None:
+    off = make_app(STORE_MESSAGES=False)
+    with off.app_context():
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+        counts = ConversationStore(state.engine(), state.settings().table_prefix).counts()
+    client = off.test_client()
+    sign_in(client)
+    body = page_text(client.get("/"))
+    assert "Message storage is off, but earlier data is still here" in body
+    assert f"<strong>{counts['conversations']}</strong> conversations" in body
+    assert f"<strong>{counts['messages']}</strong> messages" in body
+    assert "newest activity 20" in body
+    assert "flask claw flush --namespace conversations --dry-run" in body
+    assert "flask claw flush --namespace default --dry-run" in body
+
+
+def test_overview_with_storage_on_does_not_warn(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    body = page_text(signed_in.get("/"))
+    assert "earlier data is still here" not in body
+    assert "Message storage is <strong>on</strong>" in body
