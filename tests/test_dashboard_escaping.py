@@ -1,0 +1,101 @@
+"""Customer text is shown as text on every page it reaches, never as markup or a live link."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from clawmem.ids import new_id
+from dashboard import state
+from tests.dashboard_helpers import page_text
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = "<script>alert(1)</script>"
+IMAGE = "<img src=x onerror=alert(1)>"
+LINK = "javascript:alert(1)"
+HOSTILE = f"order {SCRIPT} {IMAGE} {LINK}"
+UNESCAPING = (r"\|\s*safe\b", r"\bMarkup\s*\(", r"autoescape\s+false", r"\bmarkupsafe\b", r"\|\s*urlize")
+
+
+@pytest.fixture
+def hostile(app: Flask) -> str:
+    """Memory and a conversation full of markup; returns the conversation id."""
+    conversation_id = new_id()
+    with app.app_context():
+        memory = state.memory()
+        memory.set(SCRIPT, HOSTILE, "default")
+        memory.set("order_note", {"note": HOSTILE, "link": LINK}, "default")
+        memory.set("unrelated", "nothing to see", "default")
+        memory.set(
+            conversation_id,
+            {
+                "title": f"{SCRIPT} order",
+                "user_id": IMAGE,
+                "metadata": {"source": LINK},
+                "history": [
+                    {"role": "user", "content": HOSTILE},
+                    {"role": "assistant", "content": f"see {LINK}", "tool_name": SCRIPT,
+                     "tool_input": {"url": LINK, "html": IMAGE}},
+                    {"role": "tool", "content": IMAGE, "tool_name": SCRIPT},
+                ],
+            },
+            "conversations",
+        )
+    return conversation_id
+
+
+def _pages(conversation_id: str) -> dict[str, str]:
+    return {
+        "conversation list": "/conversations/",
+        "conversation search": f"/conversations/?q={quote(SCRIPT)}",
+        "conversation": f"/conversations/{conversation_id}",
+        "memory list": "/memory/default/",
+        "memory search": f"/memory/default/?q={quote(SCRIPT)}",
+        "key detail": f"/memory/default/entry?key={quote(SCRIPT)}",
+        "value detail": "/memory/default/entry?key=order_note",
+        "preview": f"/preview?message={quote(HOSTILE)}",
+        "cold memory": "/cold",
+    }
+
+
+@pytest.mark.parametrize("page", list(_pages("x")))
+def test_markup_is_shown_as_text(signed_in: FlaskClient, hostile: str, page: str) -> None:
+    response = signed_in.get(_pages(hostile)[page])
+    assert response.status_code == 200
+    body = page_text(response)
+    assert SCRIPT not in body and "<script>alert" not in body
+    assert IMAGE not in body and "<img" not in body
+    assert not re.search(r"""(href|src|action)\s*=\s*["']?\s*javascript:""", body, re.I)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body, "the text must still be shown, escaped"
+
+
+def test_preview_shows_hostile_memory_inside_the_augmented_text_as_text(signed_in: FlaskClient,
+                                                                         hostile: str) -> None:
+    body = page_text(signed_in.get(_pages(hostile)["preview"]))
+    augmented = re.search(r'<pre class="augmented">(.*?)</pre>', body, re.S)
+    assert augmented and "&lt;img src=x onerror=alert(1)&gt;" in augmented.group(1)
+
+
+def test_no_template_or_view_turns_autoescaping_off() -> None:
+    offenders = []
+    for path in [*ROOT.joinpath("templates").rglob("*.html"), *ROOT.joinpath("dashboard").rglob("*.py")]:
+        text = path.read_text()
+        for pattern in UNESCAPING:
+            if re.search(pattern, text):
+                offenders.append(f"{path.relative_to(ROOT)}: {pattern}")
+    assert offenders == []
+
+
+def test_templates_have_no_inline_handlers_or_styles() -> None:
+    for path in ROOT.joinpath("templates").rglob("*.html"):
+        text = path.read_text()
+        assert not re.search(r"\son[a-z]+\s*=", text), path
+        assert " style=" not in text and "<style" not in text, path
+        assert "hx-on" not in text, path
