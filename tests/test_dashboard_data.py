@@ -1,0 +1,270 @@
+"""What the data pages show: complete keyset pagination, TTL states on the fake clock, the exact
+injection report, cold-memory counts and the compaction analysis."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from flask.testing import FlaskClient
+
+from clawmem.clock import FakeClock
+from clawmem.compaction import split_history
+from clawmem.ids import new_id
+from clawmem.recall import MessageAugmenter
+from clawmem.sql.conversations import ConversationStore
+from clawmem.sql.schema import tables
+from dashboard import state
+from dashboard.views.compaction import as_history
+from tests.conftest import SQL_BACKENDS
+from tests.dashboard_helpers import page_text, sign_in
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+
+CONVERSATION_LINK = re.compile(r'<a href="/conversations/([0-9A-Z]{26})">')
+HTMX = {"HX-Request": "true"}
+
+
+def _more(body: str, target: str) -> str | None:
+    found = re.search(rf'id="{target}".*?href="([^"]+)"', body, re.S)
+    return html.unescape(found.group(1)) if found else None
+
+
+def _insert_conversations(app: Flask, count: int, start: datetime) -> list[tuple[datetime, str]]:
+    # Three conversations share each timestamp, so the id must break ties in the keyset.
+    rows = [
+        {"id": new_id(), "namespace": "conversations" if number % 4 else "support",
+         "user_id": f"cust-{number % 5}", "title": f"{'refund' if number % 2 else 'delivery'} #{number}",
+         "created_at": start + timedelta(seconds=number // 3),
+         "updated_at": start + timedelta(seconds=number // 3)}
+        for number in range(count)
+    ]
+    with app.app_context(), state.engine().begin() as conn:
+        conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
+    return [(row["created_at"], row["id"]) for row in rows]
+
+
+def _walk(client: FlaskClient, first_url: str) -> tuple[list[str], int]:
+    body = page_text(client.get(first_url))
+    ids, pages = CONVERSATION_LINK.findall(body), 1
+    more = _more(body, "conversations-more")
+    while more:
+        fragment = page_text(client.get(more, headers={**HTMX, "HX-Target": "conversations-more"}))
+        assert "<html" not in fragment
+        ids += CONVERSATION_LINK.findall(fragment)
+        more = _more(fragment, "conversations-more")
+        pages += 1
+    return ids, pages
+
+
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
+def test_250_conversations_page_without_duplicates_or_gaps(app: Flask, signed_in: FlaskClient) -> None:
+    rows = _insert_conversations(app, 250, datetime(2024, 3, 1, 12, 0, 0))
+    ids, pages = _walk(signed_in, "/conversations/")
+    expected = [conversation_id for _, conversation_id in sorted(rows, reverse=True)]
+    assert ids == expected
+    assert pages == 5
+
+
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
+def test_filters_page_the_same_way(app: Flask, signed_in: FlaskClient) -> None:
+    _insert_conversations(app, 250, datetime(2024, 3, 1, 12, 0, 0))
+    refunds, _ = _walk(signed_in, "/conversations/?q=refund")
+    assert len(refunds) == len(set(refunds)) == 125
+    subject, _ = _walk(signed_in, "/conversations/?user_id=cust-3&namespace=conversations")
+    assert len(subject) == len(set(subject)) == sum(1 for n in range(250) if n % 5 == 3 and n % 4)
+    none, _ = _walk(signed_in, "/conversations/?since=2024-03-02")
+    assert none == []
+    day, _ = _walk(signed_in, "/conversations/?since=2024-03-01&until=2024-03-01")
+    assert len(day) == 250
+
+
+def test_a_forged_cursor_is_a_clear_400(signed_in: FlaskClient) -> None:
+    response = signed_in.get("/conversations/?cursor=not-a-cursor")
+    assert response.status_code == 400
+    assert "start again from the first page" in page_text(response)
+
+
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
+def test_ttl_state_follows_the_fake_clock(app: Flask, signed_in: FlaskClient, clock: FakeClock) -> None:
+    with app.app_context():
+        memory = state.memory()
+        memory.set("forever", "kept", "ttl")
+        memory.set("soon", "goes", "ttl", ttl=7200)
+        memory.set("gone", "went", "ttl", ttl=60)
+    clock.advance(120)
+    body = page_text(signed_in.get("/memory/ttl/"))
+    states = dict(re.findall(r'<code>(\w+)</code></a></td>\s*<td><span class="tag \w+">([^<]+)</span>', body))
+    assert states == {
+        "forever": "live",
+        "soon": "expires in 1 h 58 min",
+        "gone": "expired 1 min ago (not yet swept)",
+    }
+    only_expired = page_text(signed_in.get("/memory/ttl/?state=expired"))
+    assert "gone" in only_expired and "forever" not in only_expired and "soon" not in only_expired
+    detail = page_text(signed_in.get("/memory/ttl/entry?key=soon"))
+    assert "expires in 1 h 58 min" in detail
+    assert datetime.fromtimestamp(int(clock()) - 120 + 7200).strftime("%Y-%m-%d") in detail
+    index = page_text(signed_in.get("/memory/"))
+    assert re.search(r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">2</td>"
+                     r"\s*<td class=\"num\">1</td>", index)
+    clock.advance(7100)
+    assert "expired 20 s ago (not yet swept)" in page_text(signed_in.get("/memory/ttl/entry?key=soon"))
+
+
+def test_preview_shows_exactly_what_augment_returns(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    message = "My parcel arrived damaged, who handles delivery complaints and returns?"
+    with app.app_context():
+        settings = state.settings()
+        expected = MessageAugmenter(state.memory(), top_k=settings.recall_top_k,
+                                    namespace=settings.recall_namespace).augment(message)
+    body = page_text(signed_in.get("/preview", query_string={"message": message}))
+    shown = re.search(r'<pre class="augmented">(.*?)</pre>', body, re.S)
+    assert shown and html.unescape(shown.group(1)) == expected.text
+    rows = re.findall(r'<tr class="decision (\w+)">\s*<td><a href="[^"]+"><code>([^<]+)</code></a></td>\s*'
+                      r'<td class="num">(\d+)</td>\s*<td class="num">(\d+)</td>.*?<td>([^<]*)</td>\s*</tr>',
+                      body, re.S)
+    assert [(status, html.unescape(key), int(score), int(size), html.unescape(reason))
+            for status, key, score, size, reason in rows] == [
+        (d.status, d.key, d.score, d.bytes, d.reason) for d in expected.decisions
+    ]
+    assert f"<strong>{expected.bytes_used}</strong> of 4096 bytes" in body
+    assert "escalation_contact" in expected.injected_keys
+    assert "The PII guard would block this turn." in body
+    assert "email found in memory key escalation_contact" in body
+
+
+def test_preview_fragment_is_the_result_alone(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    response = signed_in.get("/preview?message=shipping+express",
+                             headers={**HTMX, "HX-Target": "preview-result"})
+    body = page_text(response)
+    assert "<html" not in body and "<textarea" not in body
+    assert "shipping_policy" in body and "PII guard" not in body
+
+
+def test_preview_of_an_empty_message_injects_nothing(signed_in: FlaskClient) -> None:
+    assert "Type a message to preview" in page_text(signed_in.get("/preview?message=+"))
+
+
+@pytest.fixture
+def small_memory(app: Flask) -> None:
+    """Four entries and three user messages: apples and bananas are asked about, the rest never."""
+    with app.app_context():
+        memory = state.memory()
+        for key, value in {"apples": "apples and pears", "bananas": "bananas, ripe",
+                           "cherries": "cherries", "dates": "dates from the market"}.items():
+            memory.set(key, value, "default")
+        memory.set(new_id(), {"user_id": "cust-1", "history": [
+            {"role": "user", "content": "Do you sell apples?"},
+            {"role": "assistant", "content": "Yes, cherries and dates too."},
+        ]}, "conversations")
+    state_clock = app.extensions["clawmem.clock"]
+    state_clock.advance(60)
+    with app.app_context():
+        state.memory().set(new_id(), {"user_id": "cust-2", "history": [
+            {"role": "user", "content": "bananas please"},
+        ]}, "conversations")
+
+
+def _cold_keys(body: str) -> list[str]:
+    return re.findall(r'<tr class="cold-entry"><td><a href="[^"]+"><code>([^<]+)</code>', body)
+
+
+def test_cold_memory_counts_entries_no_recent_message_would_inject(small_memory: None,
+                                                                   signed_in: FlaskClient) -> None:
+    body = page_text(signed_in.get("/cold"))
+    assert '<strong class="cold-count">2</strong> of 4 live entries' in body
+    assert '<strong class="cold-share">50.0%</strong>' in body
+    assert _cold_keys(body) == ["cherries", "dates"], "assistant text never counts, only user messages"
+    newest_only = page_text(signed_in.get("/cold?n=1"))
+    assert '<strong class="cold-count">3</strong> of 4' in newest_only
+    assert _cold_keys(newest_only) == ["apples", "cherries", "dates"]
+
+
+def test_cold_memory_with_recall_off_is_all_cold(make_app: Callable[..., Flask], small_memory: None) -> None:
+    off = make_app(RECALL_TOP_K=0)
+    client = off.test_client()
+    with off.app_context():
+        from dashboard import accounts
+
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+    sign_in(client)
+    body = page_text(client.get("/cold"))
+    assert '<strong class="cold-count">4</strong> of 4' in body and "Recall is off" in body
+
+
+def _long_conversation(app: Flask) -> tuple[str, list[dict[str, object]]]:
+    with app.app_context():
+        store = ConversationStore(state.engine(), state.settings().table_prefix)
+        summary = max(store.list(limit=100).items, key=lambda c: c.message_count)
+        history = as_history(store.messages(summary.id, limit=1000).items)
+    return summary.id, history
+
+
+def test_compaction_analysis_marks_what_the_compactor_would_summarise(app: Flask, demo: None,
+                                                                      signed_in: FlaskClient) -> None:
+    conversation_id, history = _long_conversation(app)
+    start, boundary = split_history(history)
+    body = page_text(signed_in.get(f"/conversations/{conversation_id}?max_messages=10"))
+    fates = re.findall(r'<li class="message role-\w+ (summarised|kept)"', body)
+    assert fates == ["summarised"] * (boundary - start) + ["kept"] * (len(history) - boundary + start)
+    assert f"{boundary - start} older messages" in body
+    assert "first exceeded at message 11" in body
+    assert body.count("threshold first exceeded here") == 1
+
+
+def test_compaction_analysis_by_tokens(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    conversation_id, history = _long_conversation(app)
+    body = page_text(signed_in.get(f"/conversations/{conversation_id}?max_tokens=200"))
+    assert "The token estimate threshold is exceeded." in body
+    tokens = [int(t) for t in re.findall(r'<span class="tokens">~(\d+) tokens</span>', body)]
+    assert len(tokens) == len(history)
+    running, first = 0, None
+    for position, message in enumerate(history, start=1):
+        running += len((str(message["content"] or "")).encode())
+        if first is None and running // 4 > 200:
+            first = position
+    assert f"first exceeded at message {first}," in body
+
+
+def test_compaction_off_by_default_says_so(app: Flask, demo: None, signed_in: FlaskClient) -> None:
+    conversation_id, _ = _long_conversation(app)
+    body = page_text(signed_in.get(f"/conversations/{conversation_id}"))
+    assert "Compaction is off, so this whole history is sent to the model on every turn." in body
+    assert "summarised" not in body
+
+
+def test_conversation_shows_roles_times_and_tool_calls(app: Flask, demo: None,
+                                                       signed_in: FlaskClient) -> None:
+    body = page_text(signed_in.get("/conversations/?q=Where+is+my+order"))
+    conversation_id = CONVERSATION_LINK.findall(body)[0]
+    detail = page_text(signed_in.get(f"/conversations/{conversation_id}"))
+    assert '<span class="role">tool</span>' in detail and '<span class="role">user</span>' in detail
+    assert "<code>lookup_order</code>" in detail
+    assert "&#34;order_id&#34;" in detail
+    assert re.search(r"<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", detail)
+
+
+def test_memory_pages_work_with_a_driver_other_than_sql(make_app: Callable[..., Flask]) -> None:
+    app = make_app(MEMORY_DRIVER="array")
+    with app.app_context():
+        from dashboard import accounts
+
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+        state.memory().set("greeting", {"text": "hello"}, "notes")
+        state.memory().set("brief", "short-lived", "notes", ttl=60)
+    client = app.test_client()
+    sign_in(client)
+    index = page_text(client.get("/memory/"))
+    assert "read through the memory contract" in index and "<code>notes</code>" in index
+    listing = page_text(client.get("/memory/notes/?q=hello"))
+    assert "greeting" in listing and "brief" not in listing
+    detail = page_text(client.get("/memory/notes/entry?key=greeting"))
+    assert "&#34;text&#34;: &#34;hello&#34;" in detail
+    app.extensions["clawmem.clock"].advance(61)
+    assert client.get("/memory/notes/entry?key=brief").status_code == 404
