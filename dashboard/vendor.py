@@ -31,8 +31,9 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def is_current(path: Path = DESTINATION) -> bool:
-    """Return whether ``path`` already holds the pinned htmx build."""
+def is_current(path: Path | None = None) -> bool:
+    """Return whether ``path`` (default: ``static/vendor/htmx.min.js``) holds the pinned htmx build."""
+    path = path or DESTINATION
     return path.is_file() and sha256_of(path.read_bytes()) == HTMX_SHA256
 
 
@@ -53,12 +54,14 @@ def _pack(npm: str, directory: str) -> Path:
     return tarballs[0]
 
 
-def fetch_htmx(destination: Path = DESTINATION, npm: str = "npm") -> Path:
-    """Put the pinned htmx at ``destination`` (a no-op when it is already there) and return it.
+def fetch_htmx(destination: Path | None = None, npm: str = "npm") -> Path:
+    """Put the pinned htmx at ``destination`` (default: ``static/vendor/htmx.min.js``; a no-op
+    when it is already there) and return it.
 
     Raises :class:`FetchError` when npm is missing, the fetch fails or the checksum differs;
     nothing is written then.
     """
+    destination = destination or DESTINATION
     if is_current(destination):
         return destination
     executable = shutil.which(npm)

@@ -1,0 +1,127 @@
+"""``flask claw demo`` loads realistic data through the real drivers, and the htmx fetch step."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from flask import Flask
+
+from clawmem.clock import FakeClock, now_seconds
+from clawmem.guards import scan
+from clawmem.memory.rules import text_of, ttl_state
+from clawmem.sql.conversations import ConversationStore
+from clawmem.sql.kv import MemoryStore
+from dashboard import state, vendor
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+
+
+def _stores(app: Flask) -> tuple[ConversationStore, MemoryStore]:
+    prefix = app.extensions["clawmem.settings"].table_prefix
+    return (ConversationStore(state.engine(), prefix),
+            MemoryStore(state.engine(), prefix, clock=app.extensions["clawmem.clock"]))
+
+
+def test_demo_has_namespaces_in_every_ttl_state(app: Flask, demo: None, clock: FakeClock) -> None:
+    with app.app_context():
+        _, memory = _stores(app)
+        namespaces = memory.namespaces()
+        rows = [row for n in namespaces for row in memory.entries(n.namespace, limit=500).items]
+    assert len(namespaces) >= 3
+    states = Counter(ttl_state(row.expires_at, now_seconds(clock))[0] for row in rows)
+    assert states["live"] >= 5 and states["expiring"] >= 2 and states["expired"] >= 2
+    emails = [row.key for row in rows if any(f.pattern == "email" for f in scan(text_of(row.value)))]
+    assert emails == ["escalation_contact"]
+
+
+def test_demo_has_thirty_conversations_with_tool_rows_and_two_subjects(app: Flask, demo: None) -> None:
+    with app.app_context():
+        conversations, _ = _stores(app)
+        listed = conversations.list(limit=100).items
+        messages = [m for c in listed for m in conversations.messages(c.id, limit=1000).items]
+        alice = conversations.list(user_id="cust-1001", limit=100).items
+        bob = conversations.list(user_id="cust-2002", limit=100).items
+        alice_text = [m.content or "" for c in alice for m in conversations.messages(c.id).items]
+    assert len(listed) == 30
+    assert {m.role for m in messages} == {"system", "user", "assistant", "tool"}
+    assert any(m.tool_input for m in messages if m.role == "assistant")
+    assert len(alice) >= 4 and len(bob) >= 4
+    assert any("Alice Moreau" in text for text in alice_text)
+    created = sorted(c.created_at for c in listed)
+    assert (created[-1] - created[0]).days >= 14, "conversations spread over weeks"
+    first = conversations.messages(listed[0].id).items
+    assert len({m.created_at for m in first}) > 1, "messages were saved turn by turn"
+
+
+def test_demo_if_new_loads_only_into_a_new_database(make_app: Callable[..., Flask], tmp_path: Path) -> None:
+    fresh = make_app()
+    runner = fresh.test_cli_runner()
+    # make_app created the tables: the database is not new, so nothing is loaded.
+    skipped = runner.invoke(args=["claw", "demo", "--if-new"])
+    assert skipped.exit_code == 0 and "not loaded" in skipped.output
+    with fresh.app_context():
+        assert ConversationStore(state.engine(), state.settings().table_prefix).counts()["conversations"] == 0
+
+
+def test_demo_if_new_loads_into_an_empty_database(make_app: Callable[..., Flask], tmp_path: Path) -> None:
+    app = make_app(DATABASE_URL=f"sqlite:///{tmp_path / 'new.db'}")
+    with app.app_context():
+        from clawmem.sql.schema import drop_tables
+
+        drop_tables(state.engine(), state.settings().table_prefix)
+    result = app.test_cli_runner().invoke(args=["claw", "demo", "--if-new"])
+    assert result.exit_code == 0 and "loaded demo data" in result.output
+
+
+def test_demo_reset_replaces_only_demo_data(app: Flask, demo: None) -> None:
+    with app.app_context():
+        state.memory().set("operator_fact", "kept", "default")
+        state.memory().set("01OWNCONVERSATION00000000", {"title": "real", "history": []}, "conversations")
+    runner = app.test_cli_runner()
+    refused = runner.invoke(args=["claw", "demo", "--reset"])
+    assert refused.exit_code == 1 and "--yes" in refused.output
+    result = runner.invoke(args=["claw", "demo", "--reset", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "removed demo data: 30 conversations" in result.output
+    with app.app_context():
+        conversations, memory = _stores(app)
+        assert conversations.counts()["conversations"] == 31
+        assert memory.entry("default", "operator_fact") is not None
+        assert conversations.get("01OWNCONVERSATION00000000") is not None
+    audit = [json.loads(line) for line in Path(app.instance_path, "audit.log").read_text().splitlines()]
+    assert audit[-1]["command"] == "demo" and audit[-1]["counts"]["conversations"] == 30
+
+
+def test_demo_refuses_when_the_privacy_switch_is_off(make_app: Callable[..., Flask]) -> None:
+    app = make_app(STORE_MESSAGES=False)
+    result = app.test_cli_runner().invoke(args=["claw", "demo"])
+    assert result.exit_code == 1 and "CLAW_STORE_MESSAGES is false" in result.output
+
+
+# -- htmx ------------------------------------------------------------------------------------
+
+
+def test_fetch_without_npm_fails_clearly_and_writes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "vendor" / "htmx.min.js"
+    with pytest.raises(vendor.FetchError, match="npm is not installed"):
+        vendor.fetch_htmx(target, npm="npm-that-does-not-exist")
+    assert not target.exists()
+
+
+def test_a_file_with_other_content_is_not_taken_for_htmx(tmp_path: Path) -> None:
+    target = tmp_path / "htmx.min.js"
+    target.write_text("alert('not htmx')")
+    assert not vendor.is_current(target)
+
+
+def test_the_fetch_step_warns_but_succeeds_unless_strict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(vendor, "DESTINATION", tmp_path / "htmx.min.js")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert vendor.main([]) == 0
+    assert "works without JavaScript" in capsys.readouterr().err
+    assert vendor.main(["--strict"]) == 1
