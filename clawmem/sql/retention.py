@@ -110,20 +110,28 @@ def _delete_batch(
     # the chosen rows are locked by primary key, re-checking the condition in case a writer
     # changed one in between. A writer saving one of them waits for this commit and then
     # finds the conversation gone, so it can never add messages to a deleted conversation.
-    candidates = conn.execute(
-        sa.select(conversations.c.id)
-        .where(conversations.c.namespace == namespace, where)
-        .order_by(column, conversations.c.id)
-        .limit(size)
-    ).scalars().all()
+    candidates = (
+        conn.execute(
+            sa.select(conversations.c.id)
+            .where(conversations.c.namespace == namespace, where)
+            .order_by(column, conversations.c.id)
+            .limit(size)
+        )
+        .scalars()
+        .all()
+    )
     if not candidates:
         return None
-    locked = conn.execute(
-        sa.select(conversations.c.id)
-        .where(conversations.c.id.in_(candidates), where)
-        .order_by(conversations.c.id)
-        .with_for_update()
-    ).scalars().all()
+    locked = (
+        conn.execute(
+            sa.select(conversations.c.id)
+            .where(conversations.c.id.in_(candidates), where)
+            .order_by(conversations.c.id)
+            .with_for_update()
+        )
+        .scalars()
+        .all()
+    )
     if not locked:
         return [], 0  # every candidate changed meanwhile; the next batch selects afresh
     _, deleted_messages = delete_conversations(conn, prefix, locked)

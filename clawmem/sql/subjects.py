@@ -242,9 +242,7 @@ class MemoryRecord:
     updated_at: datetime
 
 
-def iter_memory(
-    engine: Engine, prefix: str, text: str, page_size: int = PAGE_SIZE
-) -> Iterator[MemoryRecord]:
+def iter_memory(engine: Engine, prefix: str, text: str, page_size: int = PAGE_SIZE) -> Iterator[MemoryRecord]:
     """Yield every memory row whose key or value contains ``text``, by namespace then key."""
     memory = tables(prefix).memory
     where = memory_where(prefix, text)
@@ -302,9 +300,11 @@ def delete_memory(engine: Engine, prefix: str, text: str, batch_size: int = 1000
     where = memory_where(prefix, text)
     while True:
         with write_transaction(engine) as conn:
-            candidates = conn.execute(
-                sa.select(memory.c.id).where(where).order_by(memory.c.id).limit(batch_size)
-            ).scalars().all()
+            candidates = (
+                conn.execute(sa.select(memory.c.id).where(where).order_by(memory.c.id).limit(batch_size))
+                .scalars()
+                .all()
+            )
             if not candidates:
                 return
             # Locked by primary key and re-checked: a row a writer changed meanwhile so that it

@@ -174,4 +174,3 @@ def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
         return run  # type: ignore[return-value]
 
     return decorate
-

@@ -107,8 +107,10 @@ def confirm_deletion(question: str, yes: bool, nothing_to_delete: bool = False) 
     if yes:
         return
     if not stdin_is_terminal():
-        raise Refused("refusing to delete without --yes: stdin is not a terminal "
-                      "(add --yes to run unattended, or --dry-run to preview)")
+        raise Refused(
+            "refusing to delete without --yes: stdin is not a terminal "
+            "(add --yes to run unattended, or --dry-run to preview)"
+        )
     if nothing_to_delete:
         return
     click.confirm(question, default=False, abort=True)

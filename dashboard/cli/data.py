@@ -70,7 +70,11 @@ def _batch_size_option(function: Any) -> Any:
 @claw.command("forget")
 @click.argument("key", callback=check_key)
 @click.option(
-    "--namespace", "-n", default="default", show_default=True, callback=check_namespace,
+    "--namespace",
+    "-n",
+    default="default",
+    show_default=True,
+    callback=check_namespace,
     help="The namespace of KEY. In 'conversations', KEY is a conversation id.",
 )
 @deleting_options(listing=None)
@@ -157,8 +161,9 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
     entry.counts = {"keys": 0}
     if dry_run:
         entry.counts = {"keys": total}
-        click.echo(f"would delete {plural(total, 'entry')} of namespace "
-                   f"{namespace!r} (dry run: nothing deleted)")
+        click.echo(
+            f"would delete {plural(total, 'entry')} of namespace {namespace!r} (dry run: nothing deleted)"
+        )
         if verbose:
             for key in _keys(driver, namespace):
                 click.echo(f"  {namespace}/{key}")
@@ -198,8 +203,9 @@ def _flush_conversations(
     confirm_deletion(f"Delete {summary} of namespace {namespace!r}?", yes, counts.conversations == 0)
     batches = delete_in_batches(driver.engine, driver.prefix, where)
     done, messages, _ = run_batches(batches, counts.conversations, entry, verbose, "flushing")
-    click.echo(f"deleted {plural(done, 'conversation')} and {plural(messages, 'message')} "
-               f"of namespace {namespace!r}")
+    click.echo(
+        f"deleted {plural(done, 'conversation')} and {plural(messages, 'message')} of namespace {namespace!r}"
+    )
 
 
 def _list_conversations(engine: sa.engine.Engine, prefix: str, where: Any, by: str) -> None:
@@ -229,8 +235,11 @@ def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
         _print_namespace_counts(expired, "would delete")
         click.echo(f"would delete {plural(total, 'expired entry')} (dry run: nothing deleted)")
         return
-    confirm_deletion(f"Delete {plural(total, 'expired entry')} in {plural(len(expired), 'namespace')}?",
-                     yes, nothing_to_delete=total == 0)
+    confirm_deletion(
+        f"Delete {plural(total, 'expired entry')} in {plural(len(expired), 'namespace')}?",
+        yes,
+        nothing_to_delete=total == 0,
+    )
     deleted = memory.sweep(dry_run=False) if total else {}
     entry.counts = {"expired": sum(deleted.values())}
     _print_namespace_counts(deleted, "deleted")
@@ -258,11 +267,16 @@ def _window(option: Window | None) -> tuple[Window, str]:
 
 @claw.command("prune")
 @click.option(
-    "--older-than", type=WindowType(), default=None,
+    "--older-than",
+    type=WindowType(),
+    default=None,
     help="Delete conversations older than this: <N>d or <N>h. Default: CLAW_RETENTION_DAYS.",
 )
 @click.option(
-    "--by", type=click.Choice(BY_COLUMNS), default="created_at", show_default=True,
+    "--by",
+    type=click.Choice(BY_COLUMNS),
+    default="created_at",
+    show_default=True,
     help="Age by when a conversation started, or by its last activity.",
 )
 @_batch_size_option
@@ -291,8 +305,10 @@ def prune(
     where = older_than_condition(prefix, by, cutoff)
     with engine.connect() as conn:
         counts = count_conversations(conn, prefix, where)
-    click.echo(f"conversations of prefix {prefix!r} with {by} before {describe_cutoff(cutoff)} "
-               f"(older than {window}, from {source})")
+    click.echo(
+        f"conversations of prefix {prefix!r} with {by} before {describe_cutoff(cutoff)} "
+        f"(older than {window}, from {source})"
+    )
     summary = f"{plural(counts.conversations, 'conversation')} and {plural(counts.messages, 'message')}"
     entry.counts = {"conversations": 0, "messages": 0}
     if dry_run:
@@ -304,9 +320,10 @@ def prune(
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=counts.conversations == 0)
     batches = delete_in_batches(engine, prefix, where, order_by=by, batch_size=batch_size)
     done, messages, count = run_batches(batches, counts.conversations, entry, verbose, "pruning")
-    click.echo(f"deleted {plural(done, 'conversation')} and {plural(messages, 'message')} "
-               f"in {plural(count, 'batch')}")
-
+    click.echo(
+        f"deleted {plural(done, 'conversation')} and {plural(messages, 'message')} "
+        f"in {plural(count, 'batch')}"
+    )
 
 
 # -- stats ------------------------------------------------------------------------------------

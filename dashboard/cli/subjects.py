@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -124,15 +125,21 @@ def write_export(out: IO[str], subject: Subject, entry: AuditEntry) -> None:
     so a large history is streamed rather than built in memory; counts go into ``entry``."""
     settings = state.settings()
     generated = datetime.fromtimestamp(state.clock()(), UTC).isoformat()
-    header = {"format": EXPORT_FORMAT, "generated_at": generated, "subject": subject.describe(),
-              "table_prefix": settings.table_prefix}
+    header = {
+        "format": EXPORT_FORMAT,
+        "generated_at": generated,
+        "subject": subject.describe(),
+        "table_prefix": settings.table_prefix,
+    }
     # The header object is left open so the two arrays can follow it, item by item.
     out.write(json.dumps(header, ensure_ascii=False)[:-1] + ',\n"conversations": [')
     entry.counts = {"conversations": 0, "messages": 0, "memory": 0}
     where = conversations_where(settings.table_prefix, subject)
     for conversation in iter_conversations(state.engine(), settings.table_prefix, where):
-        out.write(("\n" if not entry.counts["conversations"] else ",\n")
-                  + json.dumps(_conversation_record(conversation), ensure_ascii=False))
+        out.write(
+            ("\n" if not entry.counts["conversations"] else ",\n")
+            + json.dumps(_conversation_record(conversation), ensure_ascii=False)
+        )
         entry.add("conversations")
         entry.add("messages", len(conversation.messages))
     out.write('\n],\n"memory": [')
@@ -169,8 +176,12 @@ def _export_to_file(path: Path, force: bool, subject: Subject, entry: AuditEntry
 @click.option("--user-id", callback=check_text, help="Everything held about this user id (exact).")
 @click.option("--conversation", callback=check_text, help="One conversation, by id.")
 @click.option("--match", callback=check_text, help="Everything containing this text (exact, case-sensitive).")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write here (mode 0600) instead of stdout.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write here (mode 0600) instead of stdout.",
+)
 @click.option("--force", is_flag=True, help="Replace --output if it already exists.")
 @audited("export", hashed=("user_id", "match"))
 def export(
@@ -197,7 +208,7 @@ def export(
             if count_conversations(conn, settings.table_prefix, where).conversations == 0:
                 raise click.ClickException(f"no conversation with id {subject.conversation_id!r}")
     if output is None:
-        write_export(click.get_text_stream("stdout"), subject, entry)
+        write_export(sys.stdout, subject, entry)
         return
     _export_to_file(output, force, subject, entry)
     click.echo(
@@ -213,8 +224,13 @@ def export(
 @claw.command("erase")
 @click.option("--user-id", callback=check_text, help="Erase this user's conversations (exact user id).")
 @click.option("--match", callback=check_text, help="Erase conversations containing this text (exact).")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
-              help="Conversations (or memory rows) per transaction.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Conversations (or memory rows) per transaction.",
+)
 @deleting_options(listing="Also list the conversation ids and namespace/key pairs that go.")
 @audited("erase", hashed=("user_id", "match"))
 def erase(
@@ -253,8 +269,10 @@ def erase(
         memory_total = len(scanned)
     label = "user id" if user_id is not None else "match"
     click.echo(f"subject: {label} {subject.text!r} (audit log: {subject_hash(subject.text)})")
-    summary = (f"{plural(counts.conversations, 'conversation')}, {plural(counts.messages, 'message')} "
-               f"and {plural(memory_total, 'memory entry')}")
+    summary = (
+        f"{plural(counts.conversations, 'conversation')}, {plural(counts.messages, 'message')} "
+        f"and {plural(memory_total, 'memory entry')}"
+    )
     entry.counts = {"conversations": 0, "messages": 0, "memory": 0}
     if dry_run:
         entry.counts.update(conversations=counts.conversations, messages=counts.messages, memory=memory_total)
@@ -282,5 +300,7 @@ def erase(
             entry.add("memory")
             if verbose:
                 click.echo(f"  deleted memory {namespace}/{key}")
-    click.echo(f"deleted {plural(conversations, 'conversation')}, {plural(messages, 'message')} "
-               f"and {plural(entry.counts['memory'], 'memory entry')}")
+    click.echo(
+        f"deleted {plural(conversations, 'conversation')}, {plural(messages, 'message')} "
+        f"and {plural(entry.counts['memory'], 'memory entry')}"
+    )

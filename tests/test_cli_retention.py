@@ -1,0 +1,507 @@
+"""Retention and removal: ``prune``, ``sweep``, ``flush``, ``forget``, ``stats`` and ``uninstall``
+on every SQL backend, with a fake clock, plus crash safety of ``prune`` under SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clawmem.clock import FakeClock, utc_datetime
+from clawmem.ids import new_id
+from clawmem.memory.file import FileMemory
+from clawmem.memory.sql import SqlMemory
+from clawmem.sql.schema import tables
+from tests.test_cli_basics import (
+    FLASK,
+    add_conversation,
+    audit_lines,
+    build_app,
+    claw,
+    counts,
+    dump,
+    orphans,
+    subprocess_env,
+    url_of,
+    write_app_module,
+)
+
+
+@pytest.fixture
+def app(engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path) -> Flask:
+    return build_app(url_of(engine), prefix, clock, tmp_path / "instance")
+
+
+def _ids(engine: sa.engine.Engine, prefix: str) -> set[str]:
+    table = tables(prefix).conversations
+    with engine.connect() as conn:
+        return {value.rstrip() for value in conn.execute(sa.select(table.c.id)).scalars()}
+
+
+# -- prune ------------------------------------------------------------------------------------
+
+
+def test_prune_deletes_exactly_the_conversations_older_than_the_window(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    now = utc_datetime(clock)
+    old = [add_conversation(engine, prefix, now - timedelta(days=days), messages=3) for days in (400, 91)]
+    just_over = add_conversation(engine, prefix, now - timedelta(days=90, seconds=1), messages=1)
+    at_cutoff = add_conversation(engine, prefix, now - timedelta(days=90), messages=2)
+    young = [add_conversation(engine, prefix, now - timedelta(days=days), messages=4) for days in (89, 0)]
+
+    result = claw(app, "prune", "--older-than", "90d", "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert "deleted 3 conversations and 7 messages in 1 batch" in result.output
+    assert _ids(engine, prefix) == {at_cutoff, *young}
+    assert just_over not in _ids(engine, prefix) and not set(old) & _ids(engine, prefix)
+    assert counts(engine, prefix) == (3, 10, 0) and orphans(engine, prefix) == 0
+
+
+def test_prune_by_updated_at_keeps_conversations_that_are_still_active(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    now = utc_datetime(clock)
+    active = add_conversation(engine, prefix, now - timedelta(days=200), updated_at=now - timedelta(hours=2))
+    idle = add_conversation(engine, prefix, now - timedelta(days=200), updated_at=now - timedelta(days=100))
+
+    assert claw(app, "prune", "--older-than", "24h", "--by", "updated_at", "--yes").exit_code == 0
+    assert _ids(engine, prefix) == {active}
+    assert claw(app, "prune", "--older-than", "1h", "--by", "updated_at", "--yes").exit_code == 0
+    assert _ids(engine, prefix) == set()
+    assert idle and orphans(engine, prefix) == 0
+
+
+def test_prune_dry_run_reports_what_the_real_run_then_deletes(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    now = utc_datetime(clock)
+    for days in range(0, 300, 7):
+        add_conversation(engine, prefix, now - timedelta(days=days), messages=days % 5)
+    before = dump(engine, prefix)
+
+    preview = claw(app, "prune", "--older-than", "30d", "--dry-run", "-v")
+    assert preview.exit_code == 0
+    assert dump(engine, prefix) == before
+    listed = [line.split()[0] for line in preview.output.splitlines() if line.startswith("  ")]
+
+    ids_before = _ids(engine, prefix)
+    real = claw(app, "prune", "--older-than", "30d", "--yes", "--batch-size", "7")
+    assert real.exit_code == 0
+    assert set(listed) == ids_before - _ids(engine, prefix)
+    dry, done = audit_lines(app)
+    assert dry["dry_run"] and not done["dry_run"]
+    assert dry["counts"] == done["counts"] == {"conversations": 38, "messages": 76}
+    assert "batch 6: deleted 3 conversations" in real.output  # 38 in batches of 7
+
+
+def test_prune_falls_back_to_the_configured_retention_days(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", RETENTION_DAYS="10")
+    now = utc_datetime(clock)
+    keep = add_conversation(engine, prefix, now - timedelta(days=9))
+    add_conversation(engine, prefix, now - timedelta(days=11))
+    result = claw(app, "prune", "--yes")
+    assert result.exit_code == 0 and "from CLAW_RETENTION_DAYS" in result.output
+    assert _ids(engine, prefix) == {keep}
+    assert audit_lines(app)[0]["arguments"]["older_than"] == "10d"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ages=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 2000), st.integers(0, 3)), max_size=12),
+    window=st.integers(1, 1500),
+    by=st.sampled_from(["created_at", "updated_at"]),
+    batch=st.integers(1, 5),
+)
+def test_prune_matches_a_model_of_the_window(
+    app: Flask,
+    engine: sa.engine.Engine,
+    prefix: str,
+    clock: FakeClock,
+    ages: list[tuple[int, int, int]],
+    window: int,
+    by: str,
+    batch: int,
+) -> None:
+    with engine.begin() as conn:
+        for table in (tables(prefix).messages, tables(prefix).conversations):
+            conn.execute(sa.delete(table))
+    now = utc_datetime(clock)
+    model = {}
+    for created_hours, idle_hours, messages in ages:
+        created = now - timedelta(hours=created_hours)
+        updated = min(now, created + timedelta(hours=idle_hours))
+        conversation_id = add_conversation(engine, prefix, created, updated_at=updated, messages=messages)
+        model[conversation_id] = created if by == "created_at" else updated
+    cutoff = now - timedelta(hours=window)
+
+    result = claw(app, "prune", "--older-than", f"{window}h", "--by", by, "--batch-size", str(batch), "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert _ids(engine, prefix) == {cid for cid, moment in model.items() if moment >= cutoff}
+    assert orphans(engine, prefix) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql_backend", ["mysql", "postgres"])
+def test_prune_killed_mid_batch_leaves_no_orphans_and_a_second_run_finishes(
+    engine: sa.engine.Engine, prefix: str, tmp_path: Path, sql_backend: str
+) -> None:
+    """SIGKILL while a batch's transaction is open: that batch rolls back whole, earlier
+    batches stay committed, and the next run deletes the rest."""
+    schema = tables(prefix)
+    start = datetime(2000, 1, 1)
+    old_ids = [new_id() for _ in range(3000)]
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(schema.conversations),
+            [
+                {
+                    "id": cid,
+                    "namespace": "conversations",
+                    "user_id": "",
+                    "created_at": start + timedelta(seconds=n),
+                    "updated_at": start + timedelta(seconds=n),
+                }
+                for n, cid in enumerate(old_ids)
+            ],
+        )
+        conn.execute(
+            sa.insert(schema.messages),
+            [
+                {
+                    "id": new_id(),
+                    "conversation_id": cid,
+                    "role": "user",
+                    "content": f"m{k}",
+                    "created_at": start + timedelta(seconds=n),
+                }
+                for n, cid in enumerate(old_ids)
+                for k in range(3)
+            ],
+        )
+    recent = add_conversation(
+        engine, prefix, datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1), messages=5
+    )
+
+    # Hold a lock on one message of the fourth batch (batches of 50, oldest first): the prune
+    # commits three batches, then waits inside the fourth batch's transaction.
+    blocker = engine.connect()
+    blocker.begin()
+    blocker.execute(
+        sa.select(schema.messages.c.id)
+        .where(schema.messages.c.conversation_id == old_ids[170])
+        .with_for_update()
+    ).all()
+
+    instance = tmp_path / "instance"
+    write_app_module(tmp_path, instance)
+    env = subprocess_env(tmp_path, DATABASE_URL=url_of(engine), TABLE_PREFIX=prefix)
+    process = subprocess.Popen(
+        [str(FLASK), "claw", "prune", "--older-than", "1d", "--batch-size", "50", "--yes"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        session = _wait_for_lock_wait(engine, sql_backend, schema.messages.name, process)
+        process.send_signal(signal.SIGKILL)
+        output = process.communicate(timeout=30)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        blocker.rollback()
+        blocker.close()
+    assert process.returncode == -signal.SIGKILL
+    assert "batch 3: deleted 50 conversations and 150 messages (150 of 3000)" in output
+    assert "batch 4" not in output
+    _wait_for_session_end(engine, sql_backend, session)
+
+    assert _ids(engine, prefix) == {*old_ids[150:], recent}
+    assert counts(engine, prefix)[:2] == (2851, 2850 * 3 + 5)
+    assert orphans(engine, prefix) == 0
+    assert (instance / "audit.log").read_text() == ""  # opened first, but a killed run writes no line
+
+    again = subprocess.run(
+        [str(FLASK), "claw", "prune", "--older-than", "1d", "--batch-size", "500", "--yes"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "deleted 2850 conversations and 8550 messages in 6 batches" in again.stdout
+    assert _ids(engine, prefix) == {recent} and counts(engine, prefix)[:2] == (1, 5)
+    assert json.loads((instance / "audit.log").read_text())["counts"] == {
+        "conversations": 2850,
+        "messages": 8550,
+    }
+
+
+def _wait_for_lock_wait(engine: sa.engine.Engine, backend: str, table: str, process: Any) -> Any:
+    """Return the database session id of the prune once it waits for the test's lock."""
+    if backend == "mysql":
+        query = sa.text(
+            "SELECT trx_mysql_thread_id FROM information_schema.innodb_trx "
+            "WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE :pattern"
+        )
+    else:
+        query = sa.text(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE :pattern"
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[0]
+        with engine.connect() as conn:
+            found = conn.execute(query, {"pattern": f"%{table}%"}).scalar()
+        if found is not None:
+            return found
+        # Not shorter: InnoDB refreshes innodb_trx only when it was not read for 0.1 s.
+        time.sleep(0.25)
+    raise AssertionError("the prune never reached the locked batch")
+
+
+def _wait_for_session_end(engine: sa.engine.Engine, backend: str, session: Any) -> None:
+    """Wait until the server has noticed the killed client and rolled its transaction back."""
+    if backend == "mysql":
+        query = sa.text("SELECT COUNT(*) FROM information_schema.processlist WHERE id = :session")
+    else:
+        query = sa.text("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = :session")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            if not conn.execute(query, {"session": session}).scalar():
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"database session {session} of the killed prune never ended")
+
+
+# -- sweep ------------------------------------------------------------------------------------
+
+
+def test_sweep_removes_only_expired_rows_in_every_namespace(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    memory = SqlMemory(engine, prefix, clock=clock)
+    for namespace in ("default", "crm", "a:b"):
+        memory.set("forever", 1, namespace)
+        memory.set("later", 2, namespace, ttl=3600)
+        memory.set("gone", 3, namespace, ttl=10)
+    memory.set("gone-too", 4, "crm", ttl=60)
+    clock.advance(60)  # "gone" expired 50 s ago, "gone-too" expires exactly now
+
+    result = claw(app, "sweep", "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert "a:b: deleted 1" in result.output and "crm: deleted 2" in result.output
+    assert "deleted 4 expired entries" in result.output
+    memory_table = tables(prefix).memory
+    with engine.connect() as conn:
+        left = set(conn.execute(sa.select(memory_table.c.namespace, memory_table.c.lookup_key)).all())
+    assert left == {(ns, key) for ns in ("default", "crm", "a:b") for key in ("forever", "later")}
+    assert audit_lines(app)[0]["counts"] == {"expired": 4}
+
+
+def test_sweep_prunes_every_namespace_file_of_the_file_driver(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    app = build_app(
+        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
+    )
+    files = FileMemory(directory, clock=clock)
+    for namespace in ("default", "crm", "A.b"):
+        files.set("keep", "k", namespace)
+        files.set("drop", "d", namespace, ttl=5)
+    clock.advance(5)
+
+    preview = claw(app, "sweep", "--dry-run")
+    assert "would delete 3 expired entries" in preview.output
+    assert all('"drop"' in path.read_text() for path in directory.glob("*.json"))
+    result = claw(app, "sweep", "--yes")
+
+    assert result.exit_code == 0 and "deleted 3 expired entries" in result.output
+    stored = {path.name: json.loads(path.read_text()) for path in directory.glob("*.json")}
+    assert len(stored) == 3 and all(set(entries) == {"keep"} for entries in stored.values())
+
+
+def test_a_writer_renewing_keys_during_a_sweep_loses_nothing(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    seeded = SqlMemory(engine, prefix, clock=clock)
+    namespaces = [f"ns{n}" for n in range(4)]
+    for namespace in namespaces:
+        for n in range(150):
+            seeded.set(f"k{n}", n, namespace, ttl=10)
+    clock.advance(20)  # all 600 rows are expired now
+    writer = SqlMemory(engine, prefix, clock=clock)
+    written: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        n = 0
+        while not stop.is_set() or n < 40:
+            namespace, key = namespaces[n % 4], f"k{n % 150}" if n % 2 else f"fresh{n}"
+            writer.set(key, "renewed", namespace, ttl=3600)
+            written.append((namespace, key))
+            n += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        result = claw(app, "sweep", "--yes")
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert result.exit_code == 0, result.output
+    assert written
+    for namespace, key in written:
+        assert writer.get(key, namespace) == "renewed", (namespace, key)
+    memory_table = tables(prefix).memory
+    with engine.connect() as conn:
+        left = set(conn.execute(sa.select(memory_table.c.namespace, memory_table.c.lookup_key)).all())
+    assert left == set(written)  # and every other (expired) row is gone
+
+
+# -- forget and flush -------------------------------------------------------------------------
+
+
+def test_forget_deletes_one_key_and_says_whether_it_existed(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    memory = SqlMemory(engine, prefix, clock=clock)
+    memory.set("user:1", "x", "crm")
+    memory.set("user:1", "y")
+    memory.set("old", "z", ttl=1)
+    clock.advance(5)
+
+    first = claw(app, "forget", "user:1", "--namespace", "crm", "--yes")
+    again = claw(app, "forget", "user:1", "--namespace", "crm", "--yes")
+    expired = claw(app, "forget", "old", "--yes")
+
+    assert first.exit_code == again.exit_code == expired.exit_code == 0
+    assert "deleted key 'user:1' in namespace 'crm'" in first.output
+    assert "nothing to delete" in again.output
+    assert "deleted key 'old'" in expired.output  # an expired row still existed, and went
+    assert memory.get("user:1") == "y" and not memory.has("user:1", "crm")
+    assert [line["counts"] for line in audit_lines(app)] == [{"keys": 1}, {"keys": 0}, {"keys": 1}]
+
+
+def test_forget_in_conversations_deletes_the_conversation_and_its_messages(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    now = utc_datetime(clock)
+    gone = add_conversation(engine, prefix, now, messages=4)
+    kept = add_conversation(engine, prefix, now, messages=2)
+    elsewhere = add_conversation(engine, prefix, now, messages=1, namespace="archive")
+
+    result = claw(app, "forget", gone, "--namespace", "conversations", "--yes")
+    other_namespace = claw(app, "forget", elsewhere, "--namespace", "conversations", "--yes")
+
+    assert f"deleted conversation {gone} in namespace 'conversations' and its 4 messages" in result.output
+    assert "nothing to delete" in other_namespace.output
+    assert _ids(engine, prefix) == {kept, elsewhere} and counts(engine, prefix)[:2] == (2, 3)
+
+
+def test_flush_empties_one_namespace_and_counts_expired_rows_too(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    memory = SqlMemory(engine, prefix, clock=clock)
+    for n in range(5):
+        memory.set(f"k{n}", n, "crm", ttl=None if n else 1)
+        memory.set(f"k{n}", n, "crm2")
+    clock.advance(10)
+    preview = claw(app, "flush", "--namespace", "crm", "--dry-run", "-v")
+    result = claw(app, "flush", "--namespace", "crm", "--yes")
+    assert "would delete 5 entries of namespace 'crm'" in preview.output and "  crm/k0" in preview.output
+    assert "deleted 5 entries of namespace 'crm'" in result.output
+    assert memory.all("crm") == {} and len(memory.all("crm2")) == 5
+
+
+def test_flush_of_conversations_goes_in_batches_and_leaves_other_namespaces(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    now = utc_datetime(clock)
+    for _ in range(3):
+        add_conversation(engine, prefix, now, messages=2)
+    archived = add_conversation(engine, prefix, now, messages=1, namespace="archive")
+    result = claw(app, "flush", "--namespace", "conversations", "--yes")
+    assert "deleted 3 conversations and 6 messages of namespace 'conversations'" in result.output
+    assert _ids(engine, prefix) == {archived} and orphans(engine, prefix) == 0
+
+
+# -- stats and uninstall ----------------------------------------------------------------------
+
+
+def test_stats_reports_the_three_tables_with_their_rows(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    for _ in range(3):
+        add_conversation(engine, prefix, utc_datetime(clock), messages=4)
+    SqlMemory(engine, prefix, clock=clock).set("k", "v" * 5000)
+
+    result = claw(app, "stats", "--json")
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert [(t["table"], t["rows"]) for t in document["tables"]] == [
+        (f"{prefix}phpclaw_conversations", 3),
+        (f"{prefix}phpclaw_messages", 12),
+        (f"{prefix}phpclaw_memory", 1),
+    ]
+    assert all(t["exists"] and t["bytes"] and t["bytes"] >= 4096 for t in document["tables"])
+    table = claw(app, "stats").output
+    assert f"{prefix}phpclaw_messages" in table and " 12 " in table and "KiB" in table
+
+
+def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    app = build_app(
+        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
+    )
+    FileMemory(directory, clock=clock).set("k", "v", "a:b")
+    add_conversation(engine, prefix, utc_datetime(clock), messages=2)
+
+    preview = claw(app, "uninstall", "--files", "--dry-run", "-v")
+    assert "would drop 3 tables holding 3 rows and remove 2 files" in preview.output
+    result = claw(app, "uninstall", "--files", "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert not set(sa.inspect(engine).get_table_names()) & {
+        f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory")
+    }
+    assert not directory.exists()
+    assert audit_lines(app)[-1]["counts"] == {"tables": 3, "rows": 3, "files": 2}
+    assert "0 tables" in claw(app, "uninstall", "--yes").output
+
+
+def test_uninstall_refuses_a_file_directory_holding_foreign_files(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    directory.mkdir()
+    (directory / "notes.txt").write_text("mine")
+    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", FILE_DIR=str(directory))
+    result = claw(app, "uninstall", "--files", "--yes")
+    assert result.exit_code == 1 and "notes.txt" in result.output
+    assert (directory / "notes.txt").exists()
+    assert f"{prefix}phpclaw_memory" in sa.inspect(engine).get_table_names()
