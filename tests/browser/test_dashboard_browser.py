@@ -1,0 +1,161 @@
+"""The dashboard in a real headless Chromium, with htmx fetched the way ``make run`` fetches it.
+
+Debian's ``chromium`` runs through Playwright's ``executable_path``. Without it (or without npm
+for htmx) these tests skip locally with the reason, and fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from playwright.sync_api import expect, sync_playwright
+from werkzeug.serving import make_server
+
+from clawmem.ids import new_id
+from clawmem.sql.schema import tables
+from dashboard import state, vendor
+from tests.conftest import IN_CI
+from tests.dashboard_helpers import ADMIN, PASSWORD
+
+pytest_plugins = ["tests.dashboard_fixtures"]
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Debian Chromium driven by Playwright (never a downloaded browser)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        _unavailable(f"{CHROMIUM} is missing: apt-get install chromium")
+    try:
+        vendor.fetch_htmx()
+    except vendor.FetchError as exc:
+        _unavailable(f"htmx could not be fetched for the browser tests: {exc}")
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def server(app: Flask, demo: None, admin: tuple[str, str]) -> Iterator[str]:
+    """The app with demo data, served by a real HTTP server on a free port; yields its base URL."""
+    http = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{http.port}"
+    http.shutdown()
+    thread.join(timeout=10)
+    http.server_close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A signed-in browser tab; fails the test if the page reports a CSP violation or a JS error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    problems: list[str] = []
+    tab.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: problems.append(str(error)))
+    tab.goto(f"{server}/")
+    assert tab.url.startswith(f"{server}/login")
+    tab.fill("input[name=username]", ADMIN)
+    tab.fill("input[name=password]", PASSWORD)
+    tab.click("button[type=submit]")
+    tab.wait_for_url(f"{server}/")
+    assert tab.evaluate("typeof htmx") == "object", "htmx must be served from static/vendor"
+    yield tab
+    context.close()
+    assert problems == [], problems
+
+
+def _shot(tab: Any, name: str, full_page: bool = True) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    tab.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+
+def test_overview_and_memory_render(page: Any, server: str) -> None:
+    assert page.inner_text("h1") == "Overview"
+    assert "expired but not yet swept" in page.inner_text("main")
+    _shot(page, "overview")
+    page.click("nav >> text=Memory")
+    page.wait_for_url(f"{server}/memory/")
+    page.click("text=default")
+    page.wait_for_url(f"{server}/memory/default/")
+    assert page.locator("span.tag.expired").count() >= 2
+    assert page.locator("span.tag.expiring").count() >= 2
+    _shot(page, "memory")
+
+
+def test_open_a_conversation_with_its_compaction_analysis(page: Any, server: str) -> None:
+    page.click("nav >> text=Conversations")
+    page.wait_for_url(f"{server}/conversations/")
+    page.fill("input[name=q]", "large office order")
+    page.wait_for_selector("text=Planning a large office order")
+    page.click("text=Planning a large office order")
+    page.wait_for_selector("ol.messages")
+    page.fill("input[name=max_messages]", "10")
+    page.click("text=Analyse")
+    page.wait_for_selector("li.message.summarised")
+    assert page.locator("li.message.summarised").count() > 0
+    assert page.locator("li.message.kept").count() > 0
+    _shot(page, "conversation", full_page=False)
+
+
+def test_preview_updates_while_typing(page: Any, server: str) -> None:
+    page.goto(f"{server}/preview")
+    page.evaluate("window.stillTheSamePage = true")
+    page.click("#preview-message")
+    page.keyboard.type("my parcel arrived damaged, who handles delivery complaints?", delay=15)
+    # Locator waits, not wait_for_function: the CSP rightly blocks the eval that one needs.
+    expect(page.locator("#preview-result pre.augmented")).to_contain_text("escalation_contact")
+    assert page.evaluate("window.stillTheSamePage") is True, "the result must arrive without a page load"
+    assert "The PII guard would block this turn." in page.inner_text("#preview-result")
+    assert "message=my%20parcel" in page.url, "the address bar keeps the preview shareable"
+    _shot(page, "preview")
+    page.fill("#preview-message", "")
+    page.keyboard.type("gift wrapping", delay=15)
+    augmented = page.locator("#preview-result pre.augmented")
+    expect(augmented).not_to_contain_text("escalation_contact")
+    expect(augmented).to_contain_text("gift_wrapping")
+
+
+def test_load_more_appends_conversations_in_place(app: Flask, page: Any, server: str) -> None:
+    start = datetime(2023, 1, 1)
+    rows = [{"id": new_id(), "namespace": "conversations", "user_id": "cust-9", "title": f"Older #{n}",
+             "created_at": start + timedelta(minutes=n), "updated_at": start + timedelta(minutes=n)}
+            for n in range(100)]
+    with app.app_context(), state.engine().begin() as conn:
+        conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
+    page.goto(f"{server}/conversations/")
+    page.evaluate("window.stillTheSamePage = true")
+    body_rows = "#conversation-results tbody tr:not(.more)"
+    assert page.locator(body_rows).count() == 50
+    page.click("#conversations-more a")
+    expect(page.locator(body_rows)).to_have_count(100)
+    page.click("#conversations-more a")
+    expect(page.locator(body_rows)).to_have_count(130)
+    expect(page.locator("#conversations-more")).to_have_count(0)
+    assert page.evaluate("window.stillTheSamePage") is True
+    titles = page.locator(f"{body_rows} td:first-child").all_inner_texts()
+    assert len(set(titles[30:])) == 100 and titles[30] == "Older #99" and titles[-1] == "Older #0"
