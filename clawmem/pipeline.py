@@ -8,6 +8,10 @@ What is saved is the un-compacted history plus the new messages: compaction only
 is sent to the provider, so a summary never replaces stored messages. The augmented text is
 never saved either; recall happens afresh each turn. Nothing is saved when a guard blocks or
 the provider fails.
+
+``conversation.saved`` fires once per saved turn: from the conversations store when it emits
+the event itself (SqlConversationMemory does), otherwise from the pipeline. A write held back
+by the privacy switch saved nothing and is announced only as ``memory.write`` with ``gated``.
 """
 
 from __future__ import annotations

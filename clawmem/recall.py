@@ -11,7 +11,12 @@ The augmented text has this exact shape when at least one entry is injected::
 
 The *memory block* is the header line plus the ``- key: value`` lines, each with its own
 trailing ``\\n``; the blank line and the ``[User message]`` part are not part of the block.
-The block is at most ``max_recall_bytes`` UTF-8 bytes.
+The block is at most ``max_recall_bytes`` UTF-8 bytes. Lines are added in rank order; the
+first line that does not fit ends the block (smaller, lower-ranked lines are not tried). If
+the very first line does not fit it is cut at a character boundary so that the block,
+newline included, fills the cap exactly or one to three bytes short of it; a cap too small to
+hold the header and one character injects nothing. With nothing injected, or ``top_k=0``, the
+message is returned byte-identical.
 """
 
 from __future__ import annotations
