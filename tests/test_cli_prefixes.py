@@ -1,5 +1,6 @@
-"""Multi-site: two prefixes in one database, like ``wp_`` and ``wp_2_``. Every data command run
-with one prefix leaves the other prefix's three tables byte-identical."""
+"""The three tables of a prefix: ``stats``, ``uninstall``, and multi-site. With two prefixes in
+one database, like ``wp_`` and ``wp_2_``, every data command run with one prefix leaves the other
+prefix's three tables byte-identical."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import sqlalchemy as sa
 from flask import Flask
 
 from clawmem.clock import FakeClock, utc_datetime
+from clawmem.memory.file import FileMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import create_tables, drop_tables
-from tests.test_cli_basics import add_conversation, build_app, claw, counts, dump, url_of
+from tests.test_cli_basics import add_conversation, audit_lines, build_app, claw, counts, dump, url_of
 
 
 @pytest.fixture
@@ -94,3 +96,65 @@ def test_every_command_on_one_prefix_leaves_the_other_byte_identical(
     assert changed == [False, False, True, True, True, True, True, True, False]
     assert f"{prefix}phpclaw_memory" not in sa.inspect(engine).get_table_names()
     assert f"{second_site}phpclaw_memory" in sa.inspect(engine).get_table_names()
+
+
+# -- stats and uninstall ----------------------------------------------------------------------
+
+
+def test_stats_reports_the_three_tables_with_their_rows(
+    site: Flask, engine: sa.engine.Engine, prefix: str, second_site: str, clock: FakeClock
+) -> None:
+    for _ in range(3):
+        add_conversation(engine, prefix, utc_datetime(clock), messages=4)
+    SqlMemory(engine, prefix, clock=clock).set("k", "v" * 5000)
+
+    _stock(engine, second_site, clock)  # the other site's rows are not counted
+
+    result = claw(site, "stats", "--json")
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert [(t["table"], t["rows"]) for t in document["tables"]] == [
+        (f"{prefix}phpclaw_conversations", 3),
+        (f"{prefix}phpclaw_messages", 12),
+        (f"{prefix}phpclaw_memory", 1),
+    ]
+    assert all(t["exists"] and t["bytes"] and t["bytes"] >= 4096 for t in document["tables"])
+    table = claw(site, "stats").output
+    assert f"{prefix}phpclaw_messages" in table and " 12 " in table and "KiB" in table
+
+
+def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    app = build_app(
+        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
+    )
+    FileMemory(directory, clock=clock).set("k", "v", "a:b")
+    add_conversation(engine, prefix, utc_datetime(clock), messages=2)
+
+    preview = claw(app, "uninstall", "--files", "--dry-run", "-v")
+    assert "would drop 3 tables holding 3 rows and remove 2 files" in preview.output
+    result = claw(app, "uninstall", "--files", "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert not set(sa.inspect(engine).get_table_names()) & {
+        f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory")
+    }
+    assert not directory.exists()
+    assert audit_lines(app)[-1]["counts"] == {"tables": 3, "rows": 3, "files": 2}
+    assert "0 tables" in claw(app, "uninstall", "--yes").output
+
+
+def test_uninstall_refuses_a_file_directory_holding_foreign_files(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    directory.mkdir()
+    (directory / "notes.txt").write_text("mine")
+    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", FILE_DIR=str(directory))
+    result = claw(app, "uninstall", "--files", "--yes")
+    assert result.exit_code == 1 and "notes.txt" in result.output
+    assert (directory / "notes.txt").exists()
+    assert f"{prefix}phpclaw_memory" in sa.inspect(engine).get_table_names()

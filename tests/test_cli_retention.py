@@ -1,5 +1,5 @@
-"""Retention and removal: ``prune``, ``sweep``, ``flush``, ``forget``, ``stats`` and ``uninstall``
-on every SQL backend, with a fake clock, plus crash safety of ``prune`` under SIGKILL."""
+"""Retention and removal: ``prune``, ``sweep``, ``flush`` and ``forget`` on every SQL backend,
+with a fake clock, plus crash safety of ``prune`` under SIGKILL."""
 
 from __future__ import annotations
 
@@ -445,63 +445,3 @@ def test_flush_of_conversations_goes_in_batches_and_leaves_other_namespaces(
     result = claw(app, "flush", "--namespace", "conversations", "--yes")
     assert "deleted 3 conversations and 6 messages of namespace 'conversations'" in result.output
     assert _ids(engine, prefix) == {archived} and orphans(engine, prefix) == 0
-
-
-# -- stats and uninstall ----------------------------------------------------------------------
-
-
-def test_stats_reports_the_three_tables_with_their_rows(
-    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
-) -> None:
-    for _ in range(3):
-        add_conversation(engine, prefix, utc_datetime(clock), messages=4)
-    SqlMemory(engine, prefix, clock=clock).set("k", "v" * 5000)
-
-    result = claw(app, "stats", "--json")
-
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.output)
-    assert [(t["table"], t["rows"]) for t in document["tables"]] == [
-        (f"{prefix}phpclaw_conversations", 3),
-        (f"{prefix}phpclaw_messages", 12),
-        (f"{prefix}phpclaw_memory", 1),
-    ]
-    assert all(t["exists"] and t["bytes"] and t["bytes"] >= 4096 for t in document["tables"])
-    table = claw(app, "stats").output
-    assert f"{prefix}phpclaw_messages" in table and " 12 " in table and "KiB" in table
-
-
-def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
-    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
-) -> None:
-    directory = tmp_path / "files"
-    app = build_app(
-        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
-    )
-    FileMemory(directory, clock=clock).set("k", "v", "a:b")
-    add_conversation(engine, prefix, utc_datetime(clock), messages=2)
-
-    preview = claw(app, "uninstall", "--files", "--dry-run", "-v")
-    assert "would drop 3 tables holding 3 rows and remove 2 files" in preview.output
-    result = claw(app, "uninstall", "--files", "--yes")
-
-    assert result.exit_code == 0, result.output
-    assert not set(sa.inspect(engine).get_table_names()) & {
-        f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory")
-    }
-    assert not directory.exists()
-    assert audit_lines(app)[-1]["counts"] == {"tables": 3, "rows": 3, "files": 2}
-    assert "0 tables" in claw(app, "uninstall", "--yes").output
-
-
-def test_uninstall_refuses_a_file_directory_holding_foreign_files(
-    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
-) -> None:
-    directory = tmp_path / "files"
-    directory.mkdir()
-    (directory / "notes.txt").write_text("mine")
-    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", FILE_DIR=str(directory))
-    result = claw(app, "uninstall", "--files", "--yes")
-    assert result.exit_code == 1 and "notes.txt" in result.output
-    assert (directory / "notes.txt").exists()
-    assert f"{prefix}phpclaw_memory" in sa.inspect(engine).get_table_names()
