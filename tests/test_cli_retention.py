@@ -392,6 +392,10 @@ def test_forget_deletes_one_key_and_says_whether_it_existed(
     memory.set("old", "z", ttl=1)
     clock.advance(5)
 
+    preview = claw(app, "forget", "user:1", "--namespace", "crm", "--dry-run")
+    missing = claw(app, "forget", "nobody", "--dry-run")
+    assert "would delete key 'user:1' in namespace 'crm'" in preview.output
+    assert missing.exit_code == 0 and "nothing to delete: no key 'nobody'" in missing.output
     first = claw(app, "forget", "user:1", "--namespace", "crm", "--yes")
     again = claw(app, "forget", "user:1", "--namespace", "crm", "--yes")
     expired = claw(app, "forget", "old", "--yes")
@@ -401,7 +405,11 @@ def test_forget_deletes_one_key_and_says_whether_it_existed(
     assert "nothing to delete" in again.output
     assert "deleted key 'old'" in expired.output  # an expired row still existed, and went
     assert memory.get("user:1") == "y" and not memory.has("user:1", "crm")
-    assert [line["counts"] for line in audit_lines(app)] == [{"keys": 1}, {"keys": 0}, {"keys": 1}]
+    assert [line["counts"] for line in audit_lines(app)] == [{"keys": 1}, {"keys": 0}] + [
+        {"keys": 1},
+        {"keys": 0},
+        {"keys": 1},
+    ]
 
 
 def test_forget_in_conversations_deletes_the_conversation_and_its_messages(

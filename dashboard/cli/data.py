@@ -18,6 +18,7 @@ from clawmem import events
 from clawmem.clock import utc_datetime
 from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
+from clawmem.memory.wrappers import sweep_any
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.kv import MemoryStore
 from clawmem.sql.retention import (
@@ -96,15 +97,16 @@ def forget(entry: AuditEntry, key: str, namespace: str, dry_run: bool, yes: bool
         name = what = f"key {key!r} in namespace {namespace!r}"
         counts = {"keys": int(exists)}
     entry.counts = dict.fromkeys(counts, 0)
-    if not exists:
-        confirm_deletion("", yes, nothing_to_delete=True)
-        click.echo(f"nothing to delete: no {name}")
-        return
     if dry_run:
         entry.counts = counts
-        click.echo(f"would delete {what} (dry run: nothing deleted)")
+        click.echo(
+            f"would delete {what} (dry run: nothing deleted)" if exists else f"nothing to delete: no {name}"
+        )
         return
-    confirm_deletion(f"Delete {what}?", yes)
+    confirm_deletion(f"Delete {what}?", yes, nothing_to_delete=not exists)
+    if not exists:
+        click.echo(f"nothing to delete: no {name}")
+        return
     memory.forget(key, namespace)
     entry.counts = counts
     click.echo(f"deleted {what}")
@@ -220,7 +222,7 @@ def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
     Prints the count per namespace. Live entries are never touched.
     """
     memory = state.memory()
-    expired = memory.sweep(dry_run=True)
+    expired = sweep_any(memory, dry_run=True)
     total = sum(expired.values())
     entry.counts = {"expired": 0}
     if dry_run:
@@ -233,7 +235,7 @@ def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
         yes,
         nothing_to_delete=total == 0,
     )
-    deleted = memory.sweep(dry_run=False) if total else {}
+    deleted = sweep_any(memory, dry_run=False) if total else {}
     entry.counts = {"expired": sum(deleted.values())}
     _print_namespace_counts(deleted, "deleted")
     click.echo(f"deleted {plural(sum(deleted.values()), 'expired entry')}")
@@ -299,7 +301,7 @@ def prune(
     with engine.connect() as conn:
         counts = count_conversations(conn, prefix, where)
     click.echo(
-        f"conversations of prefix {prefix!r} with {by} before {describe_cutoff(cutoff)} "
+        f"pruning conversations of prefix {prefix!r} whose {by} is before {describe_cutoff(cutoff)} "
         f"(older than {window}, from {source})"
     )
     summary = f"{plural(counts.conversations, 'conversation')} and {plural(counts.messages, 'message')}"
