@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
+from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.file import FileMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import tables
@@ -105,6 +106,55 @@ def test_prune_dry_run_reports_what_the_real_run_then_deletes(
     assert dry["dry_run"] and not done["dry_run"]
     assert dry["counts"] == done["counts"] == {"conversations": 38, "messages": 76}
     assert "batch 6: deleted 3 conversations" in real.output  # 38 in batches of 7
+
+
+def test_prune_racing_a_writer_that_appends_messages_leaves_no_orphans(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    conversations = SqlConversationMemory(engine, prefix, clock=clock)
+    started = (utc_datetime(clock) - timedelta(days=100)).isoformat()
+    ids = [new_id() for _ in range(120)]
+    for conversation_id in ids:
+        payload = {
+            "title": "t",
+            "user_id": "u",
+            "created_at": started,
+            "history": [{"role": "user", "content": "0"}],
+        }
+        conversations.set(conversation_id, payload, "conversations")
+    stop, appended = threading.Event(), [0]
+
+    def append() -> None:
+        # A live agent saving turns into conversations that the prune is deleting meanwhile.
+        n = 0
+        while not stop.is_set() or n < 30:
+            conversation_id = ids[(n * 7) % len(ids)]
+            payload = conversations.get(conversation_id, "conversations") or {
+                "title": "t",
+                "user_id": "u",
+                "created_at": started,
+                "history": [],
+            }
+            payload["history"].append({"role": "assistant", "content": str(n)})
+            conversations.set(conversation_id, payload, "conversations")
+            appended[0] += 1
+            n += 1
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        result = claw(app, "prune", "--older-than", "30d", "--batch-size", "5", "--yes")
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert result.exit_code == 0, result.output
+    assert appended[0] >= 30 and orphans(engine, prefix) == 0
+    # Whatever the writer saved after its conversation went is a whole conversation again.
+    for conversation_id in _ids(engine, prefix):
+        stored = conversations.get(conversation_id, "conversations")
+        assert stored is not None and stored["history"]
+    assert claw(app, "prune", "--older-than", "30d", "--yes").exit_code == 0
+    assert counts(engine, prefix)[:2] == (0, 0)
 
 
 def test_prune_falls_back_to_the_configured_retention_days(

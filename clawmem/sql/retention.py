@@ -8,6 +8,7 @@ killed at any moment leaves no orphan messages and the next run finishes the job
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -78,6 +79,25 @@ def iter_conversation_ids(
     )
     for conversation_id, moment in result:
         yield conversation_id.rstrip(), moment
+
+
+@contextlib.contextmanager
+def batch_transaction(engine: Engine) -> Iterator[Connection]:
+    """Yield a connection inside one write transaction for a deletion batch.
+
+    On MariaDB/MySQL it runs at READ COMMITTED, as PostgreSQL does by default: InnoDB then
+    locks only the rows deleted, not the gaps after them, so a batch never blocks an agent
+    inserting new messages elsewhere, and cannot deadlock with one. Writers lock a
+    conversation row before adding to it, and the batch has locked its rows first.
+    """
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        with write_transaction(engine) as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="READ COMMITTED")
+        with conn.begin():
+            yield conn
 
 
 @dataclass(frozen=True)
@@ -159,7 +179,7 @@ def delete_in_batches(
     for namespace in _namespaces(engine, prefix, where):
         while True:
             started = time.perf_counter()
-            with write_transaction(engine) as conn:
+            with batch_transaction(engine) as conn:
                 outcome = _delete_batch(conn, prefix, where, namespace, order_by, batch_size)
             if outcome is None:
                 break

@@ -24,7 +24,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from clawmem.sql.conversations import StoredMessage, load_messages
-from clawmem.sql.engine import write_transaction
+from clawmem.sql.retention import batch_transaction
 from clawmem.sql.schema import tables
 
 PAGE_SIZE = 200
@@ -299,7 +299,7 @@ def delete_memory(engine: Engine, prefix: str, text: str, batch_size: int = 1000
     memory = tables(prefix).memory
     where = memory_where(prefix, text)
     while True:
-        with write_transaction(engine) as conn:
+        with batch_transaction(engine) as conn:
             candidates = (
                 conn.execute(sa.select(memory.c.id).where(where).order_by(memory.c.id).limit(batch_size))
                 .scalars()
