@@ -28,8 +28,11 @@ from clawmem.clock import Clock, utc_datetime
 from clawmem.compaction import CompactionResult, ExtractiveSummarizer, HistoryCompactor
 from clawmem.guards import Guard, GuardFinding, PiiGuard
 from clawmem.ids import new_id
+from clawmem.memory.conversations import validate_conversation_id
+from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter, driver_name
+from clawmem.settings import Settings
 
 CONVERSATIONS = "conversations"
 TITLE_CHARS = 80
@@ -91,6 +94,19 @@ class Claw:
         self.guards: list[Guard] = [PiiGuard()] if guards is None else list(guards)
         self.clock = clock
 
+    @classmethod
+    def from_settings(cls, settings: Settings, provider: Provider, clock: Clock = time.time) -> Claw:
+        """Return a Claw on :func:`clawmem.open_memory` with recall and compaction as configured.
+
+        Compaction summarises locally (:class:`ExtractiveSummarizer`), so no content leaves the host.
+        """
+        memory = open_memory(settings, clock)
+        augmenter = MessageAugmenter(memory, settings.recall_top_k, settings.recall_namespace)
+        compactor = HistoryCompactor(
+            ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens
+        )
+        return cls(memory, provider, augmenter, compactor, clock=clock)
+
     def send(self, message: str, conversation_id: str | None = None, user_id: str = "") -> Reply:
         """Run one turn and return the reply.
 
@@ -100,6 +116,8 @@ class Claw:
         """
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, got {type(message).__name__}")
+        if conversation_id is not None:
+            validate_conversation_id(conversation_id)  # before the provider is paid for a turn
         run_id = new_id()
         with events.run_context(run_id):
             conversation_id = conversation_id or new_id()

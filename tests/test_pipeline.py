@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from clawmem import events
 from clawmem.clock import FakeClock
 from clawmem.compaction import HistoryCompactor, ProviderSummarizer
-from clawmem.errors import GuardBlocked, ProviderError
+from clawmem.errors import GuardBlocked, InvalidKey, ProviderError
 from clawmem.guards import GuardFinding, PiiGuard
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.conversations import SqlConversationMemory
@@ -252,3 +252,32 @@ def test_title_from_message() -> None:
     assert title_from("\n  Hello there  \nsecond line") == "Hello there"
     assert title_from("   ") is None
     assert title_from("x" * 200) == "x" * 79 + "…"
+
+
+def test_a_bad_conversation_id_is_refused_before_the_provider_is_called(
+    array_store: PrivacyAwareMemory, clock: FakeClock
+) -> None:
+    provider = EchoProvider()
+    with pytest.raises(InvalidKey, match="conversation id"):
+        Claw(array_store, provider, clock=clock).send("hello", "not a valid id!")
+    assert provider.calls == 0
+
+
+def test_claw_from_settings_uses_the_configured_recall_and_compaction(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    settings = Settings(
+        instance_path=str(tmp_path),
+        memory_driver="array",
+        recall_top_k=1,
+        recall_namespace="facts",
+        compact_max_messages=2,
+    )
+    create_tables(engine_for(settings.database_url))
+    claw = Claw.from_settings(settings, EchoProvider(), clock=clock)
+    claw.memory.set("tea", "green tea", namespace="facts")
+    claw.memory.set("tea_time", "tea at five", namespace="facts")
+    first = claw.send("tea?")
+    assert [d.key for d in first.augment.decisions if d.status == "injected"] == ["tea"]
+    second = claw.send("more tea?", first.conversation_id)
+    assert second.compaction.fired and second.compaction.provider_calls == 0

@@ -74,13 +74,19 @@ def _created_at(key: str, value: Any) -> datetime | None:
     return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
+def validate_conversation_id(key: object) -> str:
+    """Return ``key`` if it can name a conversation (1-26 of A-Z a-z 0-9 _ -); else raise ``InvalidKey``."""
+    if not isinstance(key, str) or not _CONVERSATION_ID.fullmatch(key):
+        raise InvalidKey(f"conversation id {key!r} must be 1-26 characters from A-Z a-z 0-9 _ -")
+    return key
+
+
 def parse_conversation(key: str, payload: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Conversation:
     """Return the validated payload; raise ``TypeError``/``ValueError`` naming the conversation.
 
     Each message's content (and tool input) may hold up to ``max_bytes`` UTF-8 bytes.
     """
-    if not _CONVERSATION_ID.fullmatch(key):
-        raise InvalidKey(f"conversation id {key!r} must be 1-26 characters from A-Z a-z 0-9 _ -")
+    validate_conversation_id(key)
     if not isinstance(payload, dict):
         raise TypeError(f"conversation {key!r}: the payload must be a dict, got {type(payload).__name__}")
     unknown = set(payload) - set(PAYLOAD_FIELDS)
