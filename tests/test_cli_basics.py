@@ -322,7 +322,9 @@ def test_a_terminal_is_asked_and_no_means_nothing_is_deleted(tmp_path: Path, ans
 # -- bad input --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("window", ["90x", "-5d", "0d", "d", "5", "1.5d", "90 days", ""])
+@pytest.mark.parametrize(
+    "window", ["90x", "-5d", "0d", "d", "5", "1.5d", "90 days", "", "99999999999d", "876001h", "٣d"]
+)
 def test_a_malformed_window_is_a_usage_error(
     sqlite_app: Flask, clock: FakeClock, prefix: str, window: str
 ) -> None:
@@ -338,6 +340,13 @@ def test_a_malformed_window_is_a_usage_error(
 def test_prune_without_any_window_says_how_to_give_one(sqlite_app: Flask) -> None:
     result = claw(sqlite_app, "prune", "--yes")
     assert_one_line_error(result, 2, "--older-than", "CLAW_RETENTION_DAYS")
+
+
+def test_a_configured_window_beyond_the_calendar_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+    app = build_app(
+        f"sqlite:///{tmp_path / 'c.db'}", "", clock, tmp_path / "instance", RETENTION_DAYS="99999999"
+    )
+    assert_one_line_error(claw(app, "prune", "--yes"), 2, "CLAW_RETENTION_DAYS", "longest retention window")
 
 
 @pytest.mark.parametrize(

@@ -25,16 +25,18 @@ from clawmem.sql.schema import drop_tables, tables
 BY_COLUMNS = ("created_at", "updated_at")
 _WINDOW = re.compile(r"([0-9]+)([dh])")
 _UNITS = {"d": "days", "h": "hours"}
+MAX_WINDOW = timedelta(days=36_500)  # a century; beyond it the cutoff would leave the calendar
 
 
 def parse_window(text: str) -> timedelta:
-    """Return a retention window written ``<N>d`` (days) or ``<N>h`` (hours), N >= 1.
-
-    Raises ``ValueError`` with the accepted form for anything else (``90x``, ``-5d``, ``0d``).
-    """
+    """Return a retention window written ``<N>d`` (days) or ``<N>h`` (hours), 1 <= N, at most a
+    century. Raises ``ValueError`` with the accepted form for anything else (``90x``, ``-5d``, ``0d``)."""
     found = _WINDOW.fullmatch(text.strip()) if isinstance(text, str) else None
+    rule = "use <N>d or <N>h with N >= 1, for example 90d"
     if found is None or int(found[1]) == 0:
-        raise ValueError(f"{text!r} is not a retention window: use <N>d or <N>h with N >= 1, for example 90d")
+        raise ValueError(f"{text!r} is not a retention window: {rule}")
+    if int(found[1]) > MAX_WINDOW.days * (24 if found[2] == "h" else 1):
+        raise ValueError(f"{text!r} is longer than the longest retention window, {MAX_WINDOW.days}d")
     return timedelta(**{_UNITS[found[2]]: int(found[1])})
 
 
@@ -321,8 +323,3 @@ def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:
     present = [stats.name for stats in existing_tables(engine, prefix)]
     drop_tables(engine, prefix)
     return present
-
-
-def describe_cutoff(cutoff: datetime) -> str:
-    """Return a naive UTC cutoff as ``YYYY-MM-DD HH:MM:SS UTC`` for people to read."""
-    return f"{cutoff:%Y-%m-%d %H:%M:%S} UTC"

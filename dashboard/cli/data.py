@@ -8,7 +8,6 @@ the audit log. Commands touch only the tables of the configured ``CLAW_TABLE_PRE
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Any
 
 import click
@@ -25,8 +24,8 @@ from clawmem.sql.retention import (
     BY_COLUMNS,
     count_conversations,
     delete_in_batches,
-    describe_cutoff,
     iter_conversation_ids,
+    parse_window,
 )
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import tables
@@ -257,7 +256,10 @@ def _window(option: Window | None) -> tuple[Window, str]:
         raise click.UsageError(
             "no retention window: pass --older-than (for example 90d) or set CLAW_RETENTION_DAYS"
         )
-    return Window(f"{days}d", timedelta(days=days)), "CLAW_RETENTION_DAYS"
+    try:
+        return Window(f"{days}d", parse_window(f"{days}d")), "CLAW_RETENTION_DAYS"
+    except ValueError as exc:
+        raise click.UsageError(f"CLAW_RETENTION_DAYS: {exc}") from None
 
 
 @claw.command("prune")
@@ -301,7 +303,7 @@ def prune(
     with engine.connect() as conn:
         counts = count_conversations(conn, prefix, where)
     click.echo(
-        f"pruning conversations of prefix {prefix!r} whose {by} is before {describe_cutoff(cutoff)} "
+        f"pruning conversations of prefix {prefix!r} whose {by} is before {cutoff:%Y-%m-%d %H:%M:%S} UTC "
         f"(older than {window}, from {source})"
     )
     summary = f"{plural(counts.conversations, 'conversation')} and {plural(counts.messages, 'message')}"
