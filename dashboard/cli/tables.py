@@ -26,12 +26,11 @@ def human_bytes(size: int | None) -> str:
     """Return ``size`` as ``512 B``, ``1.5 KiB``, ``12.0 MiB``...; ``n/a`` for ``None``."""
     if size is None:
         return "n/a"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    value, unit = float(size), 0
+    while value >= 1024 and unit < len(units) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{size} B" if unit == 0 else f"{value:.1f} {units[unit]}"
 
 
 @claw.command("stats")
