@@ -29,7 +29,7 @@ from clawmem.memory.rules import (
     validate_prefix,
 )
 from clawmem.sql import conversations as sql
-from clawmem.sql.engine import describe_error, write_transaction
+from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 
 ROLES = ("system", "user", "assistant", "tool")
 PAYLOAD_FIELDS = ("title", "user_id", "metadata", "created_at", "history")
@@ -211,10 +211,10 @@ class SqlConversationMemory(BaseMemory):
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         conversation = parse_conversation(key, json.loads(encoded), self.max_value_bytes)
         try:
-            self._save(key, conversation, namespace)
+            retry_deadlocks(lambda: self._save(key, conversation, namespace))
         except sa.exc.IntegrityError:
             # Two first saves of one new id raced; the loser now finds the row and extends it.
-            self._save(key, conversation, namespace)
+            retry_deadlocks(lambda: self._save(key, conversation, namespace))
 
     def _save(self, key: str, conversation: Conversation, namespace: str) -> None:
         stamp = utc_datetime(self.clock)
@@ -223,7 +223,9 @@ class SqlConversationMemory(BaseMemory):
             fields = {
                 "title": conversation.title,
                 "user_id": conversation.user_id,
-                "metadata": None if conversation.metadata is None else json.dumps(conversation.metadata),
+                "metadata": None
+                if conversation.metadata is None
+                else json.dumps(conversation.metadata, ensure_ascii=False),
                 "updated_at": stamp,
             }
             if row is None:

@@ -12,9 +12,7 @@ from clawmem.clock import Clock
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, validate_prefix
 from clawmem.sql import kv
-from clawmem.sql.engine import describe_error, write_transaction
-
-_DEADLOCK_RETRIES = 5
+from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 
 
 class SqlMemory(BaseMemory):
@@ -44,17 +42,12 @@ class SqlMemory(BaseMemory):
         return (False, None) if encoded is None else (True, decode_value(encoded))
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
-        for attempt in range(_DEADLOCK_RETRIES):
-            try:
-                with write_transaction(self.engine) as conn:
-                    kv.upsert_entry(conn, self.prefix, namespace, key, encoded, expires_at, self.clock)
-                return
-            except sa.exc.OperationalError as exc:
-                # InnoDB may pick a concurrent upsert of the same key as a deadlock victim
-                # (error 1213); the statement is idempotent, so running it again is safe.
-                code = getattr(exc.orig, "args", [None])[0]
-                if code != 1213 or attempt == _DEADLOCK_RETRIES - 1:
-                    raise
+        # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
+        def upsert() -> None:
+            with write_transaction(self.engine) as conn:
+                kv.upsert_entry(conn, self.prefix, namespace, key, encoded, expires_at, self.clock)
+
+        retry_deadlocks(upsert)
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
         with write_transaction(self.engine) as conn:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, make_url
 
 _WRITE = "clawmem_write"
+_T = TypeVar("_T")
+_RETRIES = 5
+_MYSQL_DEADLOCK = 1213
+_POSTGRES_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -65,3 +69,24 @@ def describe_error(exc: BaseException) -> str:
     if original is not None:
         return f"{type(original).__name__}: {original}".splitlines()[0]
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Return whether ``exc`` is a deadlock the database resolved by rolling this transaction back."""
+    original = getattr(exc, "orig", None)
+    if getattr(original, "sqlstate", None) in _POSTGRES_RETRYABLE:
+        return True
+    args = getattr(original, "args", ())
+    return bool(args) and args[0] == _MYSQL_DEADLOCK
+
+
+def retry_deadlocks(operation: Callable[[], _T]) -> _T:
+    """Run ``operation`` (one whole transaction) again when the database picked it as a deadlock
+    victim; the rollback undid it entirely, so a rerun is safe."""
+    for attempt in range(_RETRIES):
+        try:
+            return operation()
+        except sa.exc.DBAPIError as exc:
+            if not is_deadlock(exc) or attempt == _RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
