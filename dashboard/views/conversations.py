@@ -58,8 +58,9 @@ def index() -> str:
     filters = _filters()
     since, until = _day("since"), _day("until")
     cursor = text_arg("cursor", 500) or None
+    store = conversation_store()
     try:
-        page = conversation_store().list(
+        page = store.list(
             limit=PAGE_SIZE,
             cursor=cursor,
             user_id=filters.get("user_id"),
@@ -81,10 +82,9 @@ def index() -> str:
             "conversations-more": "conversations/_rows.html",
         },
         filters=filters,
-        namespaces=conversation_store().namespaces(),
+        namespaces=store.namespaces(),
         rows=[_summary_row(conversation) for conversation in page.items],
         more_url=more_url,
-        first_page=cursor is None,
     )
 
 

@@ -136,7 +136,6 @@ def namespace(namespace: str) -> str:
         rows=rows,
         more_url=more_url,
         sql=store is not None,
-        first_page=not cursor,
     )
 
 

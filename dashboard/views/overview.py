@@ -36,6 +36,7 @@ def _deletion_commands(store: MemoryStore | None) -> list[str]:
         namespaces = [n.namespace for n in store.namespaces()]
     else:
         namespaces = state.memory().namespaces()
+    namespaces = [name for name in namespaces if name != "conversations"]
     commands = ["flask claw flush --namespace conversations --dry-run"]
     commands += [f"flask claw flush --namespace {name} --dry-run" for name in namespaces[:MAX_LISTED]]
     if len(namespaces) > MAX_LISTED:

@@ -23,7 +23,7 @@ from dashboard.views.rendering import (
     render_page,
     text_arg,
 )
-from dashboard.views.stores import conversation_store, memory_store
+from dashboard.views.stores import conversation_store
 
 bp = Blueprint("recall", __name__)
 
@@ -64,8 +64,8 @@ def _namespace_arg() -> str:
 
 
 def _namespace_choices(selected: str) -> list[str]:
-    store = memory_store()
-    names = [n.namespace for n in store.namespaces()] if store is not None else state.memory().namespaces()
+    # Names only (no per-state counts): the drivers answer this from an index.
+    names = [name for name in state.memory().namespaces() if name != "conversations"]
     return sorted({*names, state.settings().recall_namespace, selected})
 
 

@@ -1,0 +1,211 @@
+"""Server time of the dashboard's busiest pages on a large install. Never part of the test suite.
+
+Loads 1,000,000 messages in 50,000 conversations and 100,000 memory entries (``--scale`` shrinks
+all three) with bulk inserts into the three tables of a prefix of its own, then times, with the
+Flask test client and a signed-in session: the conversations list (first page and a page deep
+in the keyset), one conversation, a namespace's memory list, and the injection preview. Prints
+the median and p95 milliseconds of each. Memory entries spread over 20 namespaces, so the
+preview's namespace (``default``) holds a twentieth of them.
+
+    .venv/bin/python -m bench.dashboard [--backends sqlite,mysql] [--scale 1.0] [--runs 30] [--depth 100]
+
+MariaDB/MySQL: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import random
+import re
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Flask
+from flask.testing import FlaskClient
+
+from clawmem.ids import new_id
+from clawmem.memory.rules import encode_value
+from clawmem.sql.engine import engine_for
+from clawmem.sql.schema import create_tables, drop_tables, tables
+from dashboard import accounts, create_app
+
+DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+CONVERSATIONS, MESSAGES_PER_CONVERSATION, ENTRIES = 50_000, 20, 100_000
+NAMESPACES = 20
+BATCH = 10_000
+PASSWORD = "bench password long enough"
+PREVIEW_MESSAGE = "my+parcel+is+late+where+is+my+refund"
+WORDS = ["order", "parcel", "refund", "invoice", "delivery", "warranty", "discount", "address", "courier",
+         "jacket", "chair", "kettle", "weekend", "tracking", "payment", "voucher", "express", "return",
+         "damaged", "colour", "size", "leeds", "warehouse"]
+
+
+def _sentence(chooser: random.Random, words: int) -> str:
+    return " ".join(chooser.choice(WORDS) for _ in range(words)).capitalize() + "."
+
+
+def _batches(rows: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> tuple[int, int, int]:
+    """Bulk-insert the data set; return (conversations, messages, memory entries)."""
+    schema = tables(prefix)
+    chooser = random.Random(11)
+    conversations = max(1, int(CONVERSATIONS * scale))
+    entries = max(NAMESPACES, int(ENTRIES * scale))
+    start = now - timedelta(days=365)
+
+    def conversation_rows() -> Iterator[dict[str, Any]]:
+        for number in range(conversations):
+            created = start + timedelta(seconds=number * 600 + chooser.randint(0, 300))
+            yield {"id": new_id(), "namespace": "conversations", "user_id": f"cust-{number % 4000}",
+                   "title": _sentence(chooser, 4), "metadata": None, "created_at": created,
+                   "updated_at": created + timedelta(minutes=30)}
+
+    ids: list[tuple[str, datetime]] = []
+    with engine.begin() as conn:
+        for batch in _batches(conversation_rows()):
+            conn.execute(sa.insert(schema.conversations), batch)
+            ids += [(row["id"], row["created_at"]) for row in batch]
+
+    def message_rows() -> Iterator[dict[str, Any]]:
+        for conversation_id, created in ids:
+            for position in range(MESSAGES_PER_CONVERSATION):
+                role = ("user", "assistant", "tool", "assistant")[position % 4]
+                yield {"id": new_id(), "conversation_id": conversation_id, "role": role,
+                       "content": _sentence(chooser, chooser.randint(8, 40)),
+                       "tool_name": "lookup_order" if role == "tool" else None,
+                       "tool_input": '{"order_id": "A-1"}' if role == "tool" else None,
+                       "created_at": created + timedelta(seconds=position * 20)}
+
+    with engine.begin() as conn:
+        for batch in _batches(message_rows()):
+            conn.execute(sa.insert(schema.messages), batch)
+
+    def memory_rows() -> Iterator[dict[str, Any]]:
+        expiry = int(now.timestamp())
+        for number in range(entries):
+            namespace = "default" if number % NAMESPACES == 0 else f"ns{number % NAMESPACES:02}"
+            key = f"fact_{number:07}"
+            value = _sentence(chooser, chooser.randint(6, 20))
+            expires_at = None if number % 3 else expiry + chooser.randint(-86400, 86400)
+            yield {"id": new_id(), "namespace": namespace, "lookup_key": key,
+                   "value": encode_value(key, value), "metadata": None, "expires_at": expires_at,
+                   "created_at": now, "updated_at": now}
+
+    with engine.begin() as conn:
+        for batch in _batches(memory_rows()):
+            conn.execute(sa.insert(schema.memory), batch)
+    return conversations, conversations * MESSAGES_PER_CONVERSATION, entries
+
+
+def _signed_in(app: Flask) -> FlaskClient:
+    client = app.test_client()
+    with app.app_context():
+        accounts.create_admin("bench", PASSWORD, time.time())
+    login = client.get("/login").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', login)
+    assert token
+    form = {"csrf_token": token.group(1), "username": "bench", "password": PASSWORD}
+    response = client.post("/login", data=form)
+    assert response.status_code == 302, "bench sign-in failed"
+    return client
+
+
+def _deep_url(client: FlaskClient, depth: int) -> str:
+    url = "/conversations/"
+    for _ in range(depth):
+        body = client.get(url).get_data(as_text=True)
+        found = re.search(r'id="conversations-more".*?href="([^"]+)"', body, re.S)
+        if not found:
+            break
+        url = html.unescape(found.group(1))
+    return url
+
+
+def _time(client: FlaskClient, url: str, runs: int) -> tuple[float, float]:
+    client.get(url)  # warm caches and the connection pool
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        response = client.get(url)
+        samples.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, (url, response.status_code)
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(round(0.95 * (len(samples) - 1))))]
+
+
+@contextmanager
+def _database(backend: str) -> Iterator[str]:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as directory:
+            yield f"sqlite:///{directory}/bench.db"
+    else:
+        yield os.environ.get("CLAW_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
+
+
+def run(backend: str, scale: float, runs: int, depth: int, report: Callable[[str], None]) -> None:
+    """Load the data set on ``backend``, time the pages and print one table row per page."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}_"
+    with _database(backend) as url, tempfile.TemporaryDirectory() as instance:
+        engine = engine_for(url)
+        create_tables(engine, prefix)
+        try:
+            started = time.perf_counter()
+            now = datetime.now().replace(microsecond=0)
+            conversations, messages, entries = load(engine, prefix, scale, now)
+            report(f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
+                   f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s")
+            app = create_app({"DATABASE_URL": url, "TABLE_PREFIX": prefix}, instance_path=instance)
+            client = _signed_in(app)
+            listing = client.get("/conversations/").get_data(as_text=True)
+            first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
+            assert first_conversation
+            deep = _deep_url(client, depth)
+            pages = {
+                "conversations, first page": "/conversations/",
+                f"conversations, page {depth + 1} (keyset)": deep,
+                "one conversation (20 messages)": first_conversation.group(1),
+                "memory list, namespace default": "/memory/default/",
+                "injection preview, namespace default": f"/preview?message={PREVIEW_MESSAGE}",
+            }
+            for name, page in pages.items():
+                median, p95 = _time(client, page, runs)
+                report(f"| {backend} | {name} | {median:.1f} | {p95:.1f} |")
+        finally:
+            drop_tables(engine, prefix)
+            engine.dispose()
+
+
+def main() -> None:
+    """Parse the options and run every backend asked for."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="sqlite,mysql")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full data set to load")
+    parser.add_argument("--runs", type=int, default=30, help="timed requests per page")
+    parser.add_argument("--depth", type=int, default=100, help="cursor pages followed for the deep page")
+    options = parser.parse_args()
+    print("| backend | page | median ms | p95 ms |\n|---|---|---|---|")
+    for backend in options.backends.split(","):
+        run(backend.strip(), options.scale, options.runs, options.depth, print)
+
+
+if __name__ == "__main__":
+    main()
