@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from flask import Flask
@@ -24,9 +25,18 @@ def _create_own_tables() -> None:
                 conn.execute(CreateIndex(index, if_not_exists=True))
 
 
+def _private_file(path: Path) -> None:
+    # Password hashes and session records: readable by the app's user only.
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
+
+
 def init_app(app: Flask) -> None:
-    """Bind the extensions; the account database defaults to ``<instance>/dashboard.db``."""
-    app.config.setdefault("SQLALCHEMY_DATABASE_URI", f"sqlite:///{Path(app.instance_path) / 'dashboard.db'}")
+    """Bind the extensions; the account database defaults to ``<instance>/dashboard.db`` (mode 0600)."""
+    default = Path(app.instance_path) / "dashboard.db"
+    app.config.setdefault("SQLALCHEMY_DATABASE_URI", f"sqlite:///{default}")
+    if app.config["SQLALCHEMY_DATABASE_URI"] == f"sqlite:///{default}":
+        _private_file(default)
     if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
         # Workers share the file: wait for a writer's lock instead of failing at once.
         app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", {"connect_args": {"timeout": 30}})

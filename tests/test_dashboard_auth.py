@@ -191,8 +191,10 @@ def test_passwords_are_kept_only_as_argon2id_hashes_outside_the_data_tables(
     assert not any(name.startswith("dashboard_") for name in data_tables)
 
 
-def test_the_accounts_database_lives_in_the_instance_folder(app: Flask) -> None:
-    assert app.config["SQLALCHEMY_DATABASE_URI"] == f"sqlite:///{Path(app.instance_path) / 'dashboard.db'}"
+def test_the_accounts_database_lives_in_the_instance_folder_with_mode_0600(app: Flask) -> None:
+    accounts_db = Path(app.instance_path) / "dashboard.db"
+    assert app.config["SQLALCHEMY_DATABASE_URI"] == f"sqlite:///{accounts_db}"
+    assert stat.S_IMODE(os.stat(accounts_db).st_mode) == 0o600
 
 
 # -- the CLI -----------------------------------------------------------------------------------
