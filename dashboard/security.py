@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flask import Flask, Request, Response, abort, request, session
 from flask.sessions import SecureCookieSessionInterface
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 SECRET_KEY_FILE = "secret_key"
 CSRF_SESSION_KEY = "csrf"
@@ -81,8 +82,22 @@ def _add_headers(response: Response) -> Response:
     return response
 
 
+def trust_proxies(app: Flask, hops: object) -> None:
+    """Believe ``hops`` reverse proxies' X-Forwarded-For/-Proto/-Host (config ``TRUSTED_PROXIES``).
+
+    Off by default: without a proxy in front, a client could forge its address and dodge the
+    sign-in rate limit. Behind one, every client would otherwise share the proxy's address.
+    """
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
+        raise ValueError(f"TRUSTED_PROXIES must be a whole number of proxies (0 = none), got {hops!r}")
+    if hops:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)  # type: ignore[method-assign]
+
+
 def init_app(app: Flask) -> None:
-    """Configure the secret key and session cookie, and add the security headers to every response."""
+    """Configure the secret key, session cookie and trusted proxies, and add the security headers
+    to every response."""
+    trust_proxies(app, app.config.get("TRUSTED_PROXIES", 0))
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = load_or_create_secret_key(app.instance_path)
     app.config["SESSION_COOKIE_HTTPONLY"] = True

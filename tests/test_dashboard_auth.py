@@ -165,6 +165,19 @@ def test_the_session_cookie_is_secure_over_https(client: FlaskClient, admin: tup
     assert "Secure" in response.headers["Set-Cookie"]
 
 
+def test_forwarded_headers_count_only_behind_a_trusted_proxy(make_app: Callable[..., Flask],
+                                                            admin: tuple[str, str]) -> None:
+    direct = make_app().test_client()
+    for _ in range(accounts.MAX_FAILURES_PER_ACCOUNT):
+        direct.environ_base["HTTP_X_FORWARDED_FOR"] = f"203.0.113.{_}"  # a forged, changing address
+        sign_in(direct, ADMIN, "wrong password here")
+    assert sign_in(direct, ADMIN, PASSWORD).status_code == 429, "forged addresses must not dodge the limit"
+    proxied = make_app(TRUSTED_PROXIES=1).test_client()
+    proxied.environ_base.update(HTTP_X_FORWARDED_FOR="198.51.100.9", HTTP_X_FORWARDED_PROTO="https")
+    response = sign_in(proxied, ADMIN, PASSWORD)
+    assert response.status_code == 302 and "Secure" in response.headers["Set-Cookie"]
+
+
 def test_the_secret_key_is_made_once_with_mode_0600(make_app: Callable[..., Flask]) -> None:
     first, second = make_app(), make_app()
     key_file = Path(first.instance_path) / "secret_key"
