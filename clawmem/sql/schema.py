@@ -70,6 +70,8 @@ def tables(prefix: str = "") -> Tables:
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Column("updated_at", _datetime(), nullable=False),
         sa.Index(f"{prefix}phpclaw_conv_ns_created", "namespace", "created_at"),
+        # Serves the newest-first listing without a sort of the whole table.
+        sa.Index(f"{prefix}phpclaw_conv_created", "created_at", "id"),
         sa.Index(f"{prefix}phpclaw_conv_user_ns_updated", "user_id", "namespace", "updated_at"),
         **options,
     )

@@ -23,6 +23,6 @@ def init_db() -> None:
 
 def init_app(app: Flask) -> None:
     """Register the ``claw`` command group."""
-    from dashboard.cli import data, subjects, tables  # noqa: F401  (they add their commands to ``claw``)
+    from dashboard.cli import admin, data, subjects, tables  # noqa: F401  (they add their commands to ``claw``)
 
     app.cli.add_command(claw)
