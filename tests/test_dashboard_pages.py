@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 
 from clawmem.settings import Settings
 from clawmem.sql.conversations import ConversationStore
+from clawmem.sql.kv import MemoryStore
 from dashboard import accounts, state
 from dashboard.security import CONTENT_SECURITY_POLICY
 from dashboard.views.settings import deletion_commands, shown_value
@@ -292,6 +293,7 @@ def test_overview_shows_what_was_stored_before_the_switch_went_off(make_app: Cal
     with off.app_context():
         accounts.create_admin("admin", "correct horse battery staple", 0)
         counts = ConversationStore(state.engine(), state.settings().table_prefix).counts()
+        memory_rows = MemoryStore(state.engine(), state.settings().table_prefix).counts()["total"]
     client = off.test_client()
     sign_in(client)
     body = page_text(client.get("/"))
@@ -299,6 +301,8 @@ def test_overview_shows_what_was_stored_before_the_switch_went_off(make_app: Cal
     assert f"<strong>{counts['conversations']}</strong> conversations" in body
     assert f"<strong>{counts['messages']}</strong> messages" in body
     assert "newest activity 20" in body
+    assert f"<strong>{memory_rows}</strong> memory rows" in body
+    assert "newest write 20" in body
     assert "flask claw flush --namespace conversations --dry-run" in body
     assert "flask claw flush --namespace default --dry-run" in body
 

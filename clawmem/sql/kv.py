@@ -188,6 +188,11 @@ class MemoryStore:
             "expired": sum(n.expired for n in found),
         }
 
+    def newest(self) -> datetime | None:
+        """Return the latest ``updated_at`` of any row (the newest write), or ``None``."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(sa.func.max(self.table.c.updated_at))).scalar()
+
     def entries(
         self,
         namespace: str,

@@ -68,6 +68,7 @@ def index() -> str:
         "messages": counts["messages"],
         "memory_rows": rows[schema.memory.name] if store is not None else None,
         "newest": format_time(newest),
+        "memory_newest": format_time(store.newest()) if store is not None else None,
         "commands": [] if settings.store_messages else _deletion_commands(store),
     }
     return render_page(
