@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -192,6 +193,12 @@ def plan_memory_block(
         text = text_of(value)
         scored.append((key, text, _score_folded(words, f"{key} {text}".casefold())))
     scored.sort(key=lambda item: (-item[2], item[0]))
+    return _plan(scored, top_k, max_bytes)
+
+
+def _plan(
+    scored: list[tuple[str, str, int]], top_k: int, max_bytes: int
+) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
     hit_count = sum(1 for item in scored if item[2] > 0)
     used = utf8_len(MEMORY_HEADER)
     lines: list[tuple[str, str]] = []
@@ -230,6 +237,33 @@ def plan_memory_block(
     return lines, decisions
 
 
+def injection_counts(
+    messages: Iterable[str], entries: Mapping[str, Any], top_k: int, max_bytes: int = DEFAULT_MAX_RECALL_BYTES
+) -> Counter[str]:
+    """Return, per key, how many of ``messages`` would inject the entry (as :func:`plan_memory_block`).
+
+    The entries are tokenised once into a word index, so many messages cost little more than one.
+    """
+    texts = {key: text_of(value) for key, value in entries.items()}
+    index: dict[str, list[str]] = defaultdict(list)
+    for key, text in texts.items():
+        for word in set(_WORD.findall(f"{key} {text}".casefold())):
+            index[word].append(key)
+    counts: Counter[str] = Counter()
+    if top_k <= 0:
+        return counts
+    for message in messages:
+        scores: Counter[str] = Counter()
+        for word in set(keywords(message)):
+            scores.update(index.get(word, ()))
+        hits = sorted(
+            ((key, texts[key], points) for key, points in scores.items()), key=lambda h: (-h[2], h[0])
+        )
+        lines, _ = _plan(hits, top_k, max_bytes)
+        counts.update(key for key, _ in lines)
+    return counts
+
+
 def render_memory_text(message: str, lines: list[tuple[str, str]]) -> tuple[str, list[Span]]:
     """Return the memory-augmented text and its spans; ``message`` unchanged when no lines."""
     if not lines:
@@ -263,7 +297,9 @@ class MessageAugmenter:
     """Injects the best-matching memory entries (and skills) into a user message.
 
     Reads the whole namespace once per turn (``all()``) so that the report can account for
-    every entry; a backend failure skips recall for the turn instead of failing it.
+    every entry; a backend failure skips recall for the turn instead of failing it. With
+    ``announce=False`` (previews of turns that never happen) it emits no ``memory.search`` or
+    ``memory.recalled`` events.
     """
 
     def __init__(
@@ -273,6 +309,7 @@ class MessageAugmenter:
         namespace: str = "default",
         skills: SkillRegistry | None = None,
         max_recall_bytes: int = DEFAULT_MAX_RECALL_BYTES,
+        announce: bool = True,
     ) -> None:
         for name, number in (("top_k", top_k), ("max_recall_bytes", max_recall_bytes)):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
@@ -282,6 +319,7 @@ class MessageAugmenter:
         self.namespace = validate_namespace(namespace)
         self.skills = skills
         self.max_recall_bytes = max_recall_bytes
+        self.announce = announce
 
     def augment(self, message: str) -> AugmentResult:
         """Return the augmented text and its report. Never raises for a memory backend failure."""
@@ -299,7 +337,8 @@ class MessageAugmenter:
                 log.warning("memory recall skipped for namespace %s: %s", self.namespace, error)
             else:
                 lines, decisions = plan_memory_block(message, entries, self.top_k, self.max_recall_bytes)
-                self._emit(decisions, lines)
+                if self.announce:
+                    self._emit(decisions, lines)
         block_bytes = utf8_len(MEMORY_HEADER) + sum(utf8_len(line) for _, line in lines) if lines else 0
         text, spans = render_memory_text(message, lines)
         skill_decisions: list[SkillDecision] = []

@@ -21,7 +21,9 @@ from clawmem.recall import (
     TRUNCATED,
     ZERO_OVERLAP,
     MessageAugmenter,
+    injection_counts,
     keywords,
+    plan_memory_block,
     rank,
     score,
 )
@@ -403,3 +405,42 @@ def test_duplicate_skill_names_are_refused(tmp_path: Path) -> None:
     (tmp_path / "t.md").write_text("# tone\n", encoding="utf-8")
     with pytest.raises(ValueError, match="more than once"):
         registry.load_directory(tmp_path)
+
+
+WORDS = st.sampled_from(["ship", "order", "refund", "parcel", "delay", "well-known", "café", "Ship", "x"])
+
+
+@given(
+    entries=st.dictionaries(
+        st.text(alphabet="abcdefgh_", min_size=1, max_size=6),
+        st.lists(WORDS, max_size=5).map(" ".join) | st.lists(WORDS, max_size=3),
+        max_size=12,
+    ),
+    messages=st.lists(st.lists(WORDS, max_size=4).map(" ".join), max_size=6),
+    top_k=st.integers(0, 4),
+    max_bytes=st.integers(60, 200),
+)
+def test_injection_counts_equal_one_plan_per_message(
+    entries: dict[str, object], messages: list[str], top_k: int, max_bytes: int
+) -> None:
+    expected: dict[str, int] = {}
+    for message in messages:
+        if top_k == 0:
+            break
+        lines, _ = plan_memory_block(message, entries, top_k, max_bytes)
+        for key, _ in lines:
+            expected[key] = expected.get(key, 0) + 1
+    assert dict(injection_counts(messages, entries, top_k, max_bytes)) == expected
+
+
+def test_a_preview_augmenter_announces_nothing() -> None:
+    memory = ArrayMemory()
+    memory.set("shipping", "orders ship daily")
+    seen: list[dict[str, object]] = []
+    events.on("*", seen.append)
+    try:
+        result = MessageAugmenter(memory, announce=False).augment("when do orders ship")
+    finally:
+        events.off("*", seen.append)
+    assert result.injected_keys == ["shipping"]
+    assert {event["event"] for event in seen} == {"memory.read"}

@@ -5,7 +5,6 @@ Both run the real :class:`clawmem.MessageAugmenter`; nothing here scores or rank
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
@@ -13,7 +12,7 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.errors import InvalidNamespace
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import encode_value, validate_namespace
-from clawmem.recall import MessageAugmenter
+from clawmem.recall import MessageAugmenter, injection_counts
 from dashboard import state
 from dashboard.views.rendering import (
     format_bytes,
@@ -37,22 +36,6 @@ STATUS_WORDS = {
     "cut_top_k": "cut: top-k",
     "cut_byte_cap": "cut: byte budget",
 }
-
-
-class NamespaceSnapshot:
-    """One namespace read once, answering ``all()`` for many augmentations in one request."""
-
-    name = "snapshot"
-
-    def __init__(self, namespace: str, entries: dict[str, Any]) -> None:
-        self.namespace = namespace
-        self.entries = entries
-
-    def all(self, namespace: str) -> dict[str, Any]:
-        """Return the snapshot's entries (only for the namespace it was read from)."""
-        if namespace != self.namespace:
-            raise LookupError(f"this snapshot holds namespace {self.namespace!r}, not {namespace!r}")
-        return self.entries
 
 
 def _namespace_arg() -> str:
@@ -81,7 +64,9 @@ def preview() -> str:
     decisions: list[dict[str, Any]] = []
     more_url = None
     if message.strip():
-        augmenter = MessageAugmenter(state.memory(), top_k=settings.recall_top_k, namespace=namespace)
+        augmenter = MessageAugmenter(
+            state.memory(), top_k=settings.recall_top_k, namespace=namespace, announce=False
+        )
         result = augmenter.augment(message)
         findings = PiiGuard(block=True).find(result)
         shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
@@ -128,11 +113,7 @@ def cold() -> str:
     offset = offset_from_cursor(text_arg("cursor", 200))
     messages = conversation_store().recent_user_messages(count)
     entries = state.memory().all(namespace)
-    augmenter = MessageAugmenter(NamespaceSnapshot(namespace, entries), top_k=settings.recall_top_k,
-                                 namespace=namespace)
-    injections: Counter[str] = Counter()
-    for message in messages:
-        injections.update(augmenter.augment(message.content or "").injected_keys)
+    injections = injection_counts((m.content or "" for m in messages), entries, settings.recall_top_k)
     sizes = {key: len(encode_value(key, value).encode("utf-8")) for key, value in entries.items()}
     cold_keys = [key for key in entries if key not in injections]
     cold_bytes = sum(sizes[key] for key in cold_keys)
