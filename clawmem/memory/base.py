@@ -39,6 +39,21 @@ class MemoryHit:
     score: int
 
 
+def emit_write(
+    driver: str, namespace: str, key: str, encoded: str, ttl: int | None, gated: bool = False
+) -> None:
+    """Emit ``memory.write`` for a write of ``encoded`` (its size only; never the value)."""
+    events.emit(
+        "memory.write",
+        driver=driver,
+        namespace=namespace,
+        key=key,
+        bytes=len(encoded.encode("utf-8")),
+        ttl=ttl,
+        gated=gated,
+    )
+
+
 class MemoryInterface(abc.ABC):
     """The six-method key/value contract."""
 
@@ -157,15 +172,7 @@ class BaseMemory(SearchableMemory):
         now = self._now()
         expires_at = None if ttl is None else now + ttl
         self._call("set", self._set, key, encoded, namespace, expires_at, now)
-        events.emit(
-            "memory.write",
-            driver=self.name,
-            namespace=namespace,
-            key=key,
-            bytes=len(encoded.encode("utf-8")),
-            ttl=ttl,
-            gated=False,
-        )
+        emit_write(self.name, namespace, key, encoded, ttl)
 
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         validate_key(key)

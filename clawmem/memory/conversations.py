@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from clawmem import events
-from clawmem.clock import Clock, utc_datetime
+from clawmem.clock import utc_datetime
 from clawmem.errors import InvalidKey
-from clawmem.memory.base import BaseMemory
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     check_size,
     encode_value,
-    validate_prefix,
 )
+from clawmem.memory.sql import SqlBackedMemory
 from clawmem.sql import conversations as sql
-from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
+from clawmem.sql.engine import retry_deadlocks, write_transaction
 
 ROLES = ("system", "user", "assistant", "tool")
 PAYLOAD_FIELDS = ("title", "user_id", "metadata", "created_at", "history")
@@ -164,28 +162,13 @@ def _same(stored: sql.StoredMessage, record: sql.MessageRecord) -> bool:
     )
 
 
-class SqlConversationMemory(BaseMemory):
+class SqlConversationMemory(SqlBackedMemory):
     """A ``MemoryInterface`` for conversation payloads (normally the ``conversations`` namespace).
 
     Conversations do not expire: a ``ttl`` raises ``ValueError``; retention is ``flask claw prune``.
     """
 
     name = "sql_conversations"
-    backend_errors = (sa.exc.SQLAlchemyError,)
-
-    def __init__(
-        self,
-        engine: Engine,
-        prefix: str = "",
-        clock: Clock = time.time,
-        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-    ) -> None:
-        super().__init__(clock, max_value_bytes)
-        self.engine = engine
-        self.prefix = validate_prefix(prefix)
-
-    def _describe(self, exc: BaseException) -> str:
-        return describe_error(exc)
 
     def _encode(self, key: str, value: Any) -> str:
         parse_conversation(key, value, self.max_value_bytes)

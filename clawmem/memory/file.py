@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from clawmem import events
 from clawmem.clock import Clock
 from clawmem.errors import InvalidNamespace
-from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory
+from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, emit_write
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
@@ -295,13 +294,5 @@ class FileMemory(BaseMemory):
 
         self._call("update", self._rewrite, namespace, now, apply)
         encoded = written[0]
-        events.emit(
-            "memory.write",
-            driver=self.name,
-            namespace=namespace,
-            key=key,
-            bytes=len(encoded.encode("utf-8")),
-            ttl=ttl,
-            gated=False,
-        )
+        emit_write(self.name, namespace, key, encoded, ttl)
         return decode_value(encoded)

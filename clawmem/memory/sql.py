@@ -15,11 +15,9 @@ from clawmem.sql import kv
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 
 
-class SqlMemory(BaseMemory):
-    """Entries as rows keyed by (namespace, lookup_key). Expiry is compared with the injected
-    clock, never the database's ``NOW()``; upserts are single atomic statements."""
+class SqlBackedMemory(BaseMemory):
+    """A driver on the three tables of ``prefix`` in ``engine``'s database."""
 
-    name = "sql"
     backend_errors = (sa.exc.SQLAlchemyError,)
 
     def __init__(
@@ -35,6 +33,13 @@ class SqlMemory(BaseMemory):
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
+
+
+class SqlMemory(SqlBackedMemory):
+    """Entries as rows keyed by (namespace, lookup_key). Expiry is compared with the injected
+    clock, never the database's ``NOW()``; upserts are single atomic statements."""
+
+    name = "sql"
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         with self.engine.connect() as conn:

@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clawmem import events
-from clawmem.memory.base import DEFAULT_NAMESPACE, MemoryHit, MemoryInterface, SearchableMemory
+from clawmem.memory.base import (
+    DEFAULT_NAMESPACE,
+    MemoryHit,
+    MemoryInterface,
+    SearchableMemory,
+    emit_write,
+)
 from clawmem.memory.rules import encode_value, validate_key, validate_namespace, validate_ttl
 from clawmem.recall import rank
 
@@ -115,15 +120,7 @@ class PrivacyAwareMemory(SearchableMemory):
         validate_namespace(namespace)
         validate_ttl(ttl)
         encoded = encode_value(key, value)
-        events.emit(
-            "memory.write",
-            driver="privacy",
-            namespace=namespace,
-            key=key,
-            bytes=len(encoded.encode("utf-8")),
-            ttl=ttl,
-            gated=True,
-        )
+        emit_write("privacy", namespace, key, encoded, ttl, gated=True)
 
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.inner.forget(key, namespace)

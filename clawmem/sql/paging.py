@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import sqlalchemy as sa
+
 T = TypeVar("T")
 
 
@@ -55,3 +57,11 @@ def check_limit(limit: object, maximum: int = 500) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise ValueError(f"limit must be an int from 1 to {maximum}, got {limit!r}")
     return limit
+
+
+def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = False) -> sa.ColumnElement[bool]:
+    """Return the keyset condition "rows after ``values``" for an ORDER BY over two ``columns``."""
+    (first, second), (first_value, second_value) = columns, values
+    if descending:
+        return sa.or_(first < first_value, sa.and_(first == first_value, second < second_value))
+    return sa.or_(first > first_value, sa.and_(first == first_value, second > second_value))

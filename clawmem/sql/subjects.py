@@ -24,6 +24,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from clawmem.sql.conversations import StoredMessage, load_messages
+from clawmem.sql.paging import after
 from clawmem.sql.retention import batch_transaction
 from clawmem.sql.schema import tables
 
@@ -197,16 +198,11 @@ def iter_conversations(
     bounded by one page, not by the subject's whole history.
     """
     conversations = tables(prefix).conversations
-    after: tuple[datetime, str] | None = None
+    last: tuple[datetime, str] | None = None
     while True:
         select = sa.select(conversations).where(where)
-        if after is not None:
-            select = select.where(
-                sa.or_(
-                    conversations.c.created_at > after[0],
-                    sa.and_(conversations.c.created_at == after[0], conversations.c.id > after[1]),
-                )
-            )
+        if last is not None:
+            select = select.where(after([conversations.c.created_at, conversations.c.id], last))
         select = select.order_by(conversations.c.created_at, conversations.c.id).limit(page_size)
         with engine.connect() as conn:
             rows = conn.execute(select).all()
@@ -226,7 +222,7 @@ def iter_conversations(
             )
         if len(rows) < page_size:
             return
-        after = (rows[-1].created_at, rows[-1].id)
+        last = (rows[-1].created_at, rows[-1].id)
 
 
 @dataclass(frozen=True)
@@ -246,16 +242,11 @@ def iter_memory(engine: Engine, prefix: str, text: str, page_size: int = PAGE_SI
     """Yield every memory row whose key or value contains ``text``, by namespace then key."""
     memory = tables(prefix).memory
     where = memory_where(prefix, text)
-    after: tuple[str, str] | None = None
+    last: tuple[str, str] | None = None
     while True:
         select = sa.select(memory).where(where)
-        if after is not None:
-            select = select.where(
-                sa.or_(
-                    memory.c.namespace > after[0],
-                    sa.and_(memory.c.namespace == after[0], memory.c.lookup_key > after[1]),
-                )
-            )
+        if last is not None:
+            select = select.where(after([memory.c.namespace, memory.c.lookup_key], last))
         select = select.order_by(memory.c.namespace, memory.c.lookup_key).limit(page_size)
         with engine.connect() as conn:
             rows = conn.execute(select).all()
@@ -271,7 +262,7 @@ def iter_memory(engine: Engine, prefix: str, text: str, page_size: int = PAGE_SI
             )
         if len(rows) < page_size:
             return
-        after = (rows[-1].namespace, rows[-1].lookup_key)
+        last = (rows[-1].namespace, rows[-1].lookup_key)
 
 
 def count_memory(conn: Connection, prefix: str, text: str) -> int:
