@@ -389,6 +389,8 @@ UNREACHABLE_RUNS = [
     ["export", "--user-id", "alice"],
     ["stats"],
     ["uninstall", "--yes"],
+    ["init-db"],
+    ["demo"],
 ]
 
 
@@ -399,7 +401,7 @@ def test_an_unreachable_database_is_one_line_without_the_password(
     app = build_app(UNREACHABLE, "", clock, tmp_path / "instance")
     error = assert_one_line_error(claw(app, *args), 1, "OperationalError", "Can't connect")
     assert "secretpw" not in error
-    if args[0] != "stats":
+    if args[0] not in ("stats", "init-db"):  # those two delete nothing and keep no audit line
         (line,) = audit_lines(app)
         assert line["outcome"] == "error"
         assert line["error"] in ("OperationalError", "MemoryError")  # MemoryError: a driver's wrapper
@@ -423,6 +425,16 @@ def test_an_unreachable_database_from_a_real_process(tmp_path: Path) -> None:
         line for line in done.stderr.splitlines() if line.startswith("Error: database error")
     ]
     assert "secretpw" not in done.stderr + done.stdout
+
+
+def test_a_malformed_setting_is_one_line_from_a_real_process(tmp_path: Path) -> None:
+    env = {**os.environ, "CLAW_STORE_MESSAGES": "maybe", "CLAW_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
+    done = subprocess.run(
+        [str(FLASK), "--app", "wsgi", "claw", "stats"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "Error: CLAW_STORE_MESSAGES must be true or false, got 'maybe'"
+    assert done.stdout == ""
 
 
 def test_a_missing_table_is_one_line_naming_it(tmp_path: Path, clock: FakeClock) -> None:

@@ -8,11 +8,13 @@ from flask.cli import AppGroup
 
 from clawmem.sql.schema import create_tables
 from dashboard import state
+from dashboard.cli.audit import one_line_errors
 
 claw = AppGroup("claw", help="Inspect, retain and delete clawmem data.")
 
 
 @claw.command("init-db")
+@one_line_errors
 def init_db() -> None:
     """Create the three tables of the configured prefix (safe to run again)."""
     settings = state.settings()
