@@ -7,6 +7,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from html.parser import HTMLParser
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import pytest
@@ -16,7 +17,7 @@ from flask.testing import FlaskClient
 from clawmem.settings import Settings
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.kv import MemoryStore
-from dashboard import accounts, state
+from dashboard import accounts, create_app, state
 from dashboard.security import CONTENT_SECURITY_POLICY
 from dashboard.views.settings import deletion_commands, shown_value
 from tests.dashboard_helpers import page_text, sign_in
@@ -55,8 +56,15 @@ def example_urls(app: Flask) -> dict[str, str]:
 
 
 GATED = [
-    "overview.index", "conversations.index", "conversations.detail", "memory.index", "memory.namespace",
-    "memory.entry", "recall.preview", "recall.cold", "settings.index",
+    "overview.index",
+    "conversations.index",
+    "conversations.detail",
+    "memory.index",
+    "memory.namespace",
+    "memory.entry",
+    "recall.preview",
+    "recall.cold",
+    "settings.index",
 ]
 
 
@@ -74,8 +82,9 @@ def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClie
 
 
 @pytest.mark.parametrize("endpoint", GATED)
-def test_page_redirects_to_sign_in_when_signed_out(app: Flask, demo: None, client: FlaskClient,
-                                                    endpoint: str) -> None:
+def test_page_redirects_to_sign_in_when_signed_out(
+    app: Flask, demo: None, client: FlaskClient, endpoint: str
+) -> None:
     url = example_urls(app)[endpoint]
     response = client.get(url)
     assert response.status_code == 302
@@ -85,8 +94,9 @@ def test_page_redirects_to_sign_in_when_signed_out(app: Flask, demo: None, clien
 
 
 @pytest.mark.parametrize("endpoint", sorted(PUBLIC))
-def test_public_endpoints_answer_without_a_session(app: Flask, demo: None, client: FlaskClient,
-                                                   endpoint: str) -> None:
+def test_public_endpoints_answer_without_a_session(
+    app: Flask, demo: None, client: FlaskClient, endpoint: str
+) -> None:
     with client.get(example_urls(app)[endpoint]) as response:  # closes a static file's handle
         assert response.status_code == 200
 
@@ -104,8 +114,9 @@ def test_only_sign_in_and_out_accept_post_and_nothing_accepts_delete_put_patch(a
 
 
 @pytest.mark.parametrize("signed", [True, False], ids=["signed-in", "signed-out"])
-def test_every_other_method_gets_405(app: Flask, demo: None, client: FlaskClient, admin: tuple[str, str],
-                                     signed: bool) -> None:
+def test_every_other_method_gets_405(
+    app: Flask, demo: None, client: FlaskClient, admin: tuple[str, str], signed: bool
+) -> None:
     if signed:
         sign_in(client, *admin)
     for endpoint, url in example_urls(app).items():
@@ -182,8 +193,9 @@ def test_no_page_has_a_control_that_deletes_or_edits(app: Flask, demo: None, sig
 
 
 @pytest.mark.parametrize("endpoint", GATED + ["auth.login"])
-def test_data_pages_carry_the_security_headers(app: Flask, demo: None, signed_in: FlaskClient,
-                                               endpoint: str) -> None:
+def test_data_pages_carry_the_security_headers(
+    app: Flask, demo: None, signed_in: FlaskClient, endpoint: str
+) -> None:
     response = signed_in.get(example_urls(app)[endpoint], follow_redirects=True)
     assert response.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
     assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
@@ -251,8 +263,9 @@ def test_signed_out_htmx_request_is_told_to_load_the_sign_in_page(client: FlaskC
     assert urlsplit(response.headers["HX-Redirect"]).path == "/login"
 
 
-def test_settings_show_every_setting_with_its_source(make_app: Callable[..., Flask],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settings_show_every_setting_with_its_source(
+    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CLAW_RECALL_TOP_K", "5")
     app = make_app(COMPACT_MAX_MESSAGES=40)
     client = app.test_client()
@@ -270,7 +283,9 @@ def test_settings_show_every_setting_with_its_source(make_app: Callable[..., Fla
 
 
 def test_settings_never_show_a_database_password() -> None:
-    assert shown_value("mysql+pymysql://clawmem:s3cret@db/clawmem") == "mysql+pymysql://clawmem:***@db/clawmem"
+    assert (
+        shown_value("mysql+pymysql://clawmem:s3cret@db/clawmem") == "mysql+pymysql://clawmem:***@db/clawmem"
+    )
 
 
 def test_every_deletion_command_shown_exists_with_its_options(app: Flask) -> None:
@@ -287,8 +302,9 @@ def test_every_deletion_command_shown_exists_with_its_options(app: Flask) -> Non
             assert option in result.output, (row, option)
 
 
-def test_overview_shows_what_was_stored_before_the_switch_went_off(make_app: Callable[..., Flask],
-                                                                   demo: None) -> None:
+def test_overview_shows_what_was_stored_before_the_switch_went_off(
+    make_app: Callable[..., Flask], demo: None
+) -> None:
     off = make_app(STORE_MESSAGES=False)
     with off.app_context():
         accounts.create_admin("admin", "correct horse battery staple", 0)
@@ -311,3 +327,25 @@ def test_overview_with_storage_on_does_not_warn(app: Flask, demo: None, signed_i
     body = page_text(signed_in.get("/"))
     assert "earlier data is still here" not in body
     assert "Message storage is <strong>on</strong>" in body
+
+
+@pytest.mark.parametrize("path", ["/", "/conversations/", "/memory/", "/preview?message=order", "/cold"])
+def test_an_unreachable_database_is_a_clear_503_without_the_password(tmp_path: Any, path: str) -> None:
+    app = create_app(
+        {
+            "TESTING": True,
+            "ARGON2_PROFILE": "CHEAPEST",
+            "DATABASE_URL": "mysql+pymysql://u:s3cretpw@127.0.0.1:1/x",
+        },
+        instance_path=str(tmp_path / "instance"),
+    )
+    with app.app_context():
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+    client = app.test_client()
+    sign_in(client)
+    response = client.get(path)
+    body = response.get_data(as_text=True)
+    assert response.status_code == 503
+    assert "The storage behind this page failed" in body
+    assert "s3cretpw" not in body
+    assert "Traceback" not in body

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import sqlalchemy as sa
 from flask import Flask, current_app, render_template, request, url_for
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, ServiceUnavailable
 
+from clawmem.errors import MemoryError, redact
+from clawmem.sql.engine import describe_error
 from dashboard.views import conversations, health, memory, overview, recall, settings
 
 BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, settings.bp)
@@ -21,6 +25,13 @@ def _error(error: HTTPException) -> tuple[str | dict[str, str], int]:
     return render_template("errors/error.html", error=body, code=error.code), error.code or 500
 
 
+def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
+    # The database or a memory backend failed: say which, without SQL, values or passwords.
+    logging.getLogger(__name__).error("storage failed on %s: %s", request.path, type(error).__name__)
+    detail = error.detail if isinstance(error, MemoryError) else describe_error(error)
+    return _error(ServiceUnavailable(f"The storage behind this page failed: {redact(detail)}"))
+
+
 def _page_globals() -> dict[str, object]:
     static_folder = current_app.static_folder or ""
     has_htmx = (Path(static_folder) / HTMX_FILE).is_file()
@@ -32,4 +43,6 @@ def init_app(app: Flask) -> None:
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     app.register_error_handler(HTTPException, _error)
+    app.register_error_handler(sa.exc.SQLAlchemyError, _storage_down)
+    app.register_error_handler(MemoryError, _storage_down)
     app.context_processor(_page_globals)
