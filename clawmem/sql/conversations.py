@@ -181,6 +181,19 @@ def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
 
 
+def conversation_fields(row: Any) -> dict[str, Any]:
+    """Return a conversation row's columns as fields (ids unpadded, metadata parsed)."""
+    return {
+        "id": row.id.rstrip(),
+        "namespace": row.namespace,
+        "user_id": row.user_id,
+        "title": row.title,
+        "metadata": json.loads(row.metadata) if row.metadata else None,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+
+
 def _message(row: Any) -> StoredMessage:
     return StoredMessage(
         id=row.id,
@@ -208,17 +221,7 @@ class ConversationStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select).all()
         return [
-            ConversationSummary(
-                id=row.id.rstrip(),
-                namespace=row.namespace,
-                user_id=row.user_id,
-                title=row.title,
-                metadata=json.loads(row.metadata) if row.metadata else None,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-                message_count=row.message_count,
-            )
-            for row in rows
+            ConversationSummary(**conversation_fields(row), message_count=row.message_count) for row in rows
         ]
 
     def _select(self) -> sa.Select[Any]:

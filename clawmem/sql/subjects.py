@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from clawmem.sql.conversations import StoredMessage, load_messages
+from clawmem.sql.conversations import StoredMessage, conversation_fields, load_messages
 from clawmem.sql.paging import after
 from clawmem.sql.retention import batch_transaction
 from clawmem.sql.schema import tables
@@ -210,16 +210,7 @@ def iter_conversations(
             for message in load_messages(conn, prefix, list(grouped)):
                 grouped[message.conversation_id].append(message)
         for row in rows:
-            yield ConversationRecord(
-                id=row.id.rstrip(),
-                namespace=row.namespace,
-                user_id=row.user_id,
-                title=row.title,
-                metadata=json.loads(row.metadata) if row.metadata else None,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-                messages=grouped[row.id.rstrip()],
-            )
+            yield ConversationRecord(**conversation_fields(row), messages=grouped[row.id.rstrip()])
         if len(rows) < page_size:
             return
         last = (rows[-1].created_at, rows[-1].id)
