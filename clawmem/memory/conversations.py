@@ -206,9 +206,7 @@ class SqlConversationMemory(SqlBackedMemory):
             fields = {
                 "title": conversation.title,
                 "user_id": conversation.user_id,
-                "metadata": None
-                if conversation.metadata is None
-                else json.dumps(conversation.metadata, ensure_ascii=False),
+                "metadata": sql.json_text(conversation.metadata),
                 "updated_at": stamp,
             }
             if row is None:

@@ -115,9 +115,7 @@ def insert_messages(
             "role": message.role,
             "content": message.content,
             "tool_name": message.tool_name,
-            "tool_input": None
-            if message.tool_input is None
-            else json.dumps(message.tool_input, ensure_ascii=False),
+            "tool_input": json_text(message.tool_input),
             "created_at": created_at,
         }
         for message in messages
@@ -179,6 +177,11 @@ def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     """Return every namespace that holds a conversation."""
     table = tables(prefix).conversations
     return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
+
+
+def json_text(value: Any) -> str | None:
+    """Return ``value`` as the JSON text a TEXT column holds (``None`` stays NULL)."""
+    return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
 def conversation_fields(row: Any) -> dict[str, Any]:
