@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from clawmem import events
 from clawmem.clock import FakeClock
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
@@ -63,6 +64,15 @@ def backend_url(name: str) -> str:
 def clock() -> FakeClock:
     """A clock at a fixed, fractional instant that moves only when told to."""
     return FakeClock(1_700_000_000.25)
+
+
+@pytest.fixture
+def recorded() -> Iterator[list[dict[str, Any]]]:
+    """Every event emitted during the test, in order."""
+    seen: list[dict[str, Any]] = []
+    events.on("*", seen.append)
+    yield seen
+    events.off("*", seen.append)
 
 
 @pytest.fixture

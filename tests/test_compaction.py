@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,14 +30,6 @@ def msg(role: str, content: str, **extra: Any) -> dict[str, Any]:
 
 def numbered(n: int) -> list[dict[str, Any]]:
     return [msg("user" if i % 2 == 0 else "assistant", f"message {i}") for i in range(n)]
-
-
-@pytest.fixture
-def recorded() -> Iterator[list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-    events.on("*", seen.append)
-    yield seen
-    events.off("*", seen.append)
 
 
 @pytest.fixture

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from clawmem import events
 from clawmem.clock import FakeClock
 from clawmem.compaction import HistoryCompactor, ProviderSummarizer
 from clawmem.errors import GuardBlocked, InvalidKey, ProviderError
@@ -49,14 +47,6 @@ def dead_provider() -> OpenAICompatibleProvider:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return OpenAICompatibleProvider(f"http://127.0.0.1:{port}/v1", "m", timeout=2)
-
-
-@pytest.fixture
-def recorded() -> Iterator[list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-    events.on("*", seen.append)
-    yield seen
-    events.off("*", seen.append)
 
 
 def test_a_turn_sends_augmented_text_and_stores_the_original(
