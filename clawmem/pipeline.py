@@ -30,6 +30,7 @@ from clawmem.guards import Guard, GuardFinding, PiiGuard
 from clawmem.ids import new_id
 from clawmem.memory.conversations import validate_conversation_id
 from clawmem.memory.registry import open_memory
+from clawmem.memory.wrappers import serving_driver
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter, driver_name
 from clawmem.settings import Settings
@@ -139,22 +140,12 @@ class Claw:
         return Reply(answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls)
 
     def _save(self, conversation_id: str, payload: dict[str, Any], added: int) -> None:
-        # A conversations store that emits conversation.saved itself (the SQL one) stays the
-        # only source of the event; for any other store the pipeline emits it. A write held
-        # back by the privacy switch saved nothing, so nothing is announced.
-        run_id = events.current_run_id()
-        announced: list[dict[str, Any]] = []
-
-        def note(event: dict[str, Any]) -> None:
-            if event.get("run_id") == run_id and event.get("key") == conversation_id:
-                announced.append(event)
-
-        events.on("conversation.saved", note)
-        try:
-            self.memory.set(conversation_id, payload, CONVERSATIONS)
-        finally:
-            events.off("conversation.saved", note)
-        if not announced and getattr(self.memory, "store_messages", True):
+        # conversation.saved fires once per saved turn: from the store when it announces its
+        # own saves (the SQL one does), else from here; a write held back by a privacy switch
+        # saved nothing, so nothing is announced.
+        self.memory.set(conversation_id, payload, CONVERSATIONS)
+        driver, written = serving_driver(self.memory, CONVERSATIONS)
+        if written and not getattr(driver, "announces_saves", False):
             events.emit(
                 "conversation.saved",
                 driver=driver_name(self.memory, CONVERSATIONS),

@@ -284,13 +284,10 @@ def render_memory_text(message: str, lines: list[tuple[str, str]]) -> tuple[str,
 
 def driver_name(memory: Any, namespace: str) -> str:
     """Return the name of the storage driver that serves ``namespace`` behind any wrappers."""
-    while True:
-        if hasattr(memory, "driver_for"):
-            memory = memory.driver_for(namespace)
-        elif hasattr(memory, "inner"):
-            memory = memory.inner
-        else:
-            return str(getattr(memory, "name", type(memory).__name__))
+    from clawmem.memory.wrappers import serving_driver  # wrappers -> base -> recall: import late
+
+    driver, _ = serving_driver(memory, namespace)
+    return str(getattr(driver, "name", type(driver).__name__))
 
 
 class MessageAugmenter:

@@ -271,3 +271,14 @@ def test_claw_from_settings_uses_the_configured_recall_and_compaction(
     assert [d.key for d in first.augment.decisions if d.status == "injected"] == ["tea"]
     second = claw.send("more tea?", first.conversation_id)
     assert second.compaction.fired and second.compaction.provider_calls == 0
+
+
+def test_a_privacy_switch_behind_a_router_announces_no_save(
+    clock: FakeClock, recorded: list[dict[str, Any]]
+) -> None:
+    held_back = PrivacyAwareMemory(ArrayMemory(clock=clock), store_messages=False)
+    memory = RouterMemory(ArrayMemory(clock=clock), {"conversations": held_back})
+    reply = Claw(memory, EchoProvider(), clock=clock).send("hello")
+    assert memory.get(reply.conversation_id, "conversations") is None
+    assert [event for event in recorded if event["event"] == "conversation.saved"] == []
+    assert any(event["event"] == "memory.write" and event["gated"] for event in recorded)

@@ -169,6 +169,7 @@ class SqlConversationMemory(SqlBackedMemory):
     """
 
     name = "sql_conversations"
+    announces_saves = True  # emits conversation.saved itself, with inserted/replaced counts
 
     def _encode(self, key: str, value: Any) -> str:
         parse_conversation(key, value, self.max_value_bytes)

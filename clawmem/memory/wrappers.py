@@ -32,6 +32,20 @@ def sweep_any(memory: MemoryInterface, dry_run: bool = False) -> dict[str, int]:
     return sweep(dry_run=dry_run) if sweep else {}
 
 
+def serving_driver(memory: MemoryInterface, namespace: str) -> tuple[MemoryInterface, bool]:
+    """Return the storage driver behind any wrappers that serves ``namespace``, and whether a
+    write reaches it (no privacy switch on the way holds it back)."""
+    writes = True
+    while True:
+        if hasattr(memory, "driver_for"):
+            memory = memory.driver_for(namespace)
+        elif hasattr(memory, "inner"):
+            writes = writes and getattr(memory, "store_messages", True)
+            memory = memory.inner
+        else:
+            return memory, writes
+
+
 def namespaces_any(memory: MemoryInterface) -> list[str]:
     """Return the namespaces ``memory`` holds; raise ``NotImplementedError`` if it cannot list them."""
     namespaces = getattr(memory, "namespaces", None)
