@@ -8,7 +8,7 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.memory.base import BaseMemory
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, is_expired
 
 # namespace -> key -> (encoded JSON, expires_at)
 _Store = dict[str, dict[str, tuple[str, int | None]]]
@@ -29,7 +29,7 @@ class ArrayMemory(BaseMemory):
         return {
             key: encoded
             for key, (encoded, expires_at) in self._store.get(namespace, {}).items()
-            if expires_at is None or now < expires_at
+            if not is_expired(expires_at, now)
         }
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
@@ -62,7 +62,7 @@ class ArrayMemory(BaseMemory):
         counts: dict[str, int] = {}
         with self._lock:
             for namespace, entries in self._store.items():
-                expired = [k for k, (_, exp) in entries.items() if exp is not None and now >= exp]
+                expired = [k for k, (_, exp) in entries.items() if is_expired(exp, now)]
                 if expired:
                     counts[namespace] = len(expired)
                 if not dry_run:

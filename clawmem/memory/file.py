@@ -25,7 +25,7 @@ from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
     encode_value,
-    ttl_state,
+    is_expired,
     validate_key,
     validate_namespace,
     validate_ttl,
@@ -74,11 +74,6 @@ def namespace_of_stem(stem: str) -> str | None:
         return validate_namespace(namespace)
     except InvalidNamespace:
         return None
-
-
-def is_live(entry: dict[str, Any], now: int) -> bool:
-    """Return whether a stored entry has not expired at ``now``."""
-    return ttl_state(entry["expires_at"], now)[0] != "expired"
 
 
 def _reject_constant(name: str) -> Any:
@@ -197,7 +192,7 @@ class FileMemory(BaseMemory):
         with self._locked(namespace) as path:
             store = self._read(path)
             changed = edit(store)
-            expired = [key for key, entry in store.items() if not is_live(entry, now)]
+            expired = [key for key, entry in store.items() if is_expired(entry["expires_at"], now)]
             for key in expired:
                 del store[key]
             if changed or expired:
@@ -208,7 +203,7 @@ class FileMemory(BaseMemory):
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         entry = self._read(self.path_for(namespace)).get(key)
-        if entry is None or not is_live(entry, now):
+        if entry is None or is_expired(entry["expires_at"], now):
             return False, None
         return True, entry["value"]
 
@@ -236,7 +231,9 @@ class FileMemory(BaseMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         store = self._read(self.path_for(namespace))
-        return {key: entry["value"] for key, entry in store.items() if is_live(entry, now)}
+        return {
+            key: entry["value"] for key, entry in store.items() if not is_expired(entry["expires_at"], now)
+        }
 
     def _namespaces(self) -> list[str]:
         try:
@@ -256,7 +253,7 @@ class FileMemory(BaseMemory):
         for namespace in sorted(self._namespaces()):
             if dry_run:
                 store = self._read(self.path_for(namespace))
-                expired = sum(1 for entry in store.values() if not is_live(entry, now))
+                expired = sum(1 for entry in store.values() if is_expired(entry["expires_at"], now))
             else:
                 expired = self._rewrite(namespace, now, lambda store: False)
             if expired:
@@ -286,7 +283,9 @@ class FileMemory(BaseMemory):
 
         def apply(store: Store) -> bool:
             entry = store.get(key)
-            current = entry["value"] if entry is not None and is_live(entry, now) else None
+            current = (
+                entry["value"] if entry is not None and not is_expired(entry["expires_at"], now) else None
+            )
             encoded = encode_value(key, function(current), self.max_value_bytes)
             store[key] = {"value": decode_value(encoded), "expires_at": expires_at}
             written.append(encoded)

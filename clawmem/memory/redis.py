@@ -23,7 +23,7 @@ import redis
 from clawmem.clock import Clock
 from clawmem.errors import ConfigError, redact
 from clawmem.memory.base import BaseMemory
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, ttl_state
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
@@ -118,7 +118,7 @@ class RedisMemory(BaseMemory):
             return False, None
         expires_at, value = decode_entry(raw, redis_key)
         # Redis may not have dropped the key yet; the injected clock decides, as on every driver.
-        return (True, value) if ttl_state(expires_at, now)[0] != "expired" else (False, None)
+        return (True, value) if not is_expired(expires_at, now) else (False, None)
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -165,7 +165,7 @@ class RedisMemory(BaseMemory):
                 vanished.append(key)
                 continue
             expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
-            if ttl_state(expires_at, now)[0] != "expired":
+            if not is_expired(expires_at, now):
                 entries[key] = value
         if vanished:
             self._drop_vanished(namespace, vanished)

@@ -141,6 +141,11 @@ def text_of(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def is_expired(expires_at: int | None, now: int) -> bool:
+    """Return whether an entry expiring at ``expires_at`` (``None``: never) is expired at ``now``."""
+    return expires_at is not None and now >= expires_at
+
+
 def ttl_state(expires_at: int | None, now: int) -> tuple[str, int | None]:
     """Return an entry's TTL state at ``now``.
 
@@ -149,6 +154,6 @@ def ttl_state(expires_at: int | None, now: int) -> tuple[str, int | None]:
     """
     if expires_at is None:
         return ("live", None)
-    if now < expires_at:
+    if not is_expired(expires_at, now):
         return ("expiring", expires_at - now)
     return ("expired", now - expires_at)

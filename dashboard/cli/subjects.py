@@ -23,6 +23,7 @@ import click
 
 from clawmem.clock import now_seconds
 from clawmem.memory.base import BaseMemory, MemoryInterface
+from clawmem.memory.rules import is_expired
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.retention import count_conversations, delete_in_batches, iter_conversation_ids
 from clawmem.sql.subjects import (
@@ -77,7 +78,7 @@ def _memory_matches(memory: MemoryInterface, text: str) -> Iterator[dict[str, An
                 "expires_at": None
                 if row.expires_at is None
                 else datetime.fromtimestamp(row.expires_at, UTC).isoformat(),
-                "expired": row.expires_at is not None and now >= row.expires_at,
+                "expired": is_expired(row.expires_at, now),
                 "created_at": _iso(row.created_at),
                 "updated_at": _iso(row.updated_at),
             }
