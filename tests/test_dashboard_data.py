@@ -90,6 +90,19 @@ def test_a_forged_cursor_is_a_clear_400(signed_in: FlaskClient) -> None:
     assert "start again from the first page" in page_text(response)
 
 
+@pytest.mark.parametrize("path", [
+    "/conversations/?cursor=WyIxIl0",  # ["1"]: a cursor of another list's shape
+    "/memory/prefs/?cursor=WyJhIiwiYiJd",
+    "/preview?message=order&cursor=WyItNTAiXQ",  # ["-50"]: a negative offset
+    "/cold?cursor=WyJ0ZW4iXQ",  # ["ten"]
+])
+def test_every_list_answers_a_foreign_cursor_with_the_same_400(app: Flask, demo: None,
+                                                               signed_in: FlaskClient, path: str) -> None:
+    response = signed_in.get(path)
+    assert response.status_code == 400
+    assert "this cursor did not come from this list; start again from the first page" in page_text(response)
+
+
 @pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
 def test_ttl_state_follows_the_fake_clock(app: Flask, signed_in: FlaskClient, clock: FakeClock) -> None:
     with app.app_context():

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from flask import Flask, current_app, render_template, request, url_for
-from werkzeug.exceptions import HTTPException, ServiceUnavailable
+from werkzeug.exceptions import BadRequest, HTTPException, ServiceUnavailable
 
 from clawmem.errors import MemoryError, redact
 from clawmem.sql.engine import describe_error
+from clawmem.sql.paging import InvalidCursor
 from dashboard.views import conversations, health, memory, overview, recall, settings
 
 BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, settings.bp)
@@ -23,6 +24,11 @@ def _error(error: HTTPException) -> tuple[str | dict[str, str], int]:
     if request.accept_mimetypes.best_match(["text/html", "application/json"]) == "application/json":
         return body, error.code or 500
     return render_template("errors/error.html", error=body, code=error.code), error.code or 500
+
+
+def _bad_cursor(error: InvalidCursor) -> tuple[str | dict[str, str], int]:
+    # Cursors are opaque: a forged, stale or cross-list one means only "start over".
+    return _error(BadRequest("this cursor did not come from this list; start again from the first page"))
 
 
 def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
@@ -43,6 +49,7 @@ def init_app(app: Flask) -> None:
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)
     app.register_error_handler(HTTPException, _error)
+    app.register_error_handler(InvalidCursor, _bad_cursor)
     app.register_error_handler(sa.exc.SQLAlchemyError, _storage_down)
     app.register_error_handler(MemoryError, _storage_down)
     app.context_processor(_page_globals)

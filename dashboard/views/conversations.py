@@ -11,7 +11,6 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.compaction import estimate_tokens
 from clawmem.errors import InvalidNamespace
 from clawmem.sql.conversations import ConversationSummary, StoredMessage
-from clawmem.sql.paging import InvalidCursor
 from dashboard import state
 from dashboard.views.compaction import analyse, as_history
 from dashboard.views.rendering import format_time, int_arg, preview_text, render_page, text_arg
@@ -69,8 +68,6 @@ def index() -> str:
             until=datetime.combine(until + timedelta(days=1), datetime.min.time()) if until else None,
             query=filters.get("q"),
         )
-    except InvalidCursor:
-        abort(400, description="this cursor did not come from this list; start again from the first page")
     except InvalidNamespace as exc:
         abort(400, description=str(exc))
     more_url = url_for("conversations.index", **filters, cursor=page.next_cursor) \
@@ -128,10 +125,7 @@ def detail(conversation_id: str) -> str:
     max_messages = int_arg("max_messages", settings.compact_max_messages, 0, 1_000_000)
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
-    try:
-        page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
-    except InvalidCursor:
-        abort(400, description="this cursor did not come from this conversation; start again from the top")
+    page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
     history = _full_history(conversation_id, conversation.message_count)
     analysis = analyse(history, max_messages, max_tokens) if history is not None else None
     what_if = {

@@ -10,7 +10,6 @@ from clawmem.clock import now_seconds
 from clawmem.errors import InvalidNamespace
 from clawmem.memory.rules import encode_value, text_of, ttl_state, validate_namespace
 from clawmem.sql.kv import STATES, MemoryRow
-from clawmem.sql.paging import InvalidCursor
 from dashboard import state
 from dashboard.views.rendering import (
     format_bytes,
@@ -114,11 +113,8 @@ def namespace(namespace: str) -> str:
     store = memory_store()
     if store is not None:
         now = now_seconds(state.clock())
-        try:
-            page = store.entries(namespace, state=status or None, query=query or None,
-                                 limit=PAGE_SIZE, cursor=cursor or None)
-        except InvalidCursor:
-            abort(400, description="this cursor did not come from this list; start again from the first page")
+        page = store.entries(namespace, state=status or None, query=query or None,
+                             limit=PAGE_SIZE, cursor=cursor or None)
         rows = [_entry_row(namespace, row.key, row.value, row.expires_at, row.bytes, now,
                            format_time(row.updated_at)) for row in page.items]
         next_cursor = page.next_cursor

@@ -53,16 +53,19 @@ def offset_cursor(offset: int) -> str:
 
 
 def offset_from_cursor(cursor: str) -> int:
-    """Return the offset in a cursor made by :func:`offset_cursor` (0 for none); 400 if malformed."""
+    """Return the offset in a cursor made by :func:`offset_cursor` (0 for none).
+
+    Raises :class:`InvalidCursor` (answered as a 400) for a malformed or negative one.
+    """
     if not cursor:
         return 0
+    (raw,) = decode_cursor(cursor, 1)
     try:
-        (raw,) = decode_cursor(cursor, 1)
         offset = int(raw)
-    except (InvalidCursor, ValueError):
-        abort(400, description="this cursor did not come from this list; start again from the first page")
+    except ValueError:
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}") from None
     if offset < 0:
-        abort(400, description="this cursor did not come from this list; start again from the first page")
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     return offset
 
 
