@@ -108,9 +108,14 @@ class HistoryCompactor:
 
     def trigger(self, history: Sequence[Message]) -> str | None:
         """Return ``"messages"`` or ``"tokens"`` when that threshold is exceeded, else ``None``."""
-        if self.max_messages > 0 and len(history) > self.max_messages:
+        # The size is only measured when a token threshold can use it.
+        size = history_bytes(history) if self.max_tokens > 0 else 0
+        return self._reason(len(history), size)
+
+    def _reason(self, count: int, size: int) -> str | None:
+        if self.max_messages > 0 and count > self.max_messages:
             return "messages"
-        if self.max_tokens > 0 and estimate_tokens(history) > self.max_tokens:
+        if self.max_tokens > 0 and size // BYTES_PER_TOKEN > self.max_tokens:
             return "tokens"
         return None
 
@@ -119,7 +124,7 @@ class HistoryCompactor:
         failing summariser (the summary becomes ``(summary unavailable)``)."""
         messages = [dict(message) for message in history]
         size = history_bytes(messages)
-        reason = self.trigger(messages)
+        reason = self._reason(len(messages), size)
         start, boundary = split_history(messages)
         unchanged = CompactionResult(False, reason, tuple(messages), len(messages), len(messages), size, size)
         if reason is None:

@@ -92,6 +92,23 @@ def test_token_trigger_is_strict() -> None:
     assert (result.fired, result.reason) == (True, "tokens")
 
 
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=40), max_size=12),
+    max_messages=st.integers(min_value=0, max_value=8),
+    max_tokens=st.integers(min_value=0, max_value=60),
+)
+def test_trigger_names_the_reason_apply_reports(sizes: list[int], max_messages: int, max_tokens: int) -> None:
+    history = [msg("user", "é" * size) for size in sizes]
+    compactor = HistoryCompactor(ExtractiveSummarizer(), max_messages=max_messages, max_tokens=max_tokens)
+    expected = None
+    if max_messages and len(history) > max_messages:
+        expected = "messages"
+    elif max_tokens and estimate_tokens(history) > max_tokens:
+        expected = "tokens"
+    assert compactor.trigger(history) == expected
+    assert compactor.apply(history).reason == expected
+
+
 def test_thresholds_of_zero_never_fire() -> None:
     result = HistoryCompactor(ExtractiveSummarizer()).apply(numbered(500))
     assert (result.fired, result.reason, result.messages_after) == (False, None, 500)
