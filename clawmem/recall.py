@@ -325,6 +325,7 @@ class MessageAugmenter:
         lines: list[tuple[str, str]] = []
         decisions: list[EntryDecision] = []
         error: str | None = None
+        block_bytes = 0
         if self.top_k > 0:
             try:
                 entries = self.memory.all(self.namespace)
@@ -334,9 +335,10 @@ class MessageAugmenter:
                 log.warning("memory recall skipped for namespace %s: %s", self.namespace, error)
             else:
                 lines, decisions = plan_memory_block(message, entries, self.top_k, self.max_recall_bytes)
+                if lines:
+                    block_bytes = utf8_len(MEMORY_HEADER) + sum(utf8_len(line) for _, line in lines)
                 if self.announce:
-                    self._emit(decisions, lines)
-        block_bytes = utf8_len(MEMORY_HEADER) + sum(utf8_len(line) for _, line in lines) if lines else 0
+                    self._emit(decisions, lines, block_bytes)
         text, spans = render_memory_text(message, lines)
         skill_decisions: list[SkillDecision] = []
         if self.skills is not None:
@@ -355,7 +357,7 @@ class MessageAugmenter:
             spans=tuple(spans),
         )
 
-    def _emit(self, decisions: list[EntryDecision], lines: list[tuple[str, str]]) -> None:
+    def _emit(self, decisions: list[EntryDecision], lines: list[tuple[str, str]], block_bytes: int) -> None:
         driver = driver_name(self.memory, self.namespace)
         events.emit(
             "memory.search",
@@ -373,5 +375,5 @@ class MessageAugmenter:
                 namespace=self.namespace,
                 keys=[key for key, _ in lines],
                 count=len(lines),
-                bytes=sum(map(utf8_len, (MEMORY_HEADER, *(line for _, line in lines)))),
+                bytes=block_bytes,
             )
