@@ -14,7 +14,7 @@ from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
 from clawmem.sql.conversations import ConversationStore
-from clawmem.sql.paging import InvalidCursor
+from clawmem.sql.paging import InvalidCursor, encode_cursor
 from clawmem.sql.schema import tables
 
 NS = "conversations"
@@ -222,6 +222,17 @@ def test_bad_cursor_and_limit_are_refused(store: ConversationStore) -> None:
         store.list(limit=0)
     with pytest.raises(ValueError, match="by must be"):
         store.oldest(by="title")
+
+
+def test_a_cursor_holding_no_time_is_an_invalid_cursor(
+    conversations: SqlConversationMemory, store: ConversationStore
+) -> None:
+    conversations.set("c1", payload("hello"), NS)
+    not_a_time = encode_cursor(["x", "y"])
+    with pytest.raises(InvalidCursor):
+        store.list(cursor=not_a_time)
+    with pytest.raises(InvalidCursor):
+        store.messages("c1", cursor=not_a_time)
 
 
 # -- the privacy switch ----------------------------------------------------------------------

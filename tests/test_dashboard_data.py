@@ -92,6 +92,7 @@ def test_a_forged_cursor_is_a_clear_400(signed_in: FlaskClient) -> None:
 
 @pytest.mark.parametrize("path", [
     "/conversations/?cursor=WyIxIl0",  # ["1"]: a cursor of another list's shape
+    "/conversations/?cursor=WyJ4IiwgInkiXQ",  # ["x", "y"]: the right shape but no time
     "/memory/prefs/?cursor=WyJhIiwiYiJd",
     "/preview?message=order&cursor=WyItNTAiXQ",  # ["-50"]: a negative offset
     "/cold?cursor=WyJ0ZW4iXQ",  # ["ten"]

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from clawmem.ids import new_id
 from clawmem.memory.rules import validate_namespace, validate_prefix
 from clawmem.sql.kv import like_pattern
-from clawmem.sql.paging import Page, after, check_limit, decode_cursor, page_of
+from clawmem.sql.paging import Page, after, check_limit, decode_time_cursor, page_of
 from clawmem.sql.schema import tables
 
 ORDER_COLUMNS = ("created_at", "updated_at")
@@ -272,10 +272,8 @@ class ConversationStore:
             )
             select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
         if cursor:
-            created, after_id = decode_cursor(cursor, 2)
-            created_at = datetime.fromisoformat(created)
             select = select.where(
-                after([table.c.created_at, table.c.id], [created_at, after_id], descending=True)
+                after([table.c.created_at, table.c.id], decode_time_cursor(cursor), descending=True)
             )
         select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit + 1)
         return page_of(self._summaries(select), limit, lambda c: [c.created_at.isoformat(), c.id])
@@ -294,9 +292,7 @@ class ConversationStore:
         table = self.schema.messages
         select = sa.select(table).where(table.c.conversation_id == conversation_id)
         if cursor:
-            created, after_id = decode_cursor(cursor, 2)
-            created_at = datetime.fromisoformat(created)
-            select = select.where(after([table.c.created_at, table.c.id], [created_at, after_id]))
+            select = select.where(after([table.c.created_at, table.c.id], decode_time_cursor(cursor)))
         select = select.order_by(table.c.created_at, table.c.id).limit(limit + 1)
         with self.engine.connect() as conn:
             rows = [_message(row) for row in conn.execute(select)]

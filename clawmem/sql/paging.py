@@ -6,6 +6,7 @@ import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -40,6 +41,18 @@ def decode_cursor(cursor: str, size: int) -> list[Any]:
     if not isinstance(values, list) or len(values) != size or not all(isinstance(v, str) for v in values):
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     return values
+
+
+def decode_time_cursor(cursor: str) -> tuple[datetime, str]:
+    """Return the ``(created_at, id)`` in a cursor of a time-ordered listing.
+
+    Raises :class:`InvalidCursor` if it is malformed or its first value is not an ISO 8601 time.
+    """
+    created, row_id = decode_cursor(cursor, 2)
+    try:
+        return datetime.fromisoformat(created), row_id
+    except ValueError:
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}") from None
 
 
 def page_of(rows: Sequence[T], limit: int, key: Any) -> Page[T]:
