@@ -12,6 +12,9 @@ from clawmem.memory.base import MemoryInterface
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 
+# The namespace open_memory routes to the conversation tables; every other one is key/value memory.
+CONVERSATIONS_NAMESPACE = "conversations"
+
 
 def settings() -> Settings:
     """Return the effective clawmem settings of the current app."""
@@ -40,3 +43,8 @@ def memory() -> MemoryInterface:
     if "clawmem.memory" not in current_app.extensions:
         current_app.extensions["clawmem.memory"] = open_memory(settings(), clock())
     return current_app.extensions["clawmem.memory"]
+
+
+def kv_namespaces() -> list[str]:
+    """Return the key/value namespaces that hold entries, in name order (``conversations`` left out)."""
+    return [name for name in memory().namespaces() if name != CONVERSATIONS_NAMESPACE]

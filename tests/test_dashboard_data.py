@@ -282,3 +282,20 @@ def test_memory_pages_work_with_a_driver_other_than_sql(make_app: Callable[..., 
     assert "&#34;text&#34;: &#34;hello&#34;" in detail
     app.extensions["clawmem.clock"].advance(61)
     assert client.get("/memory/notes/entry?key=brief").status_code == 404
+
+
+def test_memory_index_of_another_driver_lists_no_conversations(make_app: Callable[..., Flask]) -> None:
+    app = make_app(MEMORY_DRIVER="array")
+    assert app.test_cli_runner().invoke(args=["claw", "demo"]).exit_code == 0
+    with app.app_context():
+        from dashboard import accounts
+
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+        assert "conversations" in state.memory().namespaces()
+    client = app.test_client()
+    sign_in(client)
+    index = page_text(client.get("/memory/"))
+    assert "read through the memory contract" in index
+    assert "<code>conversations</code>" not in index
+    with app.app_context():
+        assert all(f"<code>{name}</code>" in index for name in state.kv_namespaces())

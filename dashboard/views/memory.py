@@ -60,11 +60,11 @@ def index() -> str:
         ]
     else:
         memory = state.memory()
-        rows = []
-        for name in memory.namespaces():
-            live = len(memory.all(name))
-            rows.append({"namespace": name, "total": None, "live": live, "expired": None,
-                         "url": url_for("memory.namespace", namespace=name)})
+        rows = [
+            {"namespace": name, "total": None, "live": len(memory.all(name)), "expired": None,
+             "url": url_for("memory.namespace", namespace=name)}
+            for name in state.kv_namespaces()
+        ]
     return render_page("memory/index.html", {}, rows=rows, sql=store is not None,
                        driver=state.settings().memory_driver)
 

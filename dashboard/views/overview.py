@@ -9,7 +9,6 @@ from flask import Blueprint
 
 from clawmem.clock import utc_datetime
 from clawmem.errors import redact
-from clawmem.sql.kv import MemoryStore
 from clawmem.sql.retention import table_stats
 from clawmem.sql.schema import tables
 from dashboard import state
@@ -31,13 +30,9 @@ def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict
     return report
 
 
-def _deletion_commands(store: MemoryStore | None) -> list[str]:
-    if store is not None:
-        namespaces = [n.namespace for n in store.namespaces()]
-    else:
-        namespaces = state.memory().namespaces()
-    namespaces = [name for name in namespaces if name != "conversations"]
-    commands = ["flask claw flush --namespace conversations --dry-run"]
+def _deletion_commands() -> list[str]:
+    namespaces = state.kv_namespaces()
+    commands = [f"flask claw flush --namespace {state.CONVERSATIONS_NAMESPACE} --dry-run"]
     commands += [f"flask claw flush --namespace {name} --dry-run" for name in namespaces[:MAX_LISTED]]
     if len(namespaces) > MAX_LISTED:
         commands.append(f"… and the same for {len(namespaces) - MAX_LISTED} more namespaces (see Memory)")
@@ -69,7 +64,7 @@ def index() -> str:
         "memory_rows": rows[schema.memory.name] if store is not None else None,
         "newest": format_time(newest),
         "memory_newest": format_time(store.newest()) if store is not None else None,
-        "commands": [] if settings.store_messages else _deletion_commands(store),
+        "commands": [] if settings.store_messages else _deletion_commands(),
     }
     return render_page(
         "overview/index.html",

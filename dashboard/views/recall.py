@@ -48,8 +48,7 @@ def _namespace_arg() -> str:
 
 def _namespace_choices(selected: str) -> list[str]:
     # Names only (no per-state counts): the drivers answer this from an index.
-    names = [name for name in state.memory().namespaces() if name != "conversations"]
-    return sorted({*names, state.settings().recall_namespace, selected})
+    return sorted({*state.kv_namespaces(), state.settings().recall_namespace, selected})
 
 
 @bp.get("/preview")
