@@ -1,4 +1,4 @@
-"""What the deleting commands share: option types, confirmation, progress and the stores they reach."""
+"""What the deleting commands share: option types, confirmation and progress."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from typing import Any, NamedTuple, TypeVar
 import click
 
 from clawmem.errors import InvalidKey, InvalidNamespace
-from clawmem.memory.base import MemoryInterface
 from clawmem.memory.rules import validate_key, validate_namespace
-from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
 from clawmem.sql.retention import Batch, parse_window
 from dashboard.cli.audit import AuditEntry, Refused
 
@@ -161,32 +159,3 @@ def _advance(batches: Iterable[Batch], bar: Any) -> Iterator[Batch]:
         if bar is not None:
             bar.update(batch.conversations)
         yield batch
-
-
-# -- the stores behind the app's memory --------------------------------------------------------
-
-
-def _unwrapped(memory: MemoryInterface) -> MemoryInterface:
-    while isinstance(memory, PrivacyAwareMemory):
-        memory = memory.inner
-    return memory
-
-
-def kv_driver(memory: MemoryInterface) -> MemoryInterface:
-    """Return the key/value driver behind the app's privacy switch and router."""
-    inner = _unwrapped(memory)
-    return inner.default if isinstance(inner, RouterMemory) else inner
-
-
-def driver_for(memory: MemoryInterface, namespace: str) -> MemoryInterface:
-    """Return the storage driver that serves ``namespace`` in the app's memory."""
-    inner = _unwrapped(memory)
-    return inner.driver_for(namespace) if isinstance(inner, RouterMemory) else inner
-
-
-def routed_away(memory: MemoryInterface) -> set[str]:
-    """Return the namespaces the router sends somewhere other than the key/value driver."""
-    inner = _unwrapped(memory)
-    if not isinstance(inner, RouterMemory):
-        return set()
-    return {namespace for namespace, driver in inner.routes.items() if driver is not inner.default}

@@ -17,7 +17,7 @@ from clawmem import events
 from clawmem.clock import utc_datetime
 from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
-from clawmem.memory.wrappers import sweep_any
+from clawmem.memory.wrappers import serving_driver, sweep_any
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.kv import MemoryStore
 from clawmem.sql.retention import (
@@ -39,7 +39,6 @@ from dashboard.cli.common import (
     check_namespace,
     confirm_deletion,
     deleting_options,
-    driver_for,
     plural,
     run_batches,
 )
@@ -80,7 +79,7 @@ def forget(entry: AuditEntry, key: str, namespace: str, dry_run: bool, yes: bool
     says so and exits 0.
     """
     memory = state.memory()
-    driver = driver_for(memory, namespace)
+    driver, _ = serving_driver(memory, namespace)
     if isinstance(driver, SqlConversationMemory):
         found = ConversationStore(driver.engine, driver.prefix).get(key)
         exists = found is not None and found.namespace == namespace
@@ -143,7 +142,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
     messages, in batches of 1000, each batch one transaction.
     """
     memory = state.memory()
-    driver = driver_for(memory, namespace)
+    driver, _ = serving_driver(memory, namespace)
     if isinstance(driver, SqlConversationMemory):
         _flush_conversations(entry, driver, namespace, dry_run, yes, verbose)
         return

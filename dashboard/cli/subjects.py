@@ -25,6 +25,7 @@ from clawmem.clock import now_seconds
 from clawmem.memory.base import BaseMemory, MemoryInterface
 from clawmem.memory.rules import is_expired
 from clawmem.memory.sql import SqlMemory
+from clawmem.memory.wrappers import serving_driver
 from clawmem.sql.retention import count_conversations, delete_in_batches, iter_conversation_ids
 from clawmem.sql.subjects import (
     ConversationRecord,
@@ -43,9 +44,7 @@ from dashboard.cli.common import (
     check_text,
     confirm_deletion,
     deleting_options,
-    kv_driver,
     plural,
-    routed_away,
     run_batches,
 )
 
@@ -67,7 +66,7 @@ def _subject(user_id: str | None, conversation: str | None, match: str | None) -
 
 def _memory_matches(memory: MemoryInterface, text: str) -> Iterator[dict[str, Any]]:
     """Yield every key/value entry concerning ``text`` as an export record."""
-    driver = kv_driver(memory)
+    driver, _ = serving_driver(memory, "default")
     if isinstance(driver, SqlMemory):
         now = now_seconds(driver.clock)
         for row in iter_memory(driver.engine, driver.prefix, text):
@@ -86,10 +85,9 @@ def _memory_matches(memory: MemoryInterface, text: str) -> Iterator[dict[str, An
     # Drivers without SQL are scanned namespace by namespace; they only show live entries.
     if not isinstance(driver, BaseMemory):
         raise RuntimeError(f"the {type(driver).__name__} driver cannot list its namespaces to search them")
-    skipped = routed_away(memory)
     for namespace in driver.namespaces():
-        if namespace in skipped:
-            continue
+        if serving_driver(memory, namespace)[0] is not driver:
+            continue  # the router sends this namespace to another driver
         for key, value in driver.all(namespace).items():
             if entry_matches(key, value, text):
                 yield {"namespace": namespace, "key": key, "value": value, "driver": driver.name}
@@ -258,7 +256,7 @@ def erase(
     settings, engine, memory = state.settings(), state.engine(), state.memory()
     prefix = settings.table_prefix
     where = conversations_where(prefix, subject)
-    driver = kv_driver(memory)
+    driver, _ = serving_driver(memory, "default")
     with engine.connect() as conn:
         counts = count_conversations(conn, prefix, where)
     if isinstance(driver, SqlMemory):
