@@ -164,13 +164,17 @@ class BaseMemory(SearchableMemory):
         events.emit("memory.read", driver=self.name, namespace=namespace, key=key, hit=found)
         return found
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: int | None = None) -> None:
+    def _prepare_write(self, key: str, namespace: str, ttl: int | None) -> tuple[int, int | None]:
+        """Validate a write's key, namespace and TTL; return ``(now, expires_at)`` for it."""
         validate_key(key)
         validate_namespace(namespace)
         validate_ttl(ttl)
-        encoded = self._encode(key, value)
         now = self._now()
-        expires_at = None if ttl is None else now + ttl
+        return now, None if ttl is None else now + ttl
+
+    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: int | None = None) -> None:
+        now, expires_at = self._prepare_write(key, namespace, ttl)
+        encoded = self._encode(key, value)
         self._call("set", self._set, key, encoded, namespace, expires_at, now)
         emit_write(self.name, namespace, key, encoded, ttl)
 

@@ -24,11 +24,8 @@ from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, emit_write
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
-    encode_value,
     is_expired,
-    validate_key,
     validate_namespace,
-    validate_ttl,
 )
 
 STORE_SUFFIX = ".json"
@@ -274,24 +271,21 @@ class FileMemory(BaseMemory):
         ``current`` is ``None`` when the key is missing or expired; ``ttl`` works as in ``set``.
         Raises what ``set`` raises; an exception from ``function`` propagates and writes nothing.
         """
-        validate_key(key)
-        validate_namespace(namespace)
-        validate_ttl(ttl)
-        now = self._now()
-        expires_at = None if ttl is None else now + ttl
-        written: list[str] = []
+        now, expires_at = self._prepare_write(key, namespace, ttl)
+        written: list[tuple[str, Any]] = []
 
         def apply(store: Store) -> bool:
             entry = store.get(key)
             current = (
                 entry["value"] if entry is not None and not is_expired(entry["expires_at"], now) else None
             )
-            encoded = encode_value(key, function(current), self.max_value_bytes)
-            store[key] = {"value": decode_value(encoded), "expires_at": expires_at}
-            written.append(encoded)
+            encoded = self._encode(key, function(current))
+            value = decode_value(encoded)
+            store[key] = {"value": value, "expires_at": expires_at}
+            written.append((encoded, value))
             return True
 
         self._call("update", self._rewrite, namespace, now, apply)
-        encoded = written[0]
+        encoded, value = written[0]
         emit_write(self.name, namespace, key, encoded, ttl)
-        return decode_value(encoded)
+        return value
