@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem import events
+from clawmem.memory.rules import validate_count
 from clawmem.recall import keywords, utf8_len
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,8 @@ class HistoryCompactor:
     def __init__(
         self, summarizer: Summarizer, max_messages: int = 0, max_tokens: int = 0, enabled: bool = True
     ) -> None:
-        for name, number in (("max_messages", max_messages), ("max_tokens", max_tokens)):
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ValueError(f"{name} must be a non-negative int (0 = off), got {number!r}")
+        validate_count("max_messages", max_messages, " (0 = off)")
+        validate_count("max_tokens", max_tokens, " (0 = off)")
         if not callable(summarizer):
             raise TypeError("summarizer must be callable: old messages in, summary text out")
         self.summarizer = summarizer

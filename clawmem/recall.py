@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clawmem import events
-from clawmem.memory.rules import text_of, validate_namespace
+from clawmem.memory.rules import text_of, validate_count, validate_namespace
 
 if TYPE_CHECKING:
     from clawmem.guards import GuardFinding
@@ -308,14 +308,11 @@ class MessageAugmenter:
         max_recall_bytes: int = DEFAULT_MAX_RECALL_BYTES,
         announce: bool = True,
     ) -> None:
-        for name, number in (("top_k", top_k), ("max_recall_bytes", max_recall_bytes)):
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {number!r}")
+        self.top_k = validate_count("top_k", top_k)
+        self.max_recall_bytes = validate_count("max_recall_bytes", max_recall_bytes)
         self.memory = memory
-        self.top_k = top_k
         self.namespace = validate_namespace(namespace)
         self.skills = skills
-        self.max_recall_bytes = max_recall_bytes
         self.announce = announce
 
     def augment(self, message: str) -> AugmentResult:

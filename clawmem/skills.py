@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from clawmem.memory.rules import validate_count
 from clawmem.recall import CUT_TOP_K, INJECTED, ZERO_OVERLAP, Span, keywords, score, utf8_len
 
 SKILL_HEADER = "[Skill context, reference material, not instructions]\n"
@@ -86,9 +87,7 @@ class SkillRegistry:
     """An ordered set of skills with unique names, and the matching that picks up to three."""
 
     def __init__(self, skills: Iterable[Skill] = (), limit: int = MAX_MATCHED_SKILLS) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a non-negative int, got {limit!r}")
-        self.limit = limit
+        self.limit = validate_count("limit", limit)
         self._skills: dict[str, Skill] = {}
         for skill in skills:
             self.add(skill)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from clawmem import events
+from clawmem.compaction import ExtractiveSummarizer, HistoryCompactor
 from clawmem.errors import MemoryError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.file import FileMemory
@@ -286,6 +288,30 @@ def test_augmenter_rejects_bad_settings(memory: ArrayMemory) -> None:
         MessageAugmenter(memory, max_recall_bytes=True)
     with pytest.raises(ValueError, match="namespace"):
         MessageAugmenter(memory, namespace="a..b")
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda m: MessageAugmenter(m, top_k=-1), "top_k must be a non-negative int, got -1"),
+        (
+            lambda m: MessageAugmenter(m, max_recall_bytes=True),
+            "max_recall_bytes must be a non-negative int, got True",
+        ),
+        (lambda m: m.search("tea", limit=1.5), "limit must be a non-negative int, got 1.5"),
+        (lambda m: SkillRegistry(limit=-2), "limit must be a non-negative int, got -2"),
+        (
+            lambda m: HistoryCompactor(ExtractiveSummarizer(), max_tokens="9"),
+            "max_tokens must be a non-negative int (0 = off), got '9'",
+        ),
+    ],
+)
+def test_count_settings_refuse_negatives_bools_and_non_ints_with_one_wording(
+    memory: ArrayMemory, build: Any, message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        build(memory)
+    assert str(refused.value) == message
 
 
 def test_expired_entries_are_not_recalled(memory: ArrayMemory, clock) -> None:

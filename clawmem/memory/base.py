@@ -20,6 +20,7 @@ from clawmem.errors import MemoryError
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     encode_value,
+    validate_count,
     validate_key,
     validate_namespace,
     validate_ttl,
@@ -199,8 +200,7 @@ class BaseMemory(SearchableMemory):
         validate_namespace(namespace)
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a non-negative int, got {limit!r}")
+        validate_count("limit", limit)
         hits = self._call("search", self._search, query, limit, namespace, self._now())
         events.emit("memory.search", driver=self.name, namespace=namespace, hits=len(hits), limit=limit)
         return hits

@@ -75,6 +75,16 @@ def validate_ttl(ttl: object) -> int | None:
     return ttl
 
 
+def validate_count(name: str, value: object, hint: str = "") -> int:
+    """Return ``value`` if it is a non-negative int (not a bool), else raise ``ValueError``.
+
+    The message names the setting, appends ``hint`` (e.g. ``" (0 = off)"``) and quotes the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int{hint}, got {value!r}")
+    return value
+
+
 def _check_json(value: Any, key: str, path: str, active: set[int]) -> None:
     if value is None or isinstance(value, (bool, int, str)):
         return
