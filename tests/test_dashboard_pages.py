@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -234,6 +235,32 @@ def test_fragment_only_for_its_own_target(app: Flask, demo: None, signed_in: Fla
     assert "<html" not in fragment and "<table" in fragment and "<nav" not in fragment
     other = page_text(signed_in.get("/conversations/", headers=_htmx("somewhere-else")))
     assert "<html" in other
+
+
+@pytest.mark.parametrize(("path", "target"), [
+    ("/preview?message=order", "preview-result"),
+    ("/conversations/?q=order", "conversation-results"),
+])
+def test_fragments_do_not_list_the_namespaces_only_the_full_page_shows(
+    app: Flask, demo: None, signed_in: FlaskClient, path: str, target: str
+) -> None:
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    with app.app_context():
+        engine = state.engine()
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        signed_in.get(path, headers=_htmx(target))
+        fragment_queries = [s for s in statements if "DISTINCT" in s.upper()]
+        statements.clear()
+        signed_in.get(path)
+        page_queries = [s for s in statements if "DISTINCT" in s.upper()]
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert page_queries and not fragment_queries
 
 
 @pytest.mark.parametrize("header", ["HX-Boosted", "HX-History-Restore-Request"])

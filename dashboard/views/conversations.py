@@ -79,7 +79,7 @@ def index() -> str:
             "conversations-more": "conversations/_rows.html",
         },
         filters=filters,
-        namespaces=store.namespaces(),
+        page_context=lambda: {"namespaces": store.namespaces()},
         rows=[_summary_row(conversation) for conversation in page.items],
         more_url=more_url,
     )

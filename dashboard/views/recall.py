@@ -5,6 +5,7 @@ Both run the real :class:`clawmem.MessageAugmenter`; nothing here scores or rank
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
@@ -46,9 +47,13 @@ def _namespace_arg() -> str:
         abort(400, description=str(exc))
 
 
-def _namespace_choices(selected: str) -> list[str]:
+def _namespace_page(selected: str) -> Callable[[], dict[str, Any]]:
+    # The namespace picker is on the full page only, so htmx keystrokes never list namespaces.
     # Names only (no per-state counts): the drivers answer this from an index.
-    return sorted({*state.kv_namespaces(), state.settings().recall_namespace, selected})
+    def page() -> dict[str, Any]:
+        return {"namespaces": sorted({*state.kv_namespaces(), state.settings().recall_namespace, selected})}
+
+    return page
 
 
 @bp.get("/preview")
@@ -94,7 +99,7 @@ def preview() -> str:
         {"preview-result": "recall/_preview_result.html", "decisions-more": "recall/_decisions.html"},
         message=message,
         namespace=namespace,
-        namespaces=_namespace_choices(namespace),
+        page_context=_namespace_page(namespace),
         top_k=settings.recall_top_k,
         report=report,
         decisions=decisions,
@@ -143,7 +148,7 @@ def cold() -> str:
         {"cold-more": "recall/_cold_rows.html"},
         n=count,
         namespace=namespace,
-        namespaces=_namespace_choices(namespace),
+        page_context=_namespace_page(namespace),
         top_k=settings.recall_top_k,
         summary=summary,
         rows=rows,

@@ -6,7 +6,7 @@ Also the small formatters views use to turn rows into the plain strings template
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,11 +22,21 @@ def wants_fragment(target_id: str) -> bool:
     return bool(htmx) and htmx.target == target_id and not htmx.boosted and not htmx.history_restore_request
 
 
-def render_page(template: str, fragments: Mapping[str, str], **context: Any) -> str:
-    """Render ``template``, or the partial of ``fragments`` (target id -> partial) the request targets."""
+def render_page(
+    template: str,
+    fragments: Mapping[str, str],
+    page_context: Callable[[], dict[str, Any]] | None = None,
+    **context: Any,
+) -> str:
+    """Render ``template``, or the partial of ``fragments`` (target id -> partial) the request targets.
+
+    ``page_context()`` adds what only the full page shows; fragment requests never call it.
+    """
     for target_id, partial in fragments.items():
         if wants_fragment(target_id):
             return render_template(partial, **context)
+    if page_context is not None:
+        context.update(page_context())
     return render_template(template, **context)
 
 
