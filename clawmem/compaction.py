@@ -20,7 +20,7 @@ from typing import Any
 
 from clawmem import events
 from clawmem.memory.rules import validate_count
-from clawmem.recall import keywords, utf8_len
+from clawmem.recall import clip, keywords, utf8_len
 
 log = logging.getLogger(__name__)
 
@@ -213,10 +213,6 @@ def _sentences(text: str) -> list[str]:
     return [part.strip() for part in _SENTENCE_END.split(text.strip()) if part.strip()]
 
 
-def _clip(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
-
-
 class ExtractiveSummarizer:
     """A local, deterministic summary that sends nothing anywhere.
 
@@ -253,8 +249,8 @@ class ExtractiveSummarizer:
         )
         chosen.update(index for index in ranked[:2] if weight[index] > 0)
         parts = [
-            f"{role}: {_clip(sentence, self.sentence_chars)}"
+            f"{role}: {clip(sentence, self.sentence_chars)}"
             for index, (role, sentence) in enumerate(candidates)
             if index in chosen
         ]
-        return _clip(" ".join(parts), self.max_chars) if parts else ""
+        return clip(" ".join(parts), self.max_chars) if parts else ""

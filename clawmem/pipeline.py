@@ -32,7 +32,7 @@ from clawmem.memory.conversations import validate_conversation_id
 from clawmem.memory.registry import open_memory
 from clawmem.memory.wrappers import serving_driver
 from clawmem.providers.base import Provider, ToolCall
-from clawmem.recall import AugmentResult, MessageAugmenter, driver_name
+from clawmem.recall import AugmentResult, MessageAugmenter, clip, driver_name
 from clawmem.settings import Settings
 
 CONVERSATIONS = "conversations"
@@ -59,7 +59,7 @@ def title_from(message: str) -> str | None:
     line = next((line.strip() for line in message.splitlines() if line.strip()), "")
     if not line:
         return None
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return clip(line, TITLE_CHARS)
 
 
 def tool_rows(calls: Iterable[ToolCall]) -> list[dict[str, Any]]:

@@ -116,6 +116,12 @@ def cut_utf8(text: str, max_bytes: int) -> str:
     return text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
 
 
+def clip(text: str, max_chars: int) -> str:
+    """Return ``text`` unchanged if it has at most ``max_chars`` characters, else its first
+    ``max_chars - 1`` characters, trailing whitespace removed, followed by "…"."""
+    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
+
+
 @dataclass(frozen=True)
 class EntryDecision:
     """What recall did with one entry: ``status`` is one of the module's status constants.

@@ -23,6 +23,7 @@ from clawmem.recall import (
     TRUNCATED,
     ZERO_OVERLAP,
     MessageAugmenter,
+    clip,
     injection_counts,
     keywords,
     plan_memory_block,
@@ -470,3 +471,15 @@ def test_a_preview_augmenter_announces_nothing() -> None:
         events.off("*", seen.append)
     assert result.injected_keys == ["shipping"]
     assert {event["event"] for event in seen} == {"memory.read"}
+
+
+@given(text=st.text(max_size=40), max_chars=st.integers(min_value=1, max_value=30))
+def test_clip_keeps_short_text_and_marks_a_cut_with_an_ellipsis(text: str, max_chars: int) -> None:
+    clipped = clip(text, max_chars)
+    if len(text) <= max_chars:
+        assert clipped == text
+    else:
+        assert len(clipped) <= max_chars
+        assert clipped.endswith("…")
+        assert text.startswith(clipped[:-1])
+        assert clipped[:-1] == clipped[:-1].rstrip()
