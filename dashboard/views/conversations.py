@@ -10,7 +10,7 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.compaction import estimate_tokens
 from clawmem.errors import InvalidNamespace
-from clawmem.sql.conversations import ConversationSummary, StoredMessage
+from clawmem.sql.conversations import ConversationStore, ConversationSummary, StoredMessage
 from dashboard import state
 from dashboard.views.compaction import analyse, as_history
 from dashboard.views.rendering import format_time, int_arg, preview_text, render_page, text_arg
@@ -101,10 +101,11 @@ def _message_row(message: StoredMessage, analysis: dict[str, Any] | None) -> dic
     }
 
 
-def _full_history(conversation_id: str, count: int) -> list[StoredMessage] | None:
+def _full_history(store: ConversationStore, conversation_id: str, count: int) -> list[StoredMessage] | None:
     if count > ANALYSIS_LIMIT:
         return None
-    store, history, cursor = conversation_store(), [], None
+    history: list[StoredMessage] = []
+    cursor = None
     while True:
         page = store.messages(conversation_id, limit=1000, cursor=cursor)
         history.extend(page.items)
@@ -126,7 +127,10 @@ def detail(conversation_id: str) -> str:
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
     page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
-    history = _full_history(conversation_id, conversation.message_count)
+    if cursor is None and page.next_cursor is None:
+        history: list[StoredMessage] | None = page.items  # the first page is the whole history
+    else:
+        history = _full_history(store, conversation_id, conversation.message_count)
     analysis = analyse(history, max_messages, max_tokens) if history is not None else None
     what_if = {
         name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)
