@@ -25,6 +25,7 @@ import logging
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,9 @@ def _score_folded(query_words: Iterable[str], folded: str) -> int:
 
 def score(query_words: Iterable[str], key: str, value: Any) -> int:
     """Return how many distinct query words occur among the entry's words."""
-    return _score_folded(set(query_words), entry_text(key, value).casefold())
+    # A caller scoring many entries passes a set once rather than having it rebuilt per entry.
+    words = query_words if isinstance(query_words, AbstractSet) else set(query_words)
+    return _score_folded(words, entry_text(key, value).casefold())
 
 
 def rank(query: str, entries: Mapping[str, Any], limit: int = DEFAULT_TOP_K) -> list[tuple[str, Any, int]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from clawmem.memory.rules import validate_count
@@ -44,6 +45,16 @@ class Skill:
                 raise TypeError(f"skill {attribute} must be a str, got {type(given).__name__}")
         if not self.name.strip():
             raise ValueError("a skill needs a non-empty name")
+
+    @cached_property
+    def piece(self) -> str:
+        """Return the text this skill injects: its content without trailing line breaks, then a blank line."""
+        return self.content.rstrip("\r\n") + "\n\n"
+
+    @cached_property
+    def piece_bytes(self) -> int:
+        """Return the UTF-8 size of :attr:`piece`."""
+        return utf8_len(self.piece)
 
 
 @dataclass(frozen=True)
@@ -137,21 +148,20 @@ class SkillRegistry:
 
     def decide(self, message: str) -> list[SkillDecision]:
         """Return a decision for every skill: the best ``limit`` with a score > 0 are injected."""
-        words = keywords(message)
+        words = set(keywords(message))
         scored = sorted(
             ((skill, score(words, skill.name, skill.description)) for skill in self._skills.values()),
             key=lambda item: (-item[1], item[0].name),
         )
         decisions: list[SkillDecision] = []
         for position, (skill, points) in enumerate(scored):
-            size = utf8_len(_piece(skill))
             if points == 0:
                 status, reason = ZERO_OVERLAP, "no word of the message occurs in the name or description"
             elif position >= self.limit:
                 status, reason = CUT_TOP_K, f"rank {position + 1}; at most {self.limit} skills are injected"
             else:
                 status, reason = INJECTED, f"rank {position + 1}, score {points}"
-            decisions.append(SkillDecision(skill.name, points, size, status, reason))
+            decisions.append(SkillDecision(skill.name, points, skill.piece_bytes, status, reason))
         return decisions
 
     def wrap(self, text: str, spans: list[Span], decisions: list[SkillDecision]) -> tuple[str, list[Span]]:
@@ -163,15 +173,10 @@ class SkillRegistry:
         skill_spans: list[Span] = []
         offset = len(SKILL_HEADER)
         for skill in chosen:
-            piece = _piece(skill)
-            skill_spans.append(Span(offset, offset + len(piece), f"skill {skill.name}"))
-            parts.append(piece)
-            offset += len(piece)
+            skill_spans.append(Span(offset, offset + len(skill.piece), f"skill {skill.name}"))
+            parts.append(skill.piece)
+            offset += len(skill.piece)
         parts.append(MESSAGE_HEADER)
         offset += len(MESSAGE_HEADER)
         shifted = [Span(span.start + offset, span.end + offset, span.source) for span in spans]
         return "".join(parts) + text, skill_spans + shifted
-
-
-def _piece(skill: Skill) -> str:
-    return skill.content.rstrip("\r\n") + "\n\n"

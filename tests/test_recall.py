@@ -395,6 +395,18 @@ def test_skills_cap_at_three_ties_by_name() -> None:
     ]
 
 
+def test_skill_decisions_report_the_size_of_the_text_each_skill_adds(memory: ArrayMemory) -> None:
+    cafe = Skill("café", "Menu and café opening hours.", "Open 8–18.\r\n\n")
+    registry = SkillRegistry([cafe, TONE])
+    first = MessageAugmenter(memory, skills=registry).augment("When does the café open?")
+    again = MessageAugmenter(memory, skills=registry).augment("Is the café open late?")
+    assert "Open 8–18.\n\n[Message]\n" in first.text
+    expected = {"café": len("Open 8–18.\n\n".encode()), "tone": len("Be polite.\n\n")}
+    assert {d.name: d.bytes for d in first.skills} == expected
+    assert {d.name: d.bytes for d in again.skills} == expected
+    assert again.text.startswith(first.text[: first.text.index("[Message]")])
+
+
 def test_no_skill_hit_means_no_skill_wrapper(memory: ArrayMemory) -> None:
     result = MessageAugmenter(memory, skills=SkillRegistry([TONE])).augment("hello there")
     assert result.text == "hello there"
