@@ -13,9 +13,7 @@ from typing import Protocol
 
 from clawmem import events
 from clawmem.errors import GuardBlocked
-from clawmem.recall import AugmentResult, Span
-
-USER_MESSAGE = "user message"
+from clawmem.recall import USER_MESSAGE, AugmentResult, Span
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}(?![A-Za-z])")
 # 13-19 digits, optionally split by single spaces or dashes; the whole digit run must qualify.
