@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 Clock = Callable[[], float]
-
-system_clock: Clock = time.time
 
 
 def now_seconds(clock: Clock) -> int:
