@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clawmem.compaction import (
+    BYTES_PER_TOKEN,
     ExtractiveSummarizer,
     HistoryCompactor,
     estimate_tokens,
@@ -23,13 +24,11 @@ def as_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
     ]
 
 
-def first_trigger(compactor: HistoryCompactor, history: Sequence[dict[str, Any]]) -> int | None:
-    """Return the smallest n for which ``history[:n]`` trips a threshold, or ``None`` if none does.
+def _first_fire(compactor: HistoryCompactor, history: Sequence[dict[str, Any]]) -> int:
+    """Return the smallest n for which ``history[:n]`` trips a threshold; ``history`` must trip one.
 
     Both triggers only grow as messages are added, so a binary search over prefixes finds it.
     """
-    if compactor.trigger(history) is None:
-        return None
     low, high = 1, len(history)
     while low < high:
         middle = (low + high) // 2
@@ -51,22 +50,24 @@ def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: in
     compactor = HistoryCompactor(ExtractiveSummarizer(), max_messages=max_messages, max_tokens=max_tokens)
     reason = compactor.trigger(history)
     start, boundary = split_history(history)
-    old = history[start:boundary]
-    fires_at = first_trigger(compactor, history)
+    summarised = slice(start, boundary) if reason else slice(0, 0)
+    old = history[summarised]
+    fires_at = _first_fire(compactor, history) if reason else None
+    size = history_bytes(history)
     return {
         "enabled": max_messages > 0 or max_tokens > 0,
         "max_messages": max_messages,
         "max_tokens": max_tokens,
         "messages": len(history),
-        "tokens": estimate_tokens(history),
-        "bytes": history_bytes(history),
+        "tokens": size // BYTES_PER_TOKEN,
+        "bytes": size,
         "reason": reason,
         "first_fire": fires_at,
         "first_fire_id": messages[fires_at - 1].id if fires_at else None,
-        "summarised_ids": {m.id for m in messages[start:boundary]} if reason else set(),
-        "summarised_count": len(old) if reason else 0,
-        "summarised_tokens": estimate_tokens(old) if reason else 0,
-        "kept_count": len(history) - len(old) if reason else len(history),
+        "summarised_ids": {m.id for m in messages[summarised]},
+        "summarised_count": len(old),
+        "summarised_tokens": estimate_tokens(old),
+        "kept_count": len(history) - len(old),
         "kept_system": start == 1,
-        "summary": ExtractiveSummarizer()(old) if reason and old else "",
+        "summary": compactor.summarizer(old) if old else "",
     }
