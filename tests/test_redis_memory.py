@@ -188,6 +188,7 @@ def test_sweep_deletes_exactly_the_clock_expired_entries(memory: RedisMemory, cl
     memory.set("dropped", 4, namespace="other", ttl=5)
     memory.client.delete(memory.entry_key("dropped", "other"))  # as if Redis expired it first
     clock.advance(10)
+
     def index_sizes() -> list[int]:
         return [memory.client.zcard(memory.index_key(namespace)) for namespace in ["default", "other"]]
 
@@ -212,6 +213,15 @@ def test_entry_that_redis_dropped_is_skipped_and_unindexed(memory: RedisMemory) 
     assert memory.all() == {"kept": 2}
     assert memory.client.zscore(memory.index_key("default"), "evicted") is None
     assert memory.get("evicted") is None
+
+
+def test_several_dropped_entries_are_unindexed_together(memory: RedisMemory) -> None:
+    for number in range(6):
+        memory.set(f"k{number}", number)
+    memory.client.delete(*(memory.entry_key(f"k{number}", "default") for number in (0, 2, 3, 5)))
+    assert memory.all() == {"k1": 1, "k4": 4}
+    assert memory.client.zrange(memory.index_key("default"), 0, -1) == [b"k1", b"k4"]
+    assert memory.namespaces() == ["default"]
 
 
 @pytest.mark.parametrize("stored", ["garbage", '{"value": 1}', "[1, 2, 3]", '["soon", 1]'])

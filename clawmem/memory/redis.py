@@ -177,8 +177,9 @@ class RedisMemory(BaseMemory):
         entry_keys = [self.entry_key(key, namespace) for key in keys]
 
         def remove(pipe: Any) -> None:
-            present = [pipe.exists(entry_key) for entry_key in entry_keys]
-            gone = [key for key, exists in zip(keys, present, strict=True) if not exists]
+            # One MGET per batch instead of one EXISTS round trip per key.
+            raws = [raw for batch in _batches(entry_keys) for raw in pipe.mget(batch)]
+            gone = [key for key, raw in zip(keys, raws, strict=True) if raw is None]
             pipe.multi()
             if gone:
                 pipe.zrem(index, *gone)
@@ -186,8 +187,12 @@ class RedisMemory(BaseMemory):
         # Watching the entries too: a concurrent set revives one without changing its index score.
         self.client.transaction(remove, index, *entry_keys)
 
+    def _indexed_namespaces(self) -> list[str]:
+        """Return the members of the namespaces set (indexes that may since have emptied)."""
+        return [_text(name) for name in self.client.smembers(self.namespaces_key)]
+
     def _namespaces(self) -> list[str]:
-        names = [_text(name) for name in self.client.smembers(self.namespaces_key)]
+        names = self._indexed_namespaces()
         pipe = self.client.pipeline(transaction=False)
         for namespace in names:
             pipe.zcard(self.index_key(namespace))
@@ -195,7 +200,7 @@ class RedisMemory(BaseMemory):
 
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for namespace in sorted(_text(name) for name in self.client.smembers(self.namespaces_key)):
+        for namespace in sorted(self._indexed_namespaces()):
             expired = self._sweep_namespace(namespace, now, dry_run)
             if expired:
                 counts[namespace] = expired
