@@ -152,15 +152,15 @@ class FileMemory(BaseMemory):
         os.chmod(self.directory, DIRECTORY_MODE)  # mkdir's mode is filtered by the umask
 
     @contextlib.contextmanager
-    def _locked(self, namespace: str) -> Iterator[Path]:
-        """Hold the namespace's exclusive lock; yield its data file path."""
+    def _locked(self, path: Path) -> Iterator[None]:
+        """Hold the exclusive lock of the data file ``path`` (its ``.lock`` sibling)."""
         self._ensure_directory()
         # The lock file is never replaced or deleted: a new inode would let two writers in.
-        lock_path = self.directory / (namespace_file_stem(namespace) + LOCK_SUFFIX)
+        lock_path = path.with_suffix(LOCK_SUFFIX)
         descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
-            yield self.path_for(namespace)
+            yield
         finally:
             os.close(descriptor)  # closing the descriptor releases the lock
 
@@ -186,7 +186,8 @@ class FileMemory(BaseMemory):
     def _rewrite(self, namespace: str, now: int, edit: Callable[[Store], bool]) -> int:
         """Apply ``edit`` (returns whether it changed the store) and prune expired entries, all
         under the lock; return how many were pruned."""
-        with self._locked(namespace) as path:
+        path = self.path_for(namespace)
+        with self._locked(path):
             store = self._read(path)
             changed = edit(store)
             expired = [key for key, entry in store.items() if is_expired(entry["expires_at"], now)]
@@ -219,9 +220,10 @@ class FileMemory(BaseMemory):
         self._rewrite(namespace, now, lambda store: store.pop(key, None) is not None)
 
     def _flush(self, namespace: str) -> int:
-        if not self.path_for(namespace).exists():
+        path = self.path_for(namespace)
+        if not path.exists():
             return 0
-        with self._locked(namespace) as path:
+        with self._locked(path):
             count = len(self._read(path))
             path.unlink(missing_ok=True)
         return count
