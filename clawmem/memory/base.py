@@ -25,7 +25,7 @@ from clawmem.memory.rules import (
     validate_namespace,
     validate_ttl,
 )
-from clawmem.recall import DEFAULT_TOP_K, rank
+from clawmem.recall import rank
 
 DEFAULT_NAMESPACE = "default"
 
@@ -222,7 +222,6 @@ class BaseMemory(SearchableMemory):
 
 __all__ = [
     "DEFAULT_NAMESPACE",
-    "DEFAULT_TOP_K",
     "BaseMemory",
     "MemoryHit",
     "MemoryInterface",
