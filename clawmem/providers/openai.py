@@ -92,6 +92,7 @@ class OpenAICompatibleProvider:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.base_url = base_url.rstrip("/")
+        self._url = f"{self.base_url}/chat/completions"
         self.model = model
         self.timeout = float(timeout)
         self._api_key = api_key or None
@@ -99,7 +100,7 @@ class OpenAICompatibleProvider:
     @property
     def endpoint(self) -> str:
         """Return the URL requests go to, with any password in it masked."""
-        return redact(f"{self.base_url}/chat/completions")
+        return redact(self._url)
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
@@ -117,15 +118,16 @@ class OpenAICompatibleProvider:
     def _fail(self, what: str) -> ProviderError:
         return ProviderError(self._scrub(f"provider {self.endpoint} (model {self.model}): {what}"))
 
+    def _timed_out(self) -> ProviderError:
+        return self._fail(f"no response within {self.timeout:g} s (timeout)")
+
     def complete(self, messages: Sequence[Message]) -> ProviderReply:
         """Return the model's reply to ``messages``; raises :class:`ProviderError` on any failure."""
         body = json.dumps({"model": self.model, "messages": to_wire(messages)}, ensure_ascii=False)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(
-            f"{self.base_url}/chat/completions", data=body.encode("utf-8"), headers=headers, method="POST"
-        )
+        request = urllib.request.Request(self._url, data=body.encode("utf-8"), headers=headers, method="POST")
         log.debug("POST %s model=%s messages=%d", self.endpoint, self.model, len(messages))
         raw = self._send(request)
         try:
@@ -144,10 +146,10 @@ class OpenAICompatibleProvider:
                 excerpt = self._excerpt(exc.read())
             raise self._fail(f"HTTP {exc.code} {exc.reason}: {excerpt}") from None
         except TimeoutError:
-            raise self._fail(f"no response within {self.timeout:g} s (timeout)") from None
+            raise self._timed_out() from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
-                raise self._fail(f"no response within {self.timeout:g} s (timeout)") from None
+                raise self._timed_out() from None
             raise self._fail(f"connection failed: {exc.reason}") from None
         except OSError as exc:
             raise self._fail(f"connection failed: {type(exc).__name__}: {exc}") from None
