@@ -15,6 +15,7 @@ from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.paging import InvalidCursor, encode_cursor
+from clawmem.sql.retention import delete_in_batches, iter_conversation_ids
 from clawmem.sql.schema import tables
 
 NS = "conversations"
@@ -290,3 +291,16 @@ def test_conversation_events_carry_no_text(conversations: SqlConversationMemory)
     assert [(e["inserted"], e["replaced"]) for e in saved] == [(1, False), (1, False)]
     assert all(e["run_id"] == "run-7" for e in seen)
     assert "secret" not in repr(seen) and "private" not in repr(seen)
+
+
+def test_a_short_conversation_id_reads_back_unpadded_everywhere(
+    conversations: SqlConversationMemory, store: ConversationStore, engine: Any, prefix: str
+) -> None:
+    conversations.set("c1", payload("hello"), NS)
+    assert store.get("c1").id == "c1"
+    assert [m.conversation_id for m in store.messages("c1").items] == ["c1"]
+    assert list(conversations.all(NS)) == ["c1"]
+    where = tables(prefix).conversations.c.namespace == NS
+    with engine.connect() as conn:
+        assert [found for found, _ in iter_conversation_ids(conn, prefix, where)] == ["c1"]
+    assert [batch.conversation_ids for batch in delete_in_batches(engine, prefix, where)] == [("c1",)]

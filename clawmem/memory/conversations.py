@@ -260,7 +260,7 @@ class SqlConversationMemory(SqlBackedMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
-            rows = {row.id.rstrip(): row for row in sql.conversation_rows(conn, self.prefix, namespace)}
+            rows = {row.id: row for row in sql.conversation_rows(conn, self.prefix, namespace)}
             grouped: dict[str, list[sql.StoredMessage]] = {key: [] for key in rows}
             for message in sql.namespace_messages(conn, self.prefix, namespace):
                 grouped[message.conversation_id].append(message)

@@ -185,9 +185,9 @@ def json_text(value: Any) -> str | None:
 
 
 def conversation_fields(row: Any) -> dict[str, Any]:
-    """Return a conversation row's columns as fields (ids unpadded, metadata parsed)."""
+    """Return a conversation row's columns as fields (metadata parsed)."""
     return {
-        "id": row.id.rstrip(),
+        "id": row.id,
         "namespace": row.namespace,
         "user_id": row.user_id,
         "title": row.title,
@@ -200,7 +200,7 @@ def conversation_fields(row: Any) -> dict[str, Any]:
 def _message(row: Any) -> StoredMessage:
     return StoredMessage(
         id=row.id,
-        conversation_id=row.conversation_id.rstrip(),
+        conversation_id=row.conversation_id,
         role=row.role,
         content=row.content,
         tool_name=row.tool_name,

@@ -79,8 +79,7 @@ def iter_conversation_ids(
     result = conn.execution_options(yield_per=1000).execute(
         sa.select(conversations.c.id, column).where(where).order_by(column, conversations.c.id)
     )
-    for conversation_id, moment in result:
-        yield conversation_id.rstrip(), moment
+    yield from result  # each row unpacks as (id, moment)
 
 
 @contextlib.contextmanager
@@ -157,7 +156,7 @@ def _delete_batch(
     if not locked:
         return [], 0  # every candidate changed meanwhile; the next batch selects afresh
     _, deleted_messages = delete_conversations(conn, prefix, locked)
-    return [conversation_id.rstrip() for conversation_id in locked], deleted_messages
+    return list(locked), deleted_messages
 
 
 def delete_in_batches(

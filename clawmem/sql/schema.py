@@ -34,6 +34,20 @@ class ExactString(sa.types.TypeDecorator[str]):
         return dialect.type_descriptor(sa.String(self.length))
 
 
+class RowId(sa.types.TypeDecorator[str]):
+    """CHAR(26) holding a ULID or a conversation id, read back without padding.
+
+    CHAR pads a shorter id with spaces, which PostgreSQL returns as stored; stripping them on
+    read means every caller sees the id it wrote.
+    """
+
+    impl = sa.CHAR(26)
+    cache_ok = True
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else value.rstrip(" ")
+
+
 def _long_text() -> sa.types.TypeEngine[str]:
     # The dialect's largest text type: a 5 MB message must round-trip on MariaDB too.
     return sa.Text().with_variant(mysql.LONGTEXT(charset="utf8mb4"), "mysql", "mariadb")
@@ -62,7 +76,7 @@ def tables(prefix: str = "") -> Tables:
     conversations = sa.Table(
         f"{prefix}phpclaw_conversations",
         metadata,
-        sa.Column("id", sa.CHAR(26), primary_key=True),
+        sa.Column("id", RowId(), primary_key=True),
         sa.Column("namespace", ExactString(100), nullable=False, server_default="default"),
         sa.Column("user_id", sa.String(180), nullable=False, server_default=""),
         sa.Column("title", sa.String(255), nullable=True),
@@ -78,8 +92,8 @@ def tables(prefix: str = "") -> Tables:
     messages = sa.Table(
         f"{prefix}phpclaw_messages",
         metadata,
-        sa.Column("id", sa.CHAR(26), primary_key=True),
-        sa.Column("conversation_id", sa.CHAR(26), nullable=False),
+        sa.Column("id", RowId(), primary_key=True),
+        sa.Column("conversation_id", RowId(), nullable=False),
         sa.Column("role", sa.String(20), nullable=False),
         sa.Column("content", _long_text(), nullable=True),
         sa.Column("tool_name", sa.String(255), nullable=True),
@@ -91,7 +105,7 @@ def tables(prefix: str = "") -> Tables:
     memory = sa.Table(
         f"{prefix}phpclaw_memory",
         metadata,
-        sa.Column("id", sa.CHAR(26), primary_key=True),
+        sa.Column("id", RowId(), primary_key=True),
         sa.Column("namespace", ExactString(100), nullable=False, server_default="default"),
         sa.Column("lookup_key", ExactString(191), nullable=False),
         sa.Column("value", _long_text(), nullable=False),

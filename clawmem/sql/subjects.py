@@ -206,11 +206,11 @@ def iter_conversations(
         select = select.order_by(conversations.c.created_at, conversations.c.id).limit(page_size)
         with engine.connect() as conn:
             rows = conn.execute(select).all()
-            grouped: dict[str, list[StoredMessage]] = {row.id.rstrip(): [] for row in rows}
+            grouped: dict[str, list[StoredMessage]] = {row.id: [] for row in rows}
             for message in load_messages(conn, prefix, list(grouped)):
                 grouped[message.conversation_id].append(message)
         for row in rows:
-            yield ConversationRecord(**conversation_fields(row), messages=grouped[row.id.rstrip()])
+            yield ConversationRecord(**conversation_fields(row), messages=grouped[row.id])
         if len(rows) < page_size:
             return
         last = (rows[-1].created_at, rows[-1].id)
