@@ -13,7 +13,7 @@ from clawmem.errors import InvalidNamespace
 from clawmem.sql.conversations import ConversationStore, ConversationSummary, StoredMessage
 from dashboard import state
 from dashboard.views.compaction import analyse, as_history
-from dashboard.views.rendering import format_time, int_arg, preview_text, render_page, text_arg
+from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
 from dashboard.views.stores import conversation_store
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
@@ -93,8 +93,7 @@ def _message_row(message: StoredMessage, analysis: dict[str, Any] | None) -> dic
         "created_at": format_time(message.created_at),
         "content": message.content or "",
         "tool_name": message.tool_name or "",
-        "tool_input": "" if message.tool_input is None
-        else json.dumps(message.tool_input, ensure_ascii=False, indent=2, sort_keys=True),
+        "tool_input": "" if message.tool_input is None else pretty_json(message.tool_input),
         "tokens": estimate_tokens(as_history([message])),
         "fate": ("summarised" if summarised else "kept") if analysis and analysis["reason"] else "",
         "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
