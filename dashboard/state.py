@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from flask import current_app
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
 from clawmem.memory.base import MemoryInterface
+from clawmem.memory.rules import encode_value
+from clawmem.recall import utf8_len
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 
@@ -48,3 +51,8 @@ def memory() -> MemoryInterface:
 def kv_namespaces() -> list[str]:
     """Return the key/value namespaces that hold entries, in name order (``conversations`` left out)."""
     return [name for name in memory().namespaces() if name != CONVERSATIONS_NAMESPACE]
+
+
+def value_bytes(key: str, value: Any) -> int:
+    """Return the UTF-8 size of ``value`` as stored (its compact JSON), within this site's value limit."""
+    return utf8_len(encode_value(key, value, settings().max_value_bytes))

@@ -299,3 +299,21 @@ def test_memory_index_of_another_driver_lists_no_conversations(make_app: Callabl
     assert "<code>conversations</code>" not in index
     with app.app_context():
         assert all(f"<code>{name}</code>" in index for name in state.kv_namespaces())
+
+
+def test_values_above_the_default_limit_show_their_size_on_a_site_that_allows_them(
+    make_app: Callable[..., Flask],
+) -> None:
+    app = make_app(MEMORY_DRIVER="array", MAX_VALUE_BYTES=32 * 1024 * 1024)
+    big = "x" * (17 * 1024 * 1024)  # past the 16 MiB default, within this site's limit
+    with app.app_context():
+        from dashboard import accounts
+
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+        state.memory().set("archive", big, "notes")
+    client = app.test_client()
+    sign_in(client)
+    listing = client.get("/memory/notes/")
+    assert listing.status_code == 200 and "17.0 MiB" in page_text(listing)
+    detail = client.get("/memory/notes/entry?key=archive")
+    assert detail.status_code == 200 and "17.0 MiB" in page_text(detail)

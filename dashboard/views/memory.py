@@ -8,7 +8,7 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.clock import now_seconds
 from clawmem.errors import InvalidNamespace
-from clawmem.memory.rules import encode_value, text_of, ttl_state, validate_namespace
+from clawmem.memory.rules import text_of, ttl_state, validate_namespace
 from clawmem.sql.kv import STATES, MemoryRow
 from dashboard import state
 from dashboard.views.rendering import (
@@ -95,7 +95,7 @@ def _contract_page(namespace: str, query: str, cursor: str) -> tuple[list[dict[s
     shown = matching[offset:offset + PAGE_SIZE]
     now = now_seconds(state.clock())
     rows = [
-        _entry_row(namespace, key, value, None, len(encode_value(key, value).encode()), now, "")
+        _entry_row(namespace, key, value, None, state.value_bytes(key, value), now, "")
         for key, value in shown
     ]
     more = offset + PAGE_SIZE < len(matching)
@@ -169,7 +169,7 @@ def entry(namespace: str) -> str:
         if not memory.has(key, namespace):
             abort(404, description="No live entry has this key; it may have expired or been deleted.")
         value = memory.get(key, namespace)
-        size = len(encode_value(key, value).encode("utf-8"))
+        size = state.value_bytes(key, value)
         detail = {"key": key, "namespace": namespace, "value": pretty_json(value), "metadata": "",
                   "state": "live", "ttl": "live (this driver does not report expiry)", "expires_at": "",
                   "created_at": "", "updated_at": "", "bytes": format_bytes(size)}

@@ -12,7 +12,7 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.errors import InvalidNamespace
 from clawmem.guards import PiiGuard
-from clawmem.memory.rules import encode_value, validate_namespace
+from clawmem.memory.rules import validate_namespace
 from clawmem.recall import MessageAugmenter, injection_counts
 from dashboard import state
 from dashboard.views.rendering import (
@@ -118,7 +118,7 @@ def cold() -> str:
     messages = conversation_store().recent_user_messages(count)
     entries = state.memory().all(namespace)
     injections = injection_counts((m.content or "" for m in messages), entries, settings.recall_top_k)
-    sizes = {key: len(encode_value(key, value).encode("utf-8")) for key, value in entries.items()}
+    sizes = {key: state.value_bytes(key, value) for key, value in entries.items()}
     cold_keys = [key for key in entries if key not in injections]
     cold_bytes = sum(sizes[key] for key in cold_keys)
     total_bytes = sum(sizes.values())
