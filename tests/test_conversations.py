@@ -17,6 +17,7 @@ from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.paging import InvalidCursor, encode_cursor
 from clawmem.sql.retention import delete_in_batches, iter_conversation_ids
 from clawmem.sql.schema import tables
+from clawmem.sql.subjects import iter_conversations, iter_memory
 
 NS = "conversations"
 
@@ -304,3 +305,18 @@ def test_a_short_conversation_id_reads_back_unpadded_everywhere(
     with engine.connect() as conn:
         assert [found for found, _ in iter_conversation_ids(conn, prefix, where)] == ["c1"]
     assert [batch.conversation_ids for batch in delete_in_batches(engine, prefix, where)] == [("c1",)]
+
+
+def test_subject_readers_page_through_ties_and_namespaces_without_gaps(
+    conversations: SqlConversationMemory, engine: Any, prefix: str, clock: Any
+) -> None:
+    kv = SqlMemory(engine, prefix=prefix, clock=clock)
+    for n in range(7):  # one clock reading: every created_at ties, so the id decides the order
+        conversations.set(f"c{n}", payload(f"about subject {n}"), NS)
+        kv.set(f"k{n}", f"subject {n}", f"ns{n % 3}")
+    where = tables(prefix).conversations.c.namespace == NS
+    whole = [(c.id, [m.content for m in c.messages]) for c in iter_conversations(engine, prefix, where, 100)]
+    paged = [(c.id, [m.content for m in c.messages]) for c in iter_conversations(engine, prefix, where, 2)]
+    assert paged == whole == [(f"c{n}", [f"about subject {n}"]) for n in range(7)]
+    memory = [(row.namespace, row.key, row.value) for row in iter_memory(engine, prefix, "subject", 3)]
+    assert memory == sorted((f"ns{n % 3}", f"k{n}", f"subject {n}") for n in range(7))

@@ -148,6 +148,20 @@ class MemoryRow:
     bytes: int
 
 
+def memory_row(row: Any) -> MemoryRow:
+    """Return a row of the memory table as a :class:`MemoryRow` (value and metadata decoded)."""
+    return MemoryRow(
+        namespace=row.namespace,
+        key=row.lookup_key,
+        value=decode_value(row.value),
+        metadata=json.loads(row.metadata) if row.metadata else None,
+        expires_at=row.expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        bytes=len(row.value.encode("utf-8")),
+    )
+
+
 STATES = ("live", "expiring", "expired")
 
 
@@ -228,7 +242,7 @@ class MemoryStore:
             select = select.where(table.c.lookup_key > after)
         select = select.order_by(table.c.lookup_key).limit(limit + 1)
         with self.engine.connect() as conn:
-            rows = [self._row(row) for row in conn.execute(select)]
+            rows = [memory_row(row) for row in conn.execute(select)]
         return page_of(rows, limit, lambda row: [row.key])
 
     def entry(self, namespace: str, key: str) -> MemoryRow | None:
@@ -239,17 +253,4 @@ class MemoryStore:
             row = conn.execute(
                 sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
             ).first()
-        return None if row is None else self._row(row)
-
-    @staticmethod
-    def _row(row: Any) -> MemoryRow:
-        return MemoryRow(
-            namespace=row.namespace,
-            key=row.lookup_key,
-            value=decode_value(row.value),
-            metadata=json.loads(row.metadata) if row.metadata else None,
-            expires_at=row.expires_at,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            bytes=len(row.value.encode("utf-8")),
-        )
+        return None if row is None else memory_row(row)

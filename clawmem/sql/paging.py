@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
 
 T = TypeVar("T")
 
@@ -78,3 +79,25 @@ def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = Fals
     if descending:
         return sa.or_(first < first_value, sa.and_(first == first_value, second < second_value))
     return sa.or_(first > first_value, sa.and_(first == first_value, second > second_value))
+
+
+def keyset_pages(
+    engine: Engine,
+    select: sa.Select[Any],
+    columns: Sequence[Any],
+    page_size: int,
+    load: Callable[[Connection, list[Any]], Any] | None = None,
+) -> Iterator[Any]:
+    """Yield every row of ``select`` ordered by the two ``columns``, one page of ``page_size`` rows
+    per connection: each page as a list of rows, or as ``load(conn, rows)`` run on that page's
+    connection. Memory use is bounded by one page, not by the whole result."""
+    last: list[Any] | None = None
+    while True:
+        page_select = select if last is None else select.where(after(columns, last))
+        with engine.connect() as conn:
+            rows = conn.execute(page_select.order_by(*columns).limit(page_size)).all()
+            page = rows if load is None else load(conn, rows)
+        yield page
+        if len(rows) < page_size:
+            return
+        last = [rows[-1]._mapping[column] for column in columns]

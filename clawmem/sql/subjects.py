@@ -24,7 +24,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from clawmem.sql.conversations import StoredMessage, conversation_fields, load_messages
-from clawmem.sql.paging import after
+from clawmem.sql.kv import MemoryRow, memory_row
+from clawmem.sql.paging import keyset_pages
 from clawmem.sql.retention import batch_transaction
 from clawmem.sql.schema import tables
 
@@ -198,62 +199,26 @@ def iter_conversations(
     bounded by one page, not by the subject's whole history.
     """
     conversations = tables(prefix).conversations
-    last: tuple[datetime, str] | None = None
-    while True:
-        select = sa.select(conversations).where(where)
-        if last is not None:
-            select = select.where(after([conversations.c.created_at, conversations.c.id], last))
-        select = select.order_by(conversations.c.created_at, conversations.c.id).limit(page_size)
-        with engine.connect() as conn:
-            rows = conn.execute(select).all()
-            grouped: dict[str, list[StoredMessage]] = {row.id: [] for row in rows}
-            for message in load_messages(conn, prefix, list(grouped)):
-                grouped[message.conversation_id].append(message)
-        for row in rows:
-            yield ConversationRecord(**conversation_fields(row), messages=grouped[row.id])
-        if len(rows) < page_size:
-            return
-        last = (rows[-1].created_at, rows[-1].id)
+
+    def with_messages(conn: Connection, rows: list[Any]) -> list[ConversationRecord]:
+        grouped: dict[str, list[StoredMessage]] = {row.id: [] for row in rows}
+        for message in load_messages(conn, prefix, list(grouped)):
+            grouped[message.conversation_id].append(message)
+        return [ConversationRecord(**conversation_fields(row), messages=grouped[row.id]) for row in rows]
+
+    columns = [conversations.c.created_at, conversations.c.id]
+    select = sa.select(conversations).where(where)
+    for page in keyset_pages(engine, select, columns, page_size, with_messages):
+        yield from page
 
 
-@dataclass(frozen=True)
-class MemoryRecord:
-    """One row of the memory table, expired or not (``expires_at`` in Unix seconds)."""
-
-    id: str
-    namespace: str
-    key: str
-    value: Any
-    expires_at: int | None
-    created_at: datetime
-    updated_at: datetime
-
-
-def iter_memory(engine: Engine, prefix: str, text: str, page_size: int = PAGE_SIZE) -> Iterator[MemoryRecord]:
-    """Yield every memory row whose key or value contains ``text``, by namespace then key."""
+def iter_memory(engine: Engine, prefix: str, text: str, page_size: int = PAGE_SIZE) -> Iterator[MemoryRow]:
+    """Yield every memory row (expired ones included) whose key or value contains ``text``, by
+    namespace then key."""
     memory = tables(prefix).memory
-    where = memory_where(prefix, text)
-    last: tuple[str, str] | None = None
-    while True:
-        select = sa.select(memory).where(where)
-        if last is not None:
-            select = select.where(after([memory.c.namespace, memory.c.lookup_key], last))
-        select = select.order_by(memory.c.namespace, memory.c.lookup_key).limit(page_size)
-        with engine.connect() as conn:
-            rows = conn.execute(select).all()
-        for row in rows:
-            yield MemoryRecord(
-                id=row.id,
-                namespace=row.namespace,
-                key=row.lookup_key,
-                value=json.loads(row.value),
-                expires_at=row.expires_at,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-            )
-        if len(rows) < page_size:
-            return
-        last = (rows[-1].namespace, rows[-1].lookup_key)
+    select = sa.select(memory).where(memory_where(prefix, text))
+    for rows in keyset_pages(engine, select, [memory.c.namespace, memory.c.lookup_key], page_size):
+        yield from (memory_row(row) for row in rows)
 
 
 def count_memory(conn: Connection, prefix: str, text: str) -> int:
