@@ -147,6 +147,21 @@ def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
     assert "0 tables" in claw(app, "uninstall", "--yes").output
 
 
+def test_uninstall_names_only_the_tables_that_exist_and_init_db_names_all_three(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance")
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE {prefix}phpclaw_memory"))
+    result = claw(app, "uninstall", "--yes")
+    assert result.exit_code == 0, result.output
+    assert f"dropped 2 tables: {prefix}phpclaw_conversations, {prefix}phpclaw_messages\n" in result.output
+    ready = claw(app, "init-db").output
+    names = ", ".join(f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory"))
+    assert ready == f"tables ready: {names}\n"
+    assert "would drop 3 tables holding 0 rows" in claw(app, "uninstall", "--dry-run").output
+
+
 def test_uninstall_refuses_a_file_directory_holding_foreign_files(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
 ) -> None:

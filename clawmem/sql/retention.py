@@ -305,13 +305,19 @@ def sqlite_file_bytes(engine: Engine) -> int | None:
 # -- uninstall --------------------------------------------------------------------------------
 
 
+def present_tables(engine: Engine, prefix: str) -> list[str]:
+    """Return the names of the prefix's three tables that exist, in :func:`table_names` order."""
+    existing = set(sa.inspect(engine).get_table_names())
+    return [name for name in table_names(prefix) if name in existing]
+
+
 def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
     """Return the prefix's tables that exist, with exact row counts (sizes left out)."""
-    existing = set(sa.inspect(engine).get_table_names())
+    present = set(present_tables(engine, prefix))
     found = []
     with engine.connect() as conn:
         for table in _three(prefix):
-            if table.name in existing:
+            if table.name in present:
                 rows = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
                 found.append(TableStats(table.name, True, int(rows or 0), None))
     return found
@@ -319,6 +325,6 @@ def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
 
 def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:
     """Drop the prefix's three tables (those that exist); return the names dropped."""
-    present = [stats.name for stats in existing_tables(engine, prefix)]
+    present = present_tables(engine, prefix)
     drop_tables(engine, prefix)
     return present

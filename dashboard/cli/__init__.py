@@ -6,6 +6,7 @@ import click
 from flask import Flask
 from flask.cli import AppGroup
 
+from clawmem.sql.retention import table_names
 from clawmem.sql.schema import create_tables
 from dashboard import state
 from dashboard.cli.audit import one_line_errors
@@ -19,8 +20,7 @@ def init_db() -> None:
     """Create the three tables of the configured prefix (safe to run again)."""
     settings = state.settings()
     create_tables(state.engine(), settings.table_prefix)
-    click.echo(f"tables ready: {settings.table_prefix}phpclaw_conversations, "
-               f"{settings.table_prefix}phpclaw_messages, {settings.table_prefix}phpclaw_memory")
+    click.echo(f"tables ready: {', '.join(table_names(settings.table_prefix))}")
 
 
 def init_app(app: Flask) -> None:

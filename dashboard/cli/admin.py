@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import click
-import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
 from clawmem.memory.registry import open_memory
 from clawmem.sql.conversations import ConversationStore
-from clawmem.sql.schema import create_tables, tables
+from clawmem.sql.retention import present_tables
+from clawmem.sql.schema import create_tables
 from dashboard import accounts, state
 from dashboard.cli import claw
 from dashboard.cli.audit import AuditEntry, audited
@@ -17,10 +17,7 @@ from dashboard.demo import load_demo, remove_demo
 
 
 def _tables_exist() -> bool:
-    inspector = sa.inspect(state.engine())
-    schema = tables(state.settings().table_prefix)
-    names = (schema.conversations.name, schema.messages.name, schema.memory.name)
-    return any(inspector.has_table(name) for name in names)
+    return bool(present_tables(state.engine(), state.settings().table_prefix))
 
 
 @claw.command("demo")
