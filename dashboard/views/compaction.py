@@ -13,7 +13,19 @@ from clawmem.compaction import (
     history_bytes,
     split_history,
 )
+from clawmem.settings import Settings
 from clawmem.sql.conversations import StoredMessage
+
+
+def thresholds(max_messages: int, max_tokens: int) -> dict[str, Any]:
+    """Return ``max_messages``, ``max_tokens`` and ``enabled`` (whether either is on; 0 = off)."""
+    enabled = max_messages > 0 or max_tokens > 0
+    return {"max_messages": max_messages, "max_tokens": max_tokens, "enabled": enabled}
+
+
+def configured_thresholds(settings: Settings) -> dict[str, Any]:
+    """Return :func:`thresholds` of the compaction settings of this site."""
+    return thresholds(settings.compact_max_messages, settings.compact_max_tokens)
 
 
 def as_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
@@ -55,9 +67,7 @@ def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: in
     fires_at = _first_fire(compactor, history) if reason else None
     size = history_bytes(history)
     return {
-        "enabled": max_messages > 0 or max_tokens > 0,
-        "max_messages": max_messages,
-        "max_tokens": max_tokens,
+        **thresholds(max_messages, max_tokens),
         "messages": len(history),
         "tokens": size // BYTES_PER_TOKEN,
         "bytes": size,

@@ -12,7 +12,7 @@ from clawmem.compaction import estimate_tokens
 from clawmem.errors import InvalidNamespace
 from clawmem.sql.conversations import ConversationStore, ConversationSummary, StoredMessage
 from dashboard import state
-from dashboard.views.compaction import analyse, as_history
+from dashboard.views.compaction import analyse, as_history, configured_thresholds
 from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
 from dashboard.views.stores import conversation_store
 
@@ -148,6 +148,6 @@ def detail(conversation_id: str) -> str:
         more_url=more_url,
         analysis=analysis,
         analysis_limit=ANALYSIS_LIMIT,
-        configured={"max_messages": settings.compact_max_messages, "max_tokens": settings.compact_max_tokens},
+        configured=configured_thresholds(settings),
         what_if=bool(what_if),
     )

@@ -12,6 +12,7 @@ from clawmem.errors import redact
 from clawmem.sql.retention import table_stats
 from clawmem.sql.schema import tables
 from dashboard import state
+from dashboard.views.compaction import configured_thresholds
 from dashboard.views.rendering import format_bytes, format_time, render_page
 from dashboard.views.stores import conversation_store, memory_store
 
@@ -79,10 +80,6 @@ def index() -> str:
             "database": redact(settings.database_url),
             "prefix": settings.table_prefix or "(none)",
         },
-        compaction={
-            "enabled": settings.compact_max_messages > 0 or settings.compact_max_tokens > 0,
-            "max_messages": settings.compact_max_messages,
-            "max_tokens": settings.compact_max_tokens,
-        },
+        compaction=configured_thresholds(settings),
         recall={"top_k": settings.recall_top_k, "namespace": settings.recall_namespace},
     )

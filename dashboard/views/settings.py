@@ -9,6 +9,7 @@ from flask import Blueprint
 from clawmem.errors import redact
 from clawmem.settings import ENV_PREFIX, Settings
 from dashboard import state
+from dashboard.views.compaction import configured_thresholds
 from dashboard.views.rendering import render_page
 
 bp = Blueprint("settings", __name__)
@@ -77,10 +78,5 @@ def index() -> str:
         }
         for name in Settings.setting_names()
     ]
-    compaction = {
-        "max_messages": settings.compact_max_messages,
-        "max_tokens": settings.compact_max_tokens,
-        "enabled": settings.compact_max_messages > 0 or settings.compact_max_tokens > 0,
-    }
-    return render_page("settings/index.html", {}, rows=rows, compaction=compaction,
+    return render_page("settings/index.html", {}, rows=rows, compaction=configured_thresholds(settings),
                        commands=deletion_commands(settings))
