@@ -144,11 +144,12 @@ def _payload(row: Any, messages: list[sql.StoredMessage]) -> dict[str, Any]:
         if message.tool_input is not None:
             item["tool_input"] = message.tool_input
         history.append(item)
+    fields = sql.conversation_fields(row)
     return {
-        "title": row.title,
-        "user_id": row.user_id,
-        "metadata": json.loads(row.metadata) if row.metadata else None,
-        "created_at": row.created_at.replace(tzinfo=UTC).isoformat(),
+        "title": fields["title"],
+        "user_id": fields["user_id"],
+        "metadata": fields["metadata"],
+        "created_at": fields["created_at"].replace(tzinfo=UTC).isoformat(),
         "history": history,
     }
 
