@@ -493,6 +493,28 @@ def test_flush_empties_one_namespace_and_counts_expired_rows_too(
     assert memory.all("crm") == {} and len(memory.all("crm2")) == 5
 
 
+def test_flush_preview_on_the_file_driver_lists_every_key_it_counts(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    app = build_app(
+        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
+    )
+    files = FileMemory(directory, clock=clock)
+    for n in range(3):
+        files.set(f"k{n}", n, "crm")
+    files.set("other", 1, "crm2")
+    preview = claw(app, "flush", "--namespace", "crm", "--dry-run", "-v")
+    assert preview.exit_code == 0, preview.output
+    assert "would delete 3 entries of namespace 'crm'" in preview.output
+    assert sorted(line.strip() for line in preview.output.splitlines() if line.startswith("  ")) == [
+        "crm/k0",
+        "crm/k1",
+        "crm/k2",
+    ]
+    assert len(files.all("crm")) == 3
+
+
 def test_flush_of_conversations_goes_in_batches_and_leaves_other_namespaces(
     app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:

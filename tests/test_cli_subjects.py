@@ -236,6 +236,9 @@ def test_subjects_on_the_file_driver_are_found_by_scanning_every_namespace(
         ("default", f"customer:{ALICE}", "file"),
         ("crm", "prefs", "file"),
     }
+    preview = claw(app, "erase", "--user-id", ALICE, "--dry-run", "-v")
+    listed = sorted(line.strip() for line in preview.output.splitlines() if line.startswith("  memory "))
+    assert listed == ["memory crm/prefs", f"memory default/customer:{ALICE}"]
     result = claw(app, "erase", "--user-id", ALICE, "--yes")
     assert "deleted 1 conversation, 1 message and 2 memory entries" in result.output
     assert files.all("default") == {} and files.all("crm") == {"bob": BOB}

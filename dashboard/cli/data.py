@@ -148,9 +148,10 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
         return
     if isinstance(driver, SqlMemory):
         found = {row.namespace: row.total for row in MemoryStore(driver.engine, driver.prefix).namespaces()}
-        total = found.get(namespace, 0)
+        total, scanned = found.get(namespace, 0), None
     else:
-        total = len(driver.all(namespace))
+        scanned = list(driver.all(namespace))
+        total = len(scanned)
     entry.counts = {"keys": 0}
     if dry_run:
         entry.counts = {"keys": total}
@@ -158,7 +159,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
             f"would delete {plural(total, 'entry')} of namespace {namespace!r} (dry run: nothing deleted)"
         )
         if verbose:
-            for key in _keys(driver, namespace):
+            for key in _sql_keys(driver, namespace) if scanned is None else scanned:
                 click.echo(f"  {namespace}/{key}")
         return
     confirm_deletion(f"Delete {plural(total, 'entry')} of namespace {namespace!r}?", yes, total == 0)
@@ -167,9 +168,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
     click.echo(f"deleted {plural(removed, 'entry')} of namespace {namespace!r}")
 
 
-def _keys(driver: Any, namespace: str) -> list[str]:
-    if not isinstance(driver, SqlMemory):
-        return list(driver.all(namespace))
+def _sql_keys(driver: SqlMemory, namespace: str) -> list[str]:
     store, keys, cursor = MemoryStore(driver.engine, driver.prefix), [], None
     while True:
         page = store.entries(namespace, limit=500, cursor=cursor)

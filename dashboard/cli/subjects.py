@@ -93,6 +93,11 @@ def _memory_matches(memory: MemoryInterface, text: str) -> Iterator[dict[str, An
                 yield {"namespace": namespace, "key": key, "value": value, "driver": driver.name}
 
 
+def _matched_pairs(memory: MemoryInterface, text: str) -> list[tuple[str, str]]:
+    """Return the (namespace, key) of every key/value entry concerning ``text``."""
+    return [(record["namespace"], record["key"]) for record in _memory_matches(memory, text)]
+
+
 # -- export -----------------------------------------------------------------------------------
 
 
@@ -264,7 +269,7 @@ def erase(
             memory_total = count_memory(conn, driver.prefix, subject.text)
         scanned: list[tuple[str, str]] = []
     else:
-        scanned = [(record["namespace"], record["key"]) for record in _memory_matches(memory, subject.text)]
+        scanned = _matched_pairs(memory, subject.text)
         memory_total = len(scanned)
     label = "user id" if user_id is not None else "match"
     click.echo(f"subject: {label} {subject.text!r} (audit log: {subject_hash(subject.text)})")
@@ -280,8 +285,10 @@ def erase(
             with engine.connect() as conn:
                 for conversation_id, _ in iter_conversation_ids(conn, prefix, where):
                     click.echo(f"  conversation {conversation_id}")
-            for record in _memory_matches(memory, subject.text):
-                click.echo(f"  memory {record['namespace']}/{record['key']}")
+            # Only the SQL driver was counted without being read; the others were scanned above.
+            listed = _matched_pairs(memory, subject.text) if isinstance(driver, SqlMemory) else scanned
+            for namespace, key in listed:
+                click.echo(f"  memory {namespace}/{key}")
         return
     nothing = counts.conversations == 0 and memory_total == 0
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=nothing)
