@@ -13,13 +13,14 @@ from clawmem.settings import ENV_PREFIX, Settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _setting_sources(app: Flask, from_file: set[str], from_test: set[str]) -> dict[str, str]:
+def _setting_sources(from_file: set[str], from_test: set[str]) -> dict[str, str]:
+    # The reverse of the order create_app applies them in: the last one applied wins.
     sources = {}
     for name in Settings.setting_names():
-        if f"{ENV_PREFIX}{name}" in os.environ:
-            sources[name] = "environment"
-        elif name in from_test:
+        if name in from_test:
             sources[name] = "test config"
+        elif f"{ENV_PREFIX}{name}" in os.environ:
+            sources[name] = "environment"
         elif name in from_file:
             sources[name] = "instance config file"
         else:
@@ -50,7 +51,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
 
     settings = Settings.from_mapping(app.config, app.instance_path)
     app.extensions["clawmem.settings"] = settings
-    app.extensions["clawmem.sources"] = _setting_sources(app, from_file, set(test_config or {}))
+    app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 
     from dashboard import auth, cli, extensions, security, views
 

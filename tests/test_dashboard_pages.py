@@ -309,6 +309,26 @@ def test_settings_show_every_setting_with_its_source(
     assert found["MEMORY_DRIVER"] == ("sql", "default")
 
 
+def test_settings_name_the_source_that_won(
+    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    (tmp_path / "instance").mkdir()
+    (tmp_path / "instance" / "config.py").write_text("RETENTION_DAYS = 30\nRECALL_TOP_K = 7\n")
+    monkeypatch.setenv("CLAW_COMPACT_MAX_MESSAGES", "5")
+    monkeypatch.setenv("CLAW_RETENTION_DAYS", "60")
+    app = make_app(COMPACT_MAX_MESSAGES=40)
+    client = app.test_client()
+    with app.app_context():
+        accounts.create_admin("admin", "correct horse battery staple", 0)
+    sign_in(client)
+    body = page_text(client.get("/settings"))
+    row = r"<tr><td><code>CLAW_(\w+)</code></td><td><code>(.*?)</code></td><td>([^<]+)</td>"
+    found = {name: (value, source) for name, value, source in re.findall(row, body)}
+    assert found["COMPACT_MAX_MESSAGES"] == ("40", "test config")
+    assert found["RETENTION_DAYS"] == ("60", "environment")
+    assert found["RECALL_TOP_K"] == ("7", "instance config file")
+
+
 def test_settings_never_show_a_database_password() -> None:
     assert (
         shown_value("mysql+pymysql://clawmem:s3cret@db/clawmem") == "mysql+pymysql://clawmem:***@db/clawmem"
