@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,9 +16,9 @@ from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.paging import InvalidCursor, encode_cursor
-from clawmem.sql.retention import delete_in_batches, iter_conversation_ids
+from clawmem.sql.retention import delete_in_batches, iter_conversation_ids, older_than
 from clawmem.sql.schema import tables
-from clawmem.sql.subjects import iter_conversations, iter_memory
+from clawmem.sql.subjects import delete_memory, iter_conversations, iter_memory
 
 NS = "conversations"
 
@@ -320,3 +321,17 @@ def test_subject_readers_page_through_ties_and_namespaces_without_gaps(
     assert paged == whole == [(f"c{n}", [f"about subject {n}"]) for n in range(7)]
     memory = [(row.namespace, row.key, row.value) for row in iter_memory(engine, prefix, "subject", 3)]
     assert memory == sorted((f"ns{n % 3}", f"k{n}", f"subject {n}") for n in range(7))
+
+
+def test_retention_refuses_a_bad_order_column_or_batch_size_by_name(engine: Any, prefix: str) -> None:
+    where = tables(prefix).conversations.c.namespace == NS
+    with pytest.raises(ValueError, match=r"^by must be one of created_at, updated_at, got 'title'$"):
+        older_than(prefix, "title", datetime(2024, 1, 1))
+    with pytest.raises(ValueError, match=r"^order_by must be one of created_at, updated_at, got 'id'$"):
+        next(delete_in_batches(engine, prefix, where, order_by="id"))
+    for batch_size in (0, True, "10"):
+        message = rf"^batch_size must be a positive int, got {re.escape(repr(batch_size))}$"
+        with pytest.raises(ValueError, match=message):
+            next(delete_in_batches(engine, prefix, where, batch_size=batch_size))
+        with pytest.raises(ValueError, match=message):
+            next(delete_memory(engine, prefix, "anything", batch_size))

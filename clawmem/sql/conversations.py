@@ -20,6 +20,14 @@ from clawmem.sql.schema import tables
 ORDER_COLUMNS = ("created_at", "updated_at")
 
 
+def check_order_column(column: str, name: str = "by") -> str:
+    """Return ``column`` if conversations can be ordered or aged by it (``created_at`` or
+    ``updated_at``); else raise ``ValueError`` naming the parameter ``name``."""
+    if column not in ORDER_COLUMNS:
+        raise ValueError(f"{name} must be one of {', '.join(ORDER_COLUMNS)}, got {column!r}")
+    return column
+
+
 @dataclass(frozen=True)
 class MessageRecord:
     """A message to write: what a conversation payload's history holds."""
@@ -321,9 +329,7 @@ class ConversationStore:
         return {"conversations": int(conversations or 0), "messages": int(messages or 0)}
 
     def _edge(self, function: Any, by: str) -> datetime | None:
-        if by not in ORDER_COLUMNS:
-            raise ValueError(f"by must be one of {', '.join(ORDER_COLUMNS)}, got {by!r}")
-        column = self.schema.conversations.c[by]
+        column = self.schema.conversations.c[check_order_column(by)]
         with self.engine.connect() as conn:
             return conn.execute(sa.select(function(column))).scalar()
 

@@ -18,11 +18,10 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from clawmem.sql.conversations import delete_conversations
+from clawmem.sql.conversations import check_order_column, delete_conversations
 from clawmem.sql.engine import write_transaction
 from clawmem.sql.schema import drop_tables, tables
 
-BY_COLUMNS = ("created_at", "updated_at")
 _WINDOW = re.compile(r"([0-9]+)([dh])")
 _UNITS = {"d": "days", "h": "hours"}
 MAX_WINDOW = timedelta(days=36_500)  # a century; beyond it the cutoff would leave the calendar
@@ -45,9 +44,14 @@ def older_than(prefix: str, by: str, cutoff: datetime) -> sa.ColumnElement[bool]
 
     Raises ``ValueError`` unless ``by`` is ``created_at`` or ``updated_at``.
     """
-    if by not in BY_COLUMNS:
-        raise ValueError(f"by must be one of {', '.join(BY_COLUMNS)}, got {by!r}")
-    return tables(prefix).conversations.c[by] < cutoff
+    return tables(prefix).conversations.c[check_order_column(by)] < cutoff
+
+
+def check_batch_size(batch_size: object) -> int:
+    """Return ``batch_size`` if it is a positive int, else raise ``ValueError``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    return batch_size
 
 
 @dataclass(frozen=True)
@@ -173,10 +177,8 @@ def delete_in_batches(
     transaction (messages first, then the conversations). Only ids of the current batch are
     held in memory. Raises ``ValueError`` for a bad ``order_by`` or ``batch_size``.
     """
-    if order_by not in BY_COLUMNS:
-        raise ValueError(f"order_by must be one of {', '.join(BY_COLUMNS)}, got {order_by!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_order_column(order_by, "order_by")
+    check_batch_size(batch_size)
     for namespace in _namespaces(engine, prefix, where):
         while True:
             started = time.perf_counter()

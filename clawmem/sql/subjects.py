@@ -26,7 +26,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from clawmem.sql.conversations import StoredMessage, conversation_fields, load_messages
 from clawmem.sql.kv import MemoryRow, memory_row
 from clawmem.sql.paging import keyset_pages
-from clawmem.sql.retention import batch_transaction
+from clawmem.sql.retention import batch_transaction, check_batch_size
 from clawmem.sql.schema import tables
 
 PAGE_SIZE = 200
@@ -241,8 +241,7 @@ class MemoryBatch:
 def delete_memory(engine: Engine, prefix: str, text: str, batch_size: int = 1000) -> Iterator[MemoryBatch]:
     """Delete every memory row whose key or value contains ``text``, ``batch_size`` rows per
     transaction; yield each committed batch. Raises ``ValueError`` for a bad ``batch_size``."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_batch_size(batch_size)
     memory = tables(prefix).memory
     where = memory_where(prefix, text)
     while True:

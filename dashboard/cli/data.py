@@ -18,10 +18,9 @@ from clawmem.clock import utc_datetime
 from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import serving_driver, sweep_any
-from clawmem.sql.conversations import ConversationStore
+from clawmem.sql.conversations import ORDER_COLUMNS, ConversationStore
 from clawmem.sql.kv import MemoryStore
 from clawmem.sql.retention import (
-    BY_COLUMNS,
     count_conversations,
     delete_in_batches,
     iter_conversation_ids,
@@ -269,7 +268,7 @@ def _window(option: Window | None) -> tuple[Window, str]:
 )
 @click.option(
     "--by",
-    type=click.Choice(BY_COLUMNS),
+    type=click.Choice(ORDER_COLUMNS),
     default="created_at",
     show_default=True,
     help="Age by when a conversation started, or by its last activity.",
