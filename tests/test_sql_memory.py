@@ -12,6 +12,7 @@ import clawmem
 from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import create_engine
+from clawmem.sql.kv import MemoryStore
 from clawmem.sql.schema import tables
 from tests.conftest import sql_url
 
@@ -108,3 +109,17 @@ def test_database_error_message_holds_no_value_text(engine: Any, prefix: str) ->
         assert "customer secret text" not in str(raised.value)
     finally:
         tables(prefix).memory.create(engine)
+
+
+def test_memory_store_counts_one_namespace_as_the_namespace_listing_does(
+    engine: Any, prefix: str, clock: Any
+) -> None:
+    memory = SqlMemory(engine, prefix=prefix, clock=clock)
+    for n in range(4):
+        memory.set(f"k{n}", n, "crm", ttl=None if n else 1)
+    memory.set("k", 1, "crm.archive")
+    clock.advance(10)
+    store = MemoryStore(engine, prefix, clock=clock)
+    listed = {row.namespace: row.total for row in store.namespaces()}
+    assert store.count("crm") == listed["crm"] == 4  # the expired, unswept row counts
+    assert store.count("crm.archive") == 1 and store.count("empty") == 0

@@ -193,6 +193,16 @@ class MemoryStore:
             rows = conn.execute(query).all()
         return [NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0)) for ns, total, gone in rows]
 
+    def count(self, namespace: str) -> int:
+        """Return how many rows ``namespace`` holds, expired-but-unswept ones included."""
+        validate_namespace(namespace)
+        table = self.table
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace)
+            ).scalar()
+        return int(found or 0)
+
     def counts(self) -> dict[str, int]:
         """Return ``{"total", "live", "expired"}`` row counts over every namespace."""
         found = self.namespaces()

@@ -146,8 +146,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
         _flush_conversations(entry, driver, namespace, dry_run, yes, verbose)
         return
     if isinstance(driver, SqlMemory):
-        found = {row.namespace: row.total for row in MemoryStore(driver.engine, driver.prefix).namespaces()}
-        total, scanned = found.get(namespace, 0), None
+        total, scanned = MemoryStore(driver.engine, driver.prefix).count(namespace), None
     else:
         scanned = list(driver.all(namespace))
         total = len(scanned)
