@@ -29,7 +29,6 @@ from dashboard import state
 
 AUDIT_FILE = "audit.log"
 HASH_HEX_CHARS = 16
-OUTCOMES = ("ok", "aborted", "refused", "error")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
