@@ -148,6 +148,7 @@ def test_preview_shows_exactly_what_augment_returns(app: Flask, demo: None, sign
         (d.status, d.key, d.score, d.bytes, d.reason) for d in expected.decisions
     ]
     assert f"<strong>{expected.bytes_used}</strong> of 4096 bytes" in body
+    assert "top 3 entries, 4096-byte budget" in body
     assert "escalation_contact" in expected.injected_keys
     assert "The PII guard would block this turn." in body
     assert "email found in memory key escalation_contact" in body

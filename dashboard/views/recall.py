@@ -13,7 +13,16 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.errors import InvalidNamespace
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import validate_namespace
-from clawmem.recall import MessageAugmenter, injection_counts
+from clawmem.recall import (
+    CUT_BYTE_CAP,
+    CUT_TOP_K,
+    DEFAULT_MAX_RECALL_BYTES,
+    INJECTED,
+    TRUNCATED,
+    ZERO_OVERLAP,
+    MessageAugmenter,
+    injection_counts,
+)
 from dashboard import state
 from dashboard.views.rendering import (
     format_bytes,
@@ -31,11 +40,11 @@ DECISION_PAGE_SIZE = 50
 COLD_PAGE_SIZE = 50
 MAX_MESSAGE_CHARS = 20_000
 STATUS_WORDS = {
-    "injected": "injected",
-    "truncated": "injected, cut to fit",
-    "dropped_zero_overlap": "dropped: no shared word",
-    "cut_top_k": "cut: top-k",
-    "cut_byte_cap": "cut: byte budget",
+    INJECTED: "injected",
+    TRUNCATED: "injected, cut to fit",
+    ZERO_OVERLAP: "dropped: no shared word",
+    CUT_TOP_K: "cut: top-k",
+    CUT_BYTE_CAP: "cut: byte budget",
 }
 
 
@@ -101,6 +110,7 @@ def preview() -> str:
         namespace=namespace,
         page_context=_namespace_page(namespace),
         top_k=settings.recall_top_k,
+        budget=DEFAULT_MAX_RECALL_BYTES,
         report=report,
         decisions=decisions,
         more_url=more_url,
