@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -134,7 +134,9 @@ def run_batches(
     done = messages = count = 0
     bar = click.progressbar(length=total, label=label, file=sys.stdout) if stdout_is_terminal() else None
     try:
-        for batch in _advance(batches, bar):
+        for batch in batches:
+            if bar is not None:
+                bar.update(batch.conversations)
             count += 1
             done += batch.conversations
             messages += batch.messages
@@ -152,10 +154,3 @@ def run_batches(
         if bar is not None:
             bar.render_finish()
     return done, messages, count
-
-
-def _advance(batches: Iterable[Batch], bar: Any) -> Iterator[Batch]:
-    for batch in batches:
-        if bar is not None:
-            bar.update(batch.conversations)
-        yield batch
