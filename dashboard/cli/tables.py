@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import click
-from sqlalchemy.engine import make_url
 
+from clawmem.errors import redact
 from clawmem.sql.retention import drop_prefix_tables, existing_tables, sqlite_file_bytes, table_stats
 from dashboard import state
 from dashboard.cli import claw
@@ -48,7 +48,7 @@ def stats(as_json: bool) -> None:
     settings = state.settings()
     engine = state.engine()
     found = table_stats(engine, settings.table_prefix)
-    database = make_url(settings.database_url).render_as_string(hide_password=True)
+    database = redact(settings.database_url)
     if as_json:
         document = {
             "database": database,
