@@ -26,6 +26,7 @@ from clawmem.memory.base import BaseMemory, MemoryInterface
 from clawmem.memory.rules import is_expired
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import serving_driver
+from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.retention import count_conversations, delete_in_batches, iter_conversation_ids
 from clawmem.sql.subjects import (
     ConversationRecord,
@@ -206,11 +207,9 @@ def export(
     """
     subject = _subject(user_id, conversation, match)
     if subject.conversation_id is not None:
-        settings = state.settings()
-        where = conversations_where(settings.table_prefix, subject)
-        with state.engine().connect() as conn:
-            if count_conversations(conn, settings.table_prefix, where).conversations == 0:
-                raise click.ClickException(f"no conversation with id {subject.conversation_id!r}")
+        store = ConversationStore(state.engine(), state.settings().table_prefix)
+        if store.get(subject.conversation_id) is None:
+            raise click.ClickException(f"no conversation with id {subject.conversation_id!r}")
     if output is None:
         write_export(sys.stdout, subject, entry)
         return
