@@ -15,6 +15,7 @@ from clawmem.clock import FakeClock
 from clawmem.ids import new_id
 from clawmem.memory.base import MemoryInterface
 from clawmem.sql.conversations import ConversationStore
+from dashboard.views.stores import every_item
 
 DAY = 86_400
 HOUR = 3_600
@@ -198,16 +199,11 @@ def remove_demo(memory: MemoryInterface, conversations: ConversationStore) -> De
         memory.forget(entry.key, entry.namespace)
         report.entries += 1
         report.namespaces.add(entry.namespace)
-    cursor = None
-    marked: list[tuple[str, int]] = []
-    while True:
-        page = conversations.list(limit=500, cursor=cursor, namespace="conversations")
-        marked += [
-            (c.id, c.message_count) for c in page.items if (c.metadata or {}).get(DEMO_MARKER) is True
-        ]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
+    listed = every_item(
+        lambda cursor: conversations.list(limit=500, cursor=cursor, namespace="conversations")
+    )
+    # Collected in full before deleting, so no deletion happens under the listing's cursor.
+    marked = [(c.id, c.message_count) for c in listed if (c.metadata or {}).get(DEMO_MARKER) is True]
     for conversation_id, message_count in marked:
         memory.forget(conversation_id, "conversations")
         report.conversations += 1

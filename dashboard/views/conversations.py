@@ -14,7 +14,7 @@ from clawmem.sql.conversations import ConversationStore, ConversationSummary, St
 from dashboard import state
 from dashboard.views.compaction import analyse, as_history, configured_thresholds
 from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
-from dashboard.views.stores import conversation_store
+from dashboard.views.stores import conversation_store, every_item
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 
@@ -103,14 +103,7 @@ def _message_row(message: StoredMessage, analysis: dict[str, Any] | None) -> dic
 def _full_history(store: ConversationStore, conversation_id: str, count: int) -> list[StoredMessage] | None:
     if count > ANALYSIS_LIMIT:
         return None
-    history: list[StoredMessage] = []
-    cursor = None
-    while True:
-        page = store.messages(conversation_id, limit=1000, cursor=cursor)
-        history.extend(page.items)
-        cursor = page.next_cursor
-        if cursor is None:
-            return history
+    return list(every_item(lambda cursor: store.messages(conversation_id, limit=1000, cursor=cursor)))
 
 
 @bp.get("/<conversation_id>")
