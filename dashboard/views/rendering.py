@@ -110,12 +110,14 @@ def format_bytes(size: int | None) -> str:
     """Return a byte count as ``512 B``, ``4.0 KiB``, ``3.2 MiB`` ('' for ``None``)."""
     if size is None:
         return ""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
         value /= 1024
-    return f"{size} B"
+    return f"{value:.1f} GiB"
 
 
 def pretty_json(value: Any) -> str:
