@@ -102,7 +102,6 @@ def init_app(app: Flask) -> None:
         app.config["SECRET_KEY"] = load_or_create_secret_key(app.instance_path)
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
-    app.config.setdefault("SESSION_COOKIE_SECURE", False)
     app.session_interface = DashboardSessionInterface()
     app.jinja_env.globals["csrf_token"] = csrf_token
     app.jinja_env.globals["CSRF_FIELD"] = CSRF_FIELD
