@@ -35,7 +35,8 @@ def _day(name: str) -> date | None:
 
 
 def _filters() -> dict[str, str]:
-    return {name: text_arg(name) for name in FILTERS if text_arg(name)}
+    given = {name: text_arg(name) for name in FILTERS}
+    return {name: value for name, value in given.items() if value}
 
 
 def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:

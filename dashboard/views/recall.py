@@ -145,7 +145,6 @@ def cold() -> str:
         "messages": len(messages),
         "entries": len(entries),
         "cold": len(cold_keys),
-        "hot": len(entries) - len(cold_keys),
         "cold_percent": round(100 * len(cold_keys) / len(entries), 1) if entries else 0.0,
         "cold_bytes": format_bytes(cold_bytes),
         "total_bytes": format_bytes(total_bytes),

@@ -70,7 +70,6 @@ def index() -> str:
     sources = state.setting_sources()
     rows = [
         {
-            "name": name,
             "variable": f"{ENV_PREFIX}{name}",
             "value": shown_value(getattr(settings, name.lower())),
             "source": sources.get(name, "default"),
