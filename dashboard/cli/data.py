@@ -7,14 +7,13 @@ the audit log. Commands touch only the tables of the configured ``CLAW_TABLE_PRE
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import click
 import sqlalchemy as sa
 
-from clawmem import events
 from clawmem.clock import utc_datetime
+from clawmem.memory.base import BaseMemory
 from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import serving_driver, sweep_any
@@ -112,24 +111,6 @@ def forget(entry: AuditEntry, key: str, namespace: str, dry_run: bool, yes: bool
 # -- flush ------------------------------------------------------------------------------------
 
 
-def _flushed_count(memory: Any, namespace: str) -> int:
-    """Flush ``namespace`` through the app's memory; return how many entries its driver removed."""
-    run_id = f"flush-{uuid.uuid4().hex}"
-    removed: list[int] = []
-
-    def listen(payload: dict[str, Any]) -> None:
-        if payload.get("run_id") == run_id and payload.get("namespace") == namespace:
-            removed.append(int(payload.get("count") or 0))
-
-    events.on("memory.flush", listen)
-    try:
-        with events.run_context(run_id):
-            memory.flush(namespace)
-    finally:
-        events.off("memory.flush", listen)
-    return sum(removed)
-
-
 @claw.command("flush")
 @click.option("--namespace", "-n", required=True, callback=check_namespace, help="The namespace to empty.")
 @deleting_options(listing="Also list the keys (or conversation ids) that go.")
@@ -161,7 +142,11 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
                 click.echo(f"  {namespace}/{key}")
         return
     confirm_deletion(f"Delete {plural(total, 'entry')} of namespace {namespace!r}?", yes, total == 0)
-    removed = _flushed_count(memory, namespace)
+    if isinstance(driver, BaseMemory):
+        removed = driver.purge(namespace)
+    else:  # a custom driver reports no count: what the preview counted is what went
+        memory.flush(namespace)
+        removed = total
     entry.counts = {"keys": removed}
     click.echo(f"deleted {plural(removed, 'entry')} of namespace {namespace!r}")
 
