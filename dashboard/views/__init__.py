@@ -39,8 +39,7 @@ def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
 
 
 def _page_globals() -> dict[str, object]:
-    static_folder = current_app.static_folder or ""
-    has_htmx = (Path(static_folder) / HTMX_FILE).is_file()
+    has_htmx = current_app.extensions["dashboard.has_htmx"]
     return {"htmx_url": url_for("static", filename=HTMX_FILE) if has_htmx else None}
 
 
@@ -52,4 +51,6 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(InvalidCursor, _bad_cursor)
     app.register_error_handler(sa.exc.SQLAlchemyError, _storage_down)
     app.register_error_handler(MemoryError, _storage_down)
+    # Looked up once: htmx is fetched before the app starts (make run), not while it serves.
+    app.extensions["dashboard.has_htmx"] = (Path(app.static_folder or "") / HTMX_FILE).is_file()
     app.context_processor(_page_globals)
