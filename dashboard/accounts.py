@@ -147,18 +147,14 @@ def _failure_key(username: str) -> str:
 
 def login_blocked_for(address: str, username: str, now: float) -> float:
     """Return the seconds until ``address`` may try ``username`` again (0 when it may now)."""
-    since = now - FAILURE_WINDOW_SECONDS
-    recent = LoginFailure.failed_at > since
-    per_account = db.session.scalars(
-        select(LoginFailure.failed_at)
-        .where(LoginFailure.address == address, LoginFailure.username == _failure_key(username), recent)
+    recent = db.session.execute(
+        select(LoginFailure.failed_at, LoginFailure.username)
+        .where(LoginFailure.address == address, LoginFailure.failed_at > now - FAILURE_WINDOW_SECONDS)
         .order_by(LoginFailure.failed_at)
     ).all()
-    per_address = db.session.scalars(
-        select(LoginFailure.failed_at)
-        .where(LoginFailure.address == address, recent)
-        .order_by(LoginFailure.failed_at)
-    ).all()
+    key = _failure_key(username)
+    per_address = [failed_at for failed_at, _ in recent]
+    per_account = [failed_at for failed_at, name in recent if name == key]
     waits = [0.0]
     if len(per_account) >= MAX_FAILURES_PER_ACCOUNT:
         waits.append(per_account[-MAX_FAILURES_PER_ACCOUNT] + FAILURE_WINDOW_SECONDS - now)
@@ -208,7 +204,8 @@ def session_admin(token: str | None, now: float) -> Admin | None:
     if record is None:
         return None
     if now - record.created_at > SESSION_MAX_SECONDS or now - record.last_seen_at > SESSION_IDLE_SECONDS:
-        end_session(token)
+        db.session.delete(record)
+        db.session.commit()
         return None
     if now - record.last_seen_at > 60:  # one write a minute is enough to track idleness
         record.last_seen_at = now
