@@ -24,6 +24,7 @@ from flask import Flask
 
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
+from clawmem.memory.file import FileMemory
 from clawmem.sql.schema import tables
 from dashboard import create_app
 
@@ -46,6 +47,17 @@ def build_app(url: str, prefix: str, clock: FakeClock, instance: Path, **config:
     )
     app.extensions["clawmem.clock"] = clock
     return app
+
+
+def build_file_app(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> tuple[Flask, FileMemory]:
+    """Return an app whose key/value driver is ``file``, and a FileMemory on the same directory."""
+    directory = tmp_path / "files"
+    app = build_app(
+        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
+    )
+    return app, FileMemory(directory, clock=clock)
 
 
 def claw(app: Flask, *args: str, stdin: str | None = None) -> Result:

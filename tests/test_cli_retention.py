@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.conversations import SqlConversationMemory
-from clawmem.memory.file import FileMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import tables
 from tests.test_cli_basics import (
@@ -29,6 +28,7 @@ from tests.test_cli_basics import (
     add_conversation,
     audit_lines,
     build_app,
+    build_file_app,
     claw,
     counts,
     dump,
@@ -372,11 +372,7 @@ def test_sweep_removes_only_expired_rows_in_every_namespace(
 def test_sweep_prunes_every_namespace_file_of_the_file_driver(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "files"
-    app = build_app(
-        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
-    )
-    files = FileMemory(directory, clock=clock)
+    app, files = build_file_app(engine, prefix, clock, tmp_path)
     for namespace in ("default", "crm", "A.b"):
         files.set("keep", "k", namespace)
         files.set("drop", "d", namespace, ttl=5)
@@ -384,11 +380,11 @@ def test_sweep_prunes_every_namespace_file_of_the_file_driver(
 
     preview = claw(app, "sweep", "--dry-run")
     assert "would delete 3 expired entries" in preview.output
-    assert all('"drop"' in path.read_text() for path in directory.glob("*.json"))
+    assert all('"drop"' in path.read_text() for path in files.directory.glob("*.json"))
     result = claw(app, "sweep", "--yes")
 
     assert result.exit_code == 0 and "deleted 3 expired entries" in result.output
-    stored = {path.name: json.loads(path.read_text()) for path in directory.glob("*.json")}
+    stored = {path.name: json.loads(path.read_text()) for path in files.directory.glob("*.json")}
     assert len(stored) == 3 and all(set(entries) == {"keep"} for entries in stored.values())
 
 
@@ -496,11 +492,7 @@ def test_flush_empties_one_namespace_and_counts_expired_rows_too(
 def test_flush_preview_on_the_file_driver_lists_every_key_it_counts(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "files"
-    app = build_app(
-        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
-    )
-    files = FileMemory(directory, clock=clock)
+    app, files = build_file_app(engine, prefix, clock, tmp_path)
     for n in range(3):
         files.set(f"k{n}", n, "crm")
     files.set("other", 1, "crm2")

@@ -19,11 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.memory.file import FileMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import tables
 from clawmem.sql.subjects import entry_matches
-from tests.test_cli_basics import add_conversation, audit_lines, build_app, claw, dump, url_of
+from tests.test_cli_basics import add_conversation, audit_lines, build_app, build_file_app, claw, dump, url_of
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 
@@ -221,11 +220,7 @@ def test_export_to_a_file_is_private_and_never_overwrites_by_accident(
 def test_subjects_on_the_file_driver_are_found_by_scanning_every_namespace(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "files"
-    app = build_app(
-        url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
-    )
-    files = FileMemory(directory, clock=clock)
+    app, files = build_file_app(engine, prefix, clock, tmp_path)
     files.set(f"customer:{ALICE}", "1 Main St")
     files.set("prefs", {"email": ALICE}, "crm")
     files.set("bob", BOB, "crm")
