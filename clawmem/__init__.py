@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from clawmem import events
-from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, MemoryError, ValueTooLarge
+from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, StorageError, ValueTooLarge
 from clawmem.events import run_context
 
 _LAZY = {
@@ -56,7 +56,7 @@ __all__ = [
     "ConfigError",
     "InvalidKey",
     "InvalidNamespace",
-    "MemoryError",
+    "StorageError",
     "ValueTooLarge",
     "events",
     "run_context",

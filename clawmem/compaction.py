@@ -20,7 +20,7 @@ from typing import Any
 
 from clawmem import events
 from clawmem.memory.rules import validate_count
-from clawmem.recall import clip, keywords, utf8_len
+from clawmem.words import clip, keywords, utf8_len
 
 log = logging.getLogger(__name__)
 

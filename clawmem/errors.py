@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import re
 
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
@@ -13,7 +12,7 @@ def redact(text: str) -> str:
     return _URL_PASSWORD.sub(r"\g<head>***@", text)
 
 
-class MemoryError(builtins.RuntimeError):  # noqa: A001 - the contract's name
+class StorageError(RuntimeError):
     """A storage backend failed. Carries the driver name and the operation; never a password."""
 
     def __init__(self, driver: str, operation: str, detail: str) -> None:
@@ -21,6 +20,24 @@ class MemoryError(builtins.RuntimeError):  # noqa: A001 - the contract's name
         self.operation = operation
         self.detail = redact(detail)
         super().__init__(f"{driver} memory: {operation} failed: {self.detail}")
+
+
+class CorruptStoreError(Exception):
+    """A file-driver namespace file exists but holds no valid store. It is left exactly as it was.
+
+    Drivers raise it internally; callers see it as a :class:`StorageError` naming the file.
+    """
+
+
+class CorruptEntryError(Exception):
+    """A Redis key in clawmem's layout holds something other than ``[expires_at, value]``.
+
+    Drivers raise it internally; callers see it as a :class:`StorageError` naming the key.
+    """
+
+
+class InvalidCursor(ValueError):
+    """A pagination cursor was not one this API issued."""
 
 
 class InvalidNamespace(ValueError):

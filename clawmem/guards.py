@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from clawmem import events
 from clawmem.errors import GuardBlocked
-from clawmem.recall import USER_MESSAGE, AugmentResult, Span
+from clawmem.prompt import USER_MESSAGE, GuardFinding, Span
+from clawmem.recall import AugmentResult
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}(?![A-Za-z])")
 # 13-19 digits, optionally split by single spaces or dashes; the whole digit run must qualify.
@@ -58,15 +58,6 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], Callable[[str], bool] | None], ...] 
     ("phone number", _PHONE_NANP, None),
     ("phone number", _PHONE_INTERNATIONAL, _international_ok),
 )
-
-
-@dataclass(frozen=True)
-class GuardFinding:
-    """One kind of personal data found: the pattern's name and where (``user message``,
-    ``memory key <key>`` or ``skill <name>``). Never the matched text."""
-
-    pattern: str
-    source: str
 
 
 class Guard(Protocol):

@@ -32,8 +32,9 @@ from clawmem.memory.conversations import validate_conversation_id
 from clawmem.memory.registry import open_memory
 from clawmem.memory.wrappers import serving_driver
 from clawmem.providers.base import Provider, ToolCall
-from clawmem.recall import AugmentResult, MessageAugmenter, clip, driver_name
+from clawmem.recall import AugmentResult, MessageAugmenter, driver_name
 from clawmem.settings import Settings
+from clawmem.words import clip
 
 CONVERSATIONS = "conversations"
 TITLE_CHARS = 80

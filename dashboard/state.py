@@ -11,9 +11,9 @@ from sqlalchemy.engine import Engine
 from clawmem.clock import Clock
 from clawmem.memory.base import MemoryInterface
 from clawmem.memory.rules import encode_value
-from clawmem.recall import utf8_len
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
+from clawmem.words import utf8_len
 
 # The namespace open_memory routes to the conversation tables; every other one is key/value memory.
 CONVERSATIONS_NAMESPACE = "conversations"

@@ -10,12 +10,13 @@ import pytest
 import sqlalchemy as sa
 
 import clawmem
+from clawmem.errors import InvalidCursor
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
 from clawmem.sql.conversations import ConversationStore
-from clawmem.sql.paging import InvalidCursor, encode_cursor
+from clawmem.sql.paging import encode_cursor
 from clawmem.sql.retention import delete_in_batches, iter_conversation_ids, older_than
 from clawmem.sql.schema import tables
 from clawmem.sql.subjects import delete_memory, iter_conversations, iter_memory

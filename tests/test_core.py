@@ -154,7 +154,7 @@ def test_run_context_tags_events_and_resets() -> None:
 
 
 def test_memory_error_redacts_passwords() -> None:
-    error = clawmem.MemoryError(
+    error = clawmem.StorageError(
         "redis", "get", "Error connecting to redis://:hunter2@db:6379/0 and mysql+pymysql://u:pw@h/x"
     )
     assert "hunter2" not in str(error) and ":pw@" not in str(error)

@@ -12,9 +12,10 @@ from flask import Flask
 
 from clawmem.clock import FakeClock, now_seconds
 from clawmem.guards import scan
-from clawmem.memory.rules import text_of, ttl_state
+from clawmem.memory.rules import ttl_state
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.kv import MemoryStore
+from clawmem.words import text_of
 from dashboard import state, vendor
 
 pytest_plugins = ["tests.dashboard_fixtures"]

@@ -149,7 +149,7 @@ def test_corrupt_file_raises_naming_the_file_and_is_left_alone(memory: FileMemor
         "update": lambda: memory.update("k", lambda current: "after"),
     }
     for operation, call in operations.items():
-        with pytest.raises(clawmem.MemoryError) as raised:
+        with pytest.raises(clawmem.StorageError) as raised:
             call()
         assert str(path) in str(raised.value)
         assert (raised.value.driver, raised.value.operation) == ("file", operation)
@@ -326,7 +326,7 @@ def test_unwritable_directory_raises_memory_error(read_only: Path, clock: FakeCl
         "flush": lambda: memory.flush(),
         "update": lambda: memory.update("k", lambda current: "new"),
     }.items():
-        with pytest.raises(clawmem.MemoryError) as raised:
+        with pytest.raises(clawmem.StorageError) as raised:
             call()
         assert (raised.value.driver, raised.value.operation) == ("file", operation)
         assert isinstance(raised.value.__cause__, OSError)
@@ -340,8 +340,8 @@ def test_directory_that_cannot_exist_raises_memory_error(
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where a directory belongs")
     memory = FileMemory(blocker if layout == "directory is a file" else blocker / "memory", clock=clock)
-    with pytest.raises(clawmem.MemoryError, match="set failed"):
+    with pytest.raises(clawmem.StorageError, match="set failed"):
         memory.set("k", 1)
-    with pytest.raises(clawmem.MemoryError, match="get failed"):
+    with pytest.raises(clawmem.StorageError, match="get failed"):
         memory.get("k")
     assert blocker.read_text() == "a file where a directory belongs"

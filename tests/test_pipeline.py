@@ -204,7 +204,7 @@ def test_memory_failure_lets_the_turn_go_on(tmp_path: Path, clock: FakeClock) ->
     memory = PrivacyAwareMemory(RouterMemory(kv, {"conversations": ArrayMemory(clock=clock)}))
     reply = Claw(memory, EchoProvider(), clock=clock).send("tea please")
     assert reply.text == "echo: tea please"
-    assert reply.augment.error == "MemoryError"
+    assert reply.augment.error == "StorageError"
 
 
 def test_array_conversation_store_gets_one_saved_event(

@@ -12,25 +12,13 @@ from hypothesis import strategies as st
 
 from clawmem import events
 from clawmem.compaction import ExtractiveSummarizer, HistoryCompactor
-from clawmem.errors import MemoryError
+from clawmem.errors import StorageError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.file import FileMemory
-from clawmem.recall import (
-    CUT_BYTE_CAP,
-    CUT_TOP_K,
-    INJECTED,
-    MEMORY_HEADER,
-    TRUNCATED,
-    ZERO_OVERLAP,
-    MessageAugmenter,
-    clip,
-    injection_counts,
-    keywords,
-    plan_memory_block,
-    rank,
-    score,
-)
+from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
+from clawmem.recall import MEMORY_HEADER, MessageAugmenter, injection_counts, keywords, plan_memory_block
 from clawmem.skills import Skill, SkillRegistry
+from clawmem.words import clip, rank, score
 
 # -- words -------------------------------------------------------------------------------------
 
@@ -270,14 +258,14 @@ def test_backend_failure_skips_recall_and_logs_the_class_only(
     memory = FileMemory(tmp_path, clock=clock)
     memory.set("pets", "has a cat")
     (tmp_path / "default.json").write_text('{"pets": "has a cat named Whiskers', encoding="utf-8")
-    with pytest.raises(MemoryError) as failure:
+    with pytest.raises(StorageError) as failure:
         memory.all()
     caplog.set_level(logging.WARNING)
     result = MessageAugmenter(memory).augment("tell me about the cat")
     assert result.text == "tell me about the cat"
-    assert result.error == "MemoryError"
+    assert result.error == "StorageError"
     assert result.decisions == ()
-    assert "MemoryError" in caplog.text
+    assert "StorageError" in caplog.text
     assert str(failure.value) not in caplog.text
     assert "Whiskers" not in caplog.text
 

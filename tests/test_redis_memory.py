@@ -230,7 +230,7 @@ def test_corrupt_entry_raises_naming_the_redis_key(memory: RedisMemory, stored: 
     redis_key = memory.entry_key("k", "default")
     memory.client.set(redis_key, stored)
     for operation, call in {"get": lambda: memory.get("k"), "all": lambda: memory.all()}.items():
-        with pytest.raises(clawmem.MemoryError) as raised:
+        with pytest.raises(clawmem.StorageError) as raised:
             call()
         assert (raised.value.driver, raised.value.operation) == ("redis", operation)
         assert redis_key in str(raised.value)
@@ -239,7 +239,7 @@ def test_corrupt_entry_raises_naming_the_redis_key(memory: RedisMemory, stored: 
 
 def test_wrong_redis_type_under_an_entry_key_raises(memory: RedisMemory) -> None:
     memory.client.hset(memory.entry_key("k", "default"), "field", "value")
-    with pytest.raises(clawmem.MemoryError, match="WRONGTYPE"):
+    with pytest.raises(clawmem.StorageError, match="WRONGTYPE"):
         memory.get("k")
 
 
@@ -301,7 +301,7 @@ def test_unreachable_redis_raises_memory_error_without_the_password() -> None:
         "flush": lambda: memory.flush(),
         "sweep": lambda: memory.sweep(),
     }.items():
-        with pytest.raises(clawmem.MemoryError) as raised:
+        with pytest.raises(clawmem.StorageError) as raised:
             call()
         error = raised.value
         assert (error.driver, error.operation) == ("redis", operation)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock
 from clawmem.memory.base import MemoryHit
-from clawmem.recall import rank
+from clawmem.words import rank
 
 VOCABULARY = [
     "tea",

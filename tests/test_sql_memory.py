@@ -92,7 +92,7 @@ def test_two_prefixes_never_see_each_other(engine: Any, prefix: str, clock: Any)
 def test_unreachable_database_raises_memory_error_without_password(url: str) -> None:
     memory = SqlMemory(create_engine(url, connect_args={"connect_timeout": 2} if "sqlite" not in url else {}))
     for call in (lambda: memory.get("k"), lambda: memory.set("k", 1), lambda: memory.all()):
-        with pytest.raises(clawmem.MemoryError) as raised:
+        with pytest.raises(clawmem.StorageError) as raised:
             call()
         assert raised.value.driver == "sql"
         assert "s3cretpw" not in str(raised.value)
@@ -103,7 +103,7 @@ def test_database_error_message_holds_no_value_text(engine: Any, prefix: str) ->
     memory = SqlMemory(engine, prefix=prefix)
     tables(prefix).memory.drop(engine)
     try:
-        with pytest.raises(clawmem.MemoryError) as raised:
+        with pytest.raises(clawmem.StorageError) as raised:
             memory.set("k", "customer secret text")
         assert raised.value.operation == "set"
         assert "customer secret text" not in str(raised.value)

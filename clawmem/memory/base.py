@@ -4,7 +4,7 @@ Rules (every driver, identically): keys are non-empty str of at most 191 charact
 control characters; namespaces follow :func:`~clawmem.memory.rules.validate_namespace`; values
 are JSON-representable and round-trip exactly; ``ttl=None`` never expires, a positive int
 expires at ``floor(now) + ttl``; an entry is expired when ``now >= expires_at``. Backend
-failures raise :class:`clawmem.MemoryError`.
+failures raise :class:`clawmem.StorageError`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
-from clawmem.errors import MemoryError
+from clawmem.errors import StorageError
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     encode_value,
@@ -25,7 +25,7 @@ from clawmem.memory.rules import (
     validate_namespace,
     validate_ttl,
 )
-from clawmem.recall import rank
+from clawmem.words import rank
 
 DEFAULT_NAMESPACE = "default"
 
@@ -140,10 +140,10 @@ class BaseMemory(SearchableMemory):
     def _call(self, operation: str, function: Any, *args: Any) -> Any:
         try:
             return function(*args)
-        except MemoryError:
+        except StorageError:
             raise
         except self.backend_errors as exc:
-            raise MemoryError(self.name, operation, self._describe(exc)) from exc
+            raise StorageError(self.name, operation, self._describe(exc)) from exc
 
     def _describe(self, exc: BaseException) -> str:
         return f"{type(exc).__name__}: {exc}"

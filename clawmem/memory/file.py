@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.errors import InvalidNamespace
+from clawmem.errors import CorruptStoreError, InvalidNamespace
 from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, emit_write
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -43,9 +43,6 @@ _STEM = re.compile(r"(?:[a-z0-9]|_[a-z0-3])+")
 # key -> {"value": ..., "expires_at": int | None}
 Store = dict[str, dict[str, Any]]
 
-
-class CorruptStoreError(Exception):
-    """A namespace file exists but holds no valid store. It is left exactly as it was."""
 
 
 def namespace_file_stem(namespace: str) -> str:
@@ -115,7 +112,7 @@ class FileMemory(BaseMemory):
 
     Writers hold an exclusive ``flock`` on the namespace's lock file for the whole
     read-modify-write cycle and replace the data file atomically, so concurrent processes lose
-    no update and readers never see a half-written file. A corrupt file raises ``MemoryError``.
+    no update and readers never see a half-written file. A corrupt file raises ``StorageError``.
     """
 
     name = "file"

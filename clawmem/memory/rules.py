@@ -144,13 +144,6 @@ def decode_value(text: str) -> Any:
     return json.loads(text)
 
 
-def text_of(value: Any) -> str:
-    """Return the text recall scores and injects: a str as is, anything else as sorted JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
 def is_expired(expires_at: int | None, now: int) -> bool:
     """Return whether an entry expiring at ``expires_at`` (``None``: never) is expired at ``now``."""
     return expires_at is not None and now >= expires_at

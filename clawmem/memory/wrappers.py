@@ -13,7 +13,7 @@ from clawmem.memory.base import (
     emit_write,
 )
 from clawmem.memory.rules import encode_value, validate_key, validate_namespace, validate_ttl
-from clawmem.recall import rank
+from clawmem.words import rank
 
 
 def search_any(memory: MemoryInterface, query: str, limit: int, namespace: str) -> list[MemoryHit]:

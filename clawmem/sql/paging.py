@@ -12,11 +12,9 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from clawmem.errors import InvalidCursor
+
 T = TypeVar("T")
-
-
-class InvalidCursor(ValueError):
-    """A pagination cursor was not one this API issued."""
 
 
 @dataclass(frozen=True)

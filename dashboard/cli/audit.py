@@ -23,7 +23,7 @@ import click
 import sqlalchemy as sa
 from flask import current_app
 
-from clawmem.errors import MemoryError, redact
+from clawmem.errors import StorageError, redact
 from clawmem.sql.engine import describe_error
 from dashboard import state
 
@@ -105,7 +105,7 @@ def describe_failure(exc: BaseException) -> str:
 
 
 # Failures at the command boundary that become one line on stderr and exit 1, never a traceback.
-EXPECTED_FAILURES = (sa.exc.SQLAlchemyError, MemoryError, OSError, ValueError, RuntimeError)
+EXPECTED_FAILURES = (sa.exc.SQLAlchemyError, StorageError, OSError, ValueError, RuntimeError)
 
 
 def one_line_errors(function: F) -> F:

@@ -9,9 +9,8 @@ import sqlalchemy as sa
 from flask import Flask, current_app, render_template, request, url_for
 from werkzeug.exceptions import BadRequest, HTTPException, ServiceUnavailable
 
-from clawmem.errors import MemoryError, redact
+from clawmem.errors import InvalidCursor, StorageError, redact
 from clawmem.sql.engine import describe_error
-from clawmem.sql.paging import InvalidCursor
 from dashboard.views import conversations, health, memory, overview, recall, settings
 
 BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, settings.bp)
@@ -34,7 +33,7 @@ def _bad_cursor(error: InvalidCursor) -> tuple[str | dict[str, str], int]:
 def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
     # The database or a memory backend failed: say which, without SQL, values or passwords.
     logging.getLogger(__name__).error("storage failed on %s: %s", request.path, type(error).__name__)
-    detail = error.detail if isinstance(error, MemoryError) else describe_error(error)
+    detail = error.detail if isinstance(error, StorageError) else describe_error(error)
     return _error(ServiceUnavailable(f"The storage behind this page failed: {redact(detail)}"))
 
 
@@ -50,7 +49,7 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(HTTPException, _error)
     app.register_error_handler(InvalidCursor, _bad_cursor)
     app.register_error_handler(sa.exc.SQLAlchemyError, _storage_down)
-    app.register_error_handler(MemoryError, _storage_down)
+    app.register_error_handler(StorageError, _storage_down)
     # Looked up once: htmx is fetched before the app starts (make run), not while it serves.
     app.extensions["dashboard.has_htmx"] = (Path(app.static_folder or "") / HTMX_FILE).is_file()
     app.context_processor(_page_globals)

@@ -8,8 +8,9 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.clock import now_seconds
 from clawmem.errors import InvalidNamespace
-from clawmem.memory.rules import text_of, ttl_state, validate_namespace
+from clawmem.memory.rules import ttl_state, validate_namespace
 from clawmem.sql.kv import STATES, MemoryRow
+from clawmem.words import text_of
 from dashboard import state
 from dashboard.views.rendering import (
     format_bytes,

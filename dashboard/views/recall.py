@@ -13,16 +13,8 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.errors import InvalidNamespace
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import validate_namespace
-from clawmem.recall import (
-    CUT_BYTE_CAP,
-    CUT_TOP_K,
-    DEFAULT_MAX_RECALL_BYTES,
-    INJECTED,
-    TRUNCATED,
-    ZERO_OVERLAP,
-    MessageAugmenter,
-    injection_counts,
-)
+from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
+from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, MessageAugmenter, injection_counts
 from dashboard import state
 from dashboard.views.rendering import (
     format_bytes,

@@ -12,7 +12,8 @@ from typing import Any
 
 from flask import abort, render_template, request
 
-from clawmem.sql.paging import InvalidCursor, decode_cursor, encode_cursor
+from clawmem.errors import InvalidCursor
+from clawmem.sql.paging import decode_cursor, encode_cursor
 
 
 def wants_fragment(target_id: str) -> bool:

@@ -1,0 +1,108 @@
+"""Imports in the core run downward: no module of ``clawmem/`` reaches itself through its imports.
+
+The graph is read from the source with ``ast``, so imports under ``TYPE_CHECKING`` and imports
+inside functions count too: a cycle hidden from the interpreter is still a cycle for a reader.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parent.parent / "clawmem"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(CORE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, package: str, known: set[str]) -> set[str]:
+    """Return the modules of ``known`` that ``source``, a module of ``package``, imports
+    (``from pkg import mod`` names the module too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found.update(name for name in names if name in known)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = sorted(CORE.rglob("*.py"))
+    known = {module_name(path) for path in paths}
+    graph = {}
+    for path in paths:
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = imported_modules(path.read_text(encoding="utf-8"), package, known) - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]], roots: set[str]) -> list[str] | None:
+    """Return one cycle as a path of module names, or ``None``. ``roots`` (package __init__
+    modules) are skipped as nodes: importing a package to reach its submodule is not a cycle."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target in roots:
+                continue
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and node not in roots:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    graph = import_graph()
+    roots = {name for name in graph if (CORE.parent / name.replace(".", "/") / "__init__.py").exists()}
+    cycle = find_cycle(graph, roots)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_sees_a_type_only_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}}
+    assert find_cycle(graph, set()) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from clawmem.words import rank\n",
+            {"clawmem.words"},
+        ),
+        ("def later():\n    import clawmem.prompt\n", {"clawmem.prompt"}),
+        ("from . import words\n", {"clawmem.words"}),
+        ("from .memory import rules\n", {"clawmem.memory", "clawmem.memory.rules"}),
+    ],
+)
+def test_every_kind_of_import_is_an_edge(source: str, expected: set[str]) -> None:
+    known = {"clawmem.words", "clawmem.prompt", "clawmem.memory", "clawmem.memory.rules"}
+    assert imported_modules(source, "clawmem", known) == expected
