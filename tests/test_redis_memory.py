@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import clawmem
@@ -145,6 +145,31 @@ def test_redis_keys_are_injective(namespace: str, key: str, other_namespace: str
     same_entry = LAYOUT.entry_key(key, namespace) == LAYOUT.entry_key(other_key, other_namespace)
     assert same_entry == ((namespace, key) == (other_namespace, other_key))
     assert LAYOUT.entry_key(key, namespace) not in {LAYOUT.index_key(other_namespace), LAYOUT.namespaces_key}
+
+
+SITE_PREFIXES = ["", "x", "phpclaw:", "xphpclaw:", "wp_phpclaw:", "wp_2_phpclaw:", "p", "pnamespaces"]
+PREFIXES = st.one_of(st.sampled_from(SITE_PREFIXES), st.text(alphabet="pak:i_nmesc", max_size=12))
+
+
+def _layout_keys(prefix: str, namespace: str, key: str) -> set[str]:
+    layout = RedisMemory(url="redis://127.0.0.1:1/0", prefix=prefix)  # never connects
+    return {layout.entry_key(key, namespace), layout.index_key(namespace), layout.namespaces_key}
+
+
+@given(PREFIXES, NAMESPACE_PARTS, KEY_PARTS, PREFIXES, NAMESPACE_PARTS, KEY_PARTS)
+def test_two_prefixes_never_share_a_redis_key(
+    prefix: str, namespace: str, key: str, other_prefix: str, other_namespace: str, other_key: str
+) -> None:
+    # Even when one prefix starts with the other, as "phpclaw:" (site "") and "pnamespaces" do.
+    assume(prefix != other_prefix)
+    assert not _layout_keys(prefix, namespace, key) & _layout_keys(other_prefix, other_namespace, other_key)
+
+
+@pytest.mark.parametrize("prefix", ["p{a}:k:", "{", "site}"])
+def test_prefix_with_a_brace_is_refused(prefix: str) -> None:
+    # "p{a}:k:namespaces" would be both that prefix's namespace set and key "namespaces" of "p".
+    with pytest.raises(ValueError, match="must not contain"):
+        RedisMemory(url="redis://127.0.0.1:1/0", prefix=prefix)
 
 
 # -- TTL and the clock -------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """RedisMemory: one Redis string per entry plus a sorted-set index per namespace.
 
-Layout under ``prefix`` (``P``) for namespace ``N`` (namespaces never contain braces, so the
-layout is injective and ``a`` never sees ``a:b``)::
+Layout under ``prefix`` (``P``) for namespace ``N``::
 
     P{N}:k:<key>   the entry, JSON ``[expires_at, value]``; a Redis TTL when it has a ttl
     P{N}:i         sorted set of the namespace's keys, scored by expires_at (+inf: never)
     Pnamespaces    set of namespaces that have an index, for the sweeper
 
-Every command touches one namespace's keys only; ``KEYS`` and ``SCAN`` are never used.
+Neither namespaces nor prefixes contain braces, so the layout is injective: ``a`` never sees
+``a:b``, and two prefixes never share a key, even when one is a string prefix of the other
+(every key is ``P`` followed by ``{``, or ``P`` followed by exactly ``namespaces``). The
+registry gives each site the prefix ``{table_prefix}phpclaw:``, and that keeps sites apart.
+Every command touches one namespace's keys of one prefix only; ``KEYS`` and ``SCAN`` are never
+used.
 """
 
 from __future__ import annotations
@@ -65,7 +69,9 @@ class RedisMemory(BaseMemory):
     """Keeps entries in Redis with server-side expiry and an exact expiry check on every read.
 
     Give a ``url`` (default ``redis://127.0.0.1:6379/0``) or a ready ``client``, not both.
-    ``ttl=None`` never expires. Failures raise ``MemoryError`` without the URL's password.
+    Every key it touches starts with ``prefix``, which must not contain ``{`` or ``}``
+    (``ValueError``). ``ttl=None`` never expires.
+    Failures raise ``MemoryError`` without the URL's password.
     """
 
     name = "redis"
@@ -84,6 +90,9 @@ class RedisMemory(BaseMemory):
             raise ValueError("give RedisMemory a url or a client, not both")
         if not isinstance(prefix, str):
             raise TypeError(f"the Redis key prefix must be a str, got {type(prefix).__name__}")
+        if "{" in prefix or "}" in prefix:
+            # A brace in the prefix would let one prefix's keys parse as another's.
+            raise ValueError(f"the Redis key prefix must not contain '{{' or '}}', got {prefix!r}")
         self.prefix = prefix
         if client is None:
             try:

@@ -43,7 +43,13 @@ def _redis(settings: Settings, clock: Clock) -> MemoryInterface:
         raise RuntimeError("the redis memory driver needs the 'redis' package: pip install redis") from None
     from clawmem.memory.redis import RedisMemory
 
-    return RedisMemory(url=settings.redis_url, clock=clock, max_value_bytes=settings.max_value_bytes)
+    # Each site keeps its own keys (SPEC 4.2), as SQL keeps its own tables.
+    return RedisMemory(
+        url=settings.redis_url,
+        prefix=f"{settings.table_prefix}phpclaw:",
+        clock=clock,
+        max_value_bytes=settings.max_value_bytes,
+    )
 
 
 class MemoryRegistry:
