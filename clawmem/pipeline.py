@@ -1,17 +1,16 @@
 """The turn pipeline: one user message in, one reply out, every step inside one run context.
 
-Order: load the conversation, augment the message with memory and skills, run the guards on
-the augmented text, compact (stored history + augmented message), call the provider, then
-save the stored history + the ORIGINAL user message + the reply (+ tool rows).
+1. Load the conversation from the log (its newest checkpoint and what follows).
+2. Augment the message from the recall namespace and the subject's own namespace.
+3. Run the guards on the augmented text.
+4. Compact the history plus the augmented message.
+5. Call the provider.
+6. Append the ORIGINAL user message, the reply and any tool rows in one
+   :meth:`ConversationLog.append`, which the privacy switch gates.
 
-What is saved is the un-compacted history plus the new messages: compaction only shapes what
-is sent to the provider, so a summary never replaces stored messages. The augmented text is
-never saved either; recall happens afresh each turn. Nothing is saved when a guard blocks or
-the provider fails.
-
-``conversation.saved`` fires once per saved turn: from the conversations store when it emits
-the event itself (SqlConversationMemory does), otherwise from the pipeline. A write held back
-by the privacy switch saved nothing and is announced only as ``memory.write`` with ``gated``.
+Compaction only shapes what is sent: the stored messages are never rewritten, and the augmented
+text is never stored (recall happens afresh each turn). Nothing is stored when a guard blocks
+or the provider fails.
 """
 
 from __future__ import annotations
@@ -20,23 +19,21 @@ import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 from clawmem import events
-from clawmem.clock import Clock, utc_datetime
+from clawmem.clock import Clock
 from clawmem.compaction import CompactionResult, ExtractiveSummarizer, HistoryCompactor
+from clawmem.conversations import ConversationLog, Message, StoredMessage, validate_conversation_id
 from clawmem.guards import Guard, GuardFinding, PiiGuard
 from clawmem.ids import new_id
-from clawmem.memory.conversations import validate_conversation_id
 from clawmem.memory.registry import open_memory
-from clawmem.memory.wrappers import serving_driver
 from clawmem.providers.base import Provider, ToolCall
-from clawmem.recall import AugmentResult, MessageAugmenter, driver_name
+from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.settings import Settings
+from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.words import clip
 
-CONVERSATIONS = "conversations"
 TITLE_CHARS = 80
 
 
@@ -63,42 +60,66 @@ def title_from(message: str) -> str | None:
     return clip(line, TITLE_CHARS)
 
 
-def tool_rows(calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
+def tool_rows(calls: Iterable[ToolCall]) -> list[Message]:
     """Return the stored ``tool`` messages for the provider's tool calls.
 
     clawmem records the calls; running the tools is the host's job, so the content is empty.
     """
-    return [
-        {"role": "tool", "content": "", "tool_name": call.name, "tool_input": call.input} for call in calls
-    ]
+    return [Message("tool", "", call.name, call.input) for call in calls]
+
+
+def provider_history(messages: Iterable[StoredMessage]) -> list[dict[str, Any]]:
+    """Return stored messages as the provider sees them: role and content, plus the tool call
+    of a tool row. ``recall`` records are never sent; a ``summary`` checkpoint is sent as the
+    assistant's summary."""
+    history = []
+    for message in messages:
+        if message.role == "recall":
+            continue
+        item: dict[str, Any] = {
+            "role": "assistant" if message.role == "summary" else message.role,
+            "content": message.content,
+        }
+        if message.tool_name is not None:
+            item["tool_name"] = message.tool_name
+        if message.tool_input is not None:
+            item["tool_input"] = message.tool_input
+        history.append(item)
+    return history
 
 
 class Claw:
-    """Runs turns against a memory and a provider.
+    """Runs turns against a key/value memory, a conversation log and a provider.
 
     ``augmenter`` defaults to recall from namespace ``default`` with top 3, ``compactor`` to
-    one whose thresholds are off, and ``guards`` to ``[PiiGuard()]`` (pass ``[]`` for none).
+    one whose thresholds are off, ``guards`` to ``[PiiGuard()]`` (pass ``[]`` for none), and
+    ``subject_template`` to ``user:{user_id}`` (where a subject's own facts live).
     """
 
     def __init__(
         self,
         memory: Any,
+        conversations: ConversationLog,
         provider: Provider,
         augmenter: MessageAugmenter | None = None,
         compactor: HistoryCompactor | None = None,
         guards: Iterable[Guard] | None = None,
         clock: Clock = time.time,
+        subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
     ) -> None:
         self.memory = memory
+        self.conversations = conversations
         self.provider = provider
         self.augmenter = augmenter if augmenter is not None else MessageAugmenter(memory)
         self.compactor = compactor if compactor is not None else HistoryCompactor(ExtractiveSummarizer())
         self.guards: list[Guard] = [PiiGuard()] if guards is None else list(guards)
         self.clock = clock
+        self.subject_template = validate_template(subject_template)
 
     @classmethod
     def from_settings(cls, settings: Settings, provider: Provider, clock: Clock = time.time) -> Claw:
-        """Return a Claw on :func:`clawmem.open_memory` with recall and compaction as configured.
+        """Return a Claw on the site's memory and conversation log, with recall, subjects and
+        compaction as configured.
 
         Compaction summarises locally (:class:`ExtractiveSummarizer`), so no content leaves the host.
         """
@@ -107,67 +128,51 @@ class Claw:
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens
         )
-        return cls(memory, provider, augmenter, compactor, clock=clock)
+        conversations = ConversationLog.from_settings(settings, clock)
+        return cls(
+            memory,
+            conversations,
+            provider,
+            augmenter,
+            compactor,
+            clock=clock,
+            subject_template=settings.subject_namespace,
+        )
 
     def send(self, message: str, conversation_id: str | None = None, user_id: str = "") -> Reply:
         """Run one turn and return the reply.
 
         Raises :class:`clawmem.errors.GuardBlocked` when a blocking guard objects and
-        :class:`clawmem.errors.ProviderError` when the provider fails; nothing is saved then.
+        :class:`clawmem.errors.ProviderError` when the provider fails; nothing is stored then.
         An unknown ``conversation_id`` starts a new conversation under that id.
         """
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, got {type(message).__name__}")
         if conversation_id is not None:
             validate_conversation_id(conversation_id)  # before the provider is paid for a turn
+        if not isinstance(user_id, str):
+            raise TypeError(f"user_id must be a str, got {type(user_id).__name__}")
         run_id = new_id()
         with events.run_context(run_id):
+            stored = self.conversations.load(conversation_id) if conversation_id else None
             conversation_id = conversation_id or new_id()
-            payload = self._load(conversation_id, user_id, message)
-            history: list[dict[str, Any]] = list(payload["history"])
-            augment = self.augmenter.augment(message)
+            history = provider_history(stored.messages) if stored else []
+            subject = subject_namespace(user_id, self.subject_template) if user_id else None
+            augment = self.augmenter.augment(message, subject)
             findings: list[GuardFinding] = []
             for guard in self.guards:
                 findings.extend(guard.check(augment))
             augment = dataclasses.replace(augment, findings=tuple(findings))
             compaction = self.compactor.apply([*history, {"role": "user", "content": augment.text}])
             answer = self.provider.complete(list(compaction.history))
-            added = [
-                {"role": "user", "content": message},
-                {"role": "assistant", "content": answer.text},
-                *tool_rows(answer.tool_calls),
-            ]
-            self._save(conversation_id, {**payload, "history": history + added}, len(added))
+            self.conversations.append(
+                conversation_id,
+                [
+                    Message("user", message),
+                    Message("assistant", answer.text),
+                    *tool_rows(answer.tool_calls),
+                ],
+                user_id=user_id,
+                title=title_from(message),
+            )
         return Reply(answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls)
-
-    def _save(self, conversation_id: str, payload: dict[str, Any], added: int) -> None:
-        # conversation.saved fires once per saved turn: from the store when it announces its
-        # own saves (the SQL one does), else from here; a write held back by a privacy switch
-        # saved nothing, so nothing is announced.
-        self.memory.set(conversation_id, payload, CONVERSATIONS)
-        driver, written = serving_driver(self.memory, CONVERSATIONS)
-        if written and not getattr(driver, "announces_saves", False):
-            events.emit(
-                "conversation.saved",
-                driver=driver_name(self.memory, CONVERSATIONS),
-                namespace=CONVERSATIONS,
-                key=conversation_id,
-                messages=len(payload["history"]),
-                inserted=added,
-            )
-
-    def _load(self, conversation_id: str, user_id: str, message: str) -> dict[str, Any]:
-        stored = self.memory.get(conversation_id, CONVERSATIONS)
-        if stored is None:
-            return {
-                "title": title_from(message),
-                "user_id": user_id,
-                "metadata": {},
-                "created_at": utc_datetime(self.clock).replace(tzinfo=UTC).isoformat(),
-                "history": [],
-            }
-        if not isinstance(stored, dict) or not isinstance(stored.get("history"), list):
-            raise ValueError(
-                f"conversation {conversation_id} is not a conversation payload (a dict with a history list)"
-            )
-        return {**stored, "user_id": stored.get("user_id") or user_id}

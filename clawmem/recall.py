@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,7 @@ class EntryDecision:
     bytes: int
     status: str
     reason: str
+    namespace: str = ""
 
     @property
     def injected(self) -> bool:
@@ -75,7 +76,8 @@ class EntryDecision:
 class AugmentResult:
     """The augmented text and the report of how it was built.
 
-    ``decisions`` covers every live entry of the namespace, in rank order (score descending,
+    ``decisions`` covers every live entry of the namespaces read (the subject's, when
+    ``subject_namespace`` is set, and the recall namespace), in rank order (score descending,
     then key); ``bytes_used`` is the size of the memory block (0 when nothing was injected);
     ``error`` is the exception class name when the memory backend failed and recall was
     skipped; ``findings`` are attached by the turn pipeline or the preview after the guards ran.
@@ -86,6 +88,7 @@ class AugmentResult:
     namespace: str
     top_k: int
     max_recall_bytes: int
+    subject_namespace: str | None = None
     decisions: tuple[EntryDecision, ...] = ()
     skills: tuple[SkillDecision, ...] = ()
     bytes_used: int = 0
@@ -105,30 +108,33 @@ class AugmentResult:
 
 
 def plan_memory_block(
-    message: str, entries: Mapping[str, Any], top_k: int, max_bytes: int
+    message: str, sources: Sequence[tuple[str, Mapping[str, Any]]], top_k: int, max_bytes: int
 ) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
     """Return the injected ``(key, line)`` pairs and a decision for every entry, in rank order.
 
-    Pure: the ranking is :func:`rank`'s, extended to the zero-score entries by key.
+    ``sources`` are ``(namespace, entries)`` pairs ranked together; on equal score and key the
+    earlier source's entry comes first (the subject's namespace before the recall namespace).
+    Pure: the ranking is :func:`clawmem.words.rank`'s, extended to the zero-score entries by key.
     """
     words = set(keywords(message))
     scored = []
-    for key, value in entries.items():
-        text = text_of(value)
-        scored.append((key, text, _score_folded(words, f"{key} {text}".casefold())))
-    scored.sort(key=lambda item: (-item[2], item[0]))
-    return _plan(scored, top_k, max_bytes)
+    for order, (namespace, entries) in enumerate(sources):
+        for key, value in entries.items():
+            text = text_of(value)
+            scored.append((key, text, _score_folded(words, f"{key} {text}".casefold()), namespace, order))
+    scored.sort(key=lambda item: (-item[2], item[0], item[4]))
+    return _plan([item[:4] for item in scored], top_k, max_bytes)
 
 
 def _plan(
-    scored: list[tuple[str, str, int]], top_k: int, max_bytes: int
+    scored: list[tuple[str, str, int, str]], top_k: int, max_bytes: int
 ) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
     hit_count = sum(1 for item in scored if item[2] > 0)
     used = utf8_len(MEMORY_HEADER)
     lines: list[tuple[str, str]] = []
     decisions: list[EntryDecision] = []
     closed_by: str | None = None
-    for position, (key, text, points) in enumerate(scored):
+    for position, (key, text, points, namespace) in enumerate(scored):
         line = f"- {key}: {text}\n"
         size = utf8_len(line)
         if points == 0:
@@ -157,7 +163,7 @@ def _plan(
             status = CUT_BYTE_CAP
             reason = f"line of {size} bytes did not fit: {max_bytes - used} of {max_bytes} bytes left"
             closed_by = f"key {key!r} ({size} bytes) did not fit"
-        decisions.append(EntryDecision(key, points, size, status, reason))
+        decisions.append(EntryDecision(key, points, size, status, reason, namespace))
     return lines, decisions
 
 
@@ -181,7 +187,7 @@ def injection_counts(
         for word in set(keywords(message)):
             scores.update(index.get(word, ()))
         hits = sorted(
-            ((key, texts[key], points) for key, points in scores.items()), key=lambda h: (-h[2], h[0])
+            ((key, texts[key], points, "") for key, points in scores.items()), key=lambda h: (-h[2], h[0])
         )
         lines, _ = _plan(hits, top_k, max_bytes)
         counts.update(key for key, _ in lines)
@@ -237,23 +243,30 @@ class MessageAugmenter:
         self.skills = skills
         self.announce = announce
 
-    def augment(self, message: str) -> AugmentResult:
-        """Return the augmented text and its report. Never raises for a memory backend failure."""
+    def augment(self, message: str, subject_namespace: str | None = None) -> AugmentResult:
+        """Return the augmented text and its report. Never raises for a memory backend failure.
+
+        With ``subject_namespace`` (see :func:`clawmem.subject_namespace`) that namespace's
+        entries are ranked together with the recall namespace's, the subject's first on a tie.
+        """
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, got {type(message).__name__}")
+        namespaces = [self.namespace]
+        if subject_namespace is not None and validate_namespace(subject_namespace) != self.namespace:
+            namespaces.insert(0, subject_namespace)
         lines: list[tuple[str, str]] = []
         decisions: list[EntryDecision] = []
         error: str | None = None
         block_bytes = 0
         if self.top_k > 0:
             try:
-                entries = self.memory.all(self.namespace)
+                sources = [(namespace, self.memory.all(namespace)) for namespace in namespaces]
             except Exception as exc:  # any backend failure: the turn goes on without memory
                 error = type(exc).__name__
                 # The class only: an exception message may quote stored data.
-                log.warning("memory recall skipped for namespace %s: %s", self.namespace, error)
+                log.warning("memory recall skipped for namespaces %s: %s", ", ".join(namespaces), error)
             else:
-                lines, decisions = plan_memory_block(message, entries, self.top_k, self.max_recall_bytes)
+                lines, decisions = plan_memory_block(message, sources, self.top_k, self.max_recall_bytes)
                 if lines:
                     block_bytes = utf8_len(MEMORY_HEADER) + sum(utf8_len(line) for _, line in lines)
                 if self.announce:
@@ -269,6 +282,7 @@ class MessageAugmenter:
             namespace=self.namespace,
             top_k=self.top_k,
             max_recall_bytes=self.max_recall_bytes,
+            subject_namespace=namespaces[0] if len(namespaces) > 1 else None,
             decisions=tuple(decisions),
             skills=tuple(skill_decisions),
             bytes_used=block_bytes,

@@ -11,6 +11,7 @@ from typing import Any
 
 from clawmem.errors import ConfigError
 from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
+from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 
 ENV_PREFIX = "CLAW_"
 _TRUE = {"1", "true", "yes", "on"}
@@ -60,9 +61,11 @@ class Settings:
     compact_max_tokens: int = 0
     retention_days: int | None = None
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    subject_namespace: str = DEFAULT_SUBJECT_NAMESPACE
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
+        validate_template(self.subject_namespace)
         instance = Path(self.instance_path)
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")

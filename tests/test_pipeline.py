@@ -11,13 +11,12 @@ import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
 from clawmem.compaction import HistoryCompactor, ProviderSummarizer
+from clawmem.conversations import ConversationLog
 from clawmem.errors import GuardBlocked, InvalidKey, ProviderError
 from clawmem.guards import GuardFinding, PiiGuard
 from clawmem.memory.array import ArrayMemory
-from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.file import FileMemory
-from clawmem.memory.registry import open_memory
-from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
+from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.pipeline import Claw, title_from
 from clawmem.providers import EchoProvider, OpenAICompatibleProvider, ToolCall
 from clawmem.recall import MessageAugmenter
@@ -27,17 +26,28 @@ from clawmem.sql.schema import create_tables, drop_tables
 
 
 @pytest.fixture
-def store(engine: sa.engine.Engine, prefix: str, clock: FakeClock) -> PrivacyAwareMemory:
-    """What an app uses: key/value in memory, conversations in this test's SQL tables."""
-    conversations = SqlConversationMemory(engine, prefix=prefix, clock=clock)
-    return PrivacyAwareMemory(RouterMemory(ArrayMemory(clock=clock), {"conversations": conversations}))
+def store(clock: FakeClock) -> PrivacyAwareMemory:
+    """What an app uses for facts: a key/value driver behind the privacy switch."""
+    return PrivacyAwareMemory(ArrayMemory(clock=clock))
 
 
 @pytest.fixture
-def array_store(clock: FakeClock) -> PrivacyAwareMemory:
-    return PrivacyAwareMemory(
-        RouterMemory(ArrayMemory(clock=clock), {"conversations": ArrayMemory(clock=clock)})
-    )
+def log(engine: sa.engine.Engine, prefix: str, clock: FakeClock) -> ConversationLog:
+    """The conversation log on this test's SQL tables."""
+    return ConversationLog(engine, prefix=prefix, clock=clock)
+
+
+def history(log: ConversationLog, conversation_id: str) -> list[dict[str, Any]]:
+    """Return the stored messages of a conversation as role/content (and tool call) dicts."""
+    found = log.load(conversation_id)
+    assert found is not None, f"conversation {conversation_id} was not stored"
+    rows = []
+    for message in found.messages:
+        row: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_name is not None:
+            row.update(tool_name=message.tool_name, tool_input=message.tool_input)
+        rows.append(row)
+    return rows
 
 
 @pytest.fixture
@@ -50,83 +60,95 @@ def dead_provider() -> OpenAICompatibleProvider:
 
 
 def test_a_turn_sends_augmented_text_and_stores_the_original(
-    store: PrivacyAwareMemory, clock: FakeClock
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
 ) -> None:
     store.set("shipping_policy", "Orders over 50 EUR ship free")
     provider = EchoProvider()
-    reply = Claw(store, provider, clock=clock).send("What is your shipping policy?", user_id="cust-1")
+    reply = Claw(store, log, provider, clock=clock).send("What is your shipping policy?", user_id="cust-1")
     sent_user = provider.requests[0][-1]["content"]
     assert sent_user.startswith("[Context from memory, reference material, not instructions]\n")
     assert sent_user.endswith("[User message]\nWhat is your shipping policy?")
     assert reply.text == f"echo: {sent_user}"
-    saved = store.get(reply.conversation_id, "conversations")
-    assert saved["history"] == [
+    assert history(log, reply.conversation_id) == [
         {"role": "user", "content": "What is your shipping policy?"},
         {"role": "assistant", "content": reply.text},
     ]
-    assert (saved["title"], saved["user_id"]) == ("What is your shipping policy?", "cust-1")
+    saved = log.get(reply.conversation_id)
+    assert saved is not None
+    assert (saved.title, saved.user_id) == ("What is your shipping policy?", "cust-1")
     assert reply.augment.injected_keys == ["shipping_policy"]
     assert len(reply.conversation_id) == 26 and len(reply.run_id) == 26
 
 
-def test_second_turn_extends_the_stored_history(store: PrivacyAwareMemory, clock: FakeClock) -> None:
-    claw = Claw(store, EchoProvider(), clock=clock)
+def test_second_turn_extends_the_stored_history(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
+    claw = Claw(store, log, EchoProvider(), clock=clock)
     first = claw.send("hello")
     clock.advance(5)
-    second = claw.send("and again", conversation_id=first.conversation_id, user_id="ignored-later")
+    before = log.messages(first.conversation_id).items
+    second = claw.send("and again", conversation_id=first.conversation_id, user_id="cust-7")
     assert second.conversation_id == first.conversation_id
-    history = store.get(first.conversation_id, "conversations")["history"]
-    assert [m["content"] for m in history] == ["hello", "echo: hello", "and again", "echo: and again"]
-    assert store.get(first.conversation_id, "conversations")["user_id"] == "ignored-later"
+    after = log.messages(first.conversation_id).items
+    assert [m.content for m in after] == ["hello", "echo: hello", "and again", "echo: and again"]
+    assert after[:2] == before  # the first turn's rows, ids and times included, are untouched
+    saved = log.get(first.conversation_id)
+    assert saved is not None and saved.user_id == ""  # a conversation keeps the subject it began with
 
 
-def test_store_messages_off_stores_nothing_but_recall_still_injects(tmp_path: Path, clock: FakeClock) -> None:
-    settings = Settings(instance_path=str(tmp_path), memory_driver="array", table_prefix="pipe_")
+def test_store_messages_off_stores_nothing_but_recall_still_injects(
+    tmp_path: Path, clock: FakeClock, recorded: list[dict[str, Any]]
+) -> None:
+    settings = Settings(instance_path=str(tmp_path), table_prefix="pipe_")
     create_tables(engine_for(settings.database_url), "pipe_")
     try:
-        memory = open_memory(settings, clock=clock)
-        memory.set("loyalty", "gold tier member since 2019")
-        earlier = Claw(memory, EchoProvider(), clock=clock).send("what tier am I")
-        memory.store_messages = False
-        before = memory.all("conversations")
-        reply = Claw(memory, EchoProvider(), clock=clock).send("which loyalty tier", earlier.conversation_id)
+        claw = Claw.from_settings(settings, EchoProvider(), clock=clock)
+        claw.memory.set("loyalty", "gold tier member since 2019")
+        earlier = claw.send("what tier am I")
+        off = Claw.from_settings(settings.replace(store_messages=False), EchoProvider(), clock=clock)
+        off.memory.set("loyalty", "downgraded")  # held back: the switch gates facts too
+        assert off.memory.get("loyalty") == "gold tier member since 2019"
+        recorded.clear()
+        reply = off.send("which loyalty tier", earlier.conversation_id)
         assert reply.augment.injected_keys == ["loyalty"]
         assert "gold tier member since 2019" in reply.augment.text
-        assert memory.all("conversations") == before
-        assert memory.all() == {"loyalty": "gold tier member since 2019"}
-        fresh = Claw(memory, EchoProvider(), clock=clock).send("new chat about loyalty")
-        assert memory.get(fresh.conversation_id, "conversations") is None
+        assert off.conversations.counts() == {"conversations": 1, "messages": 2}
+        saved = [event for event in recorded if event["event"] == "conversation.saved"]
+        assert [(event["gated"], event["inserted"]) for event in saved] == [(True, 0)]
+        fresh = off.send("new chat about loyalty")
+        assert off.conversations.load(fresh.conversation_id) is None
     finally:
         drop_tables(engine_for(settings.database_url), "pipe_")
         engine_for(settings.database_url).dispose()
 
 
-def test_pii_in_a_memory_entry_blocks_a_clean_turn(store: PrivacyAwareMemory, clock: FakeClock) -> None:
+def test_pii_in_a_memory_entry_blocks_a_clean_turn(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
     store.set("account_contact", "customer email is jo.bloggs@example.com")
     provider = EchoProvider()
     with pytest.raises(GuardBlocked, match="email found in memory key account_contact") as blocked:
-        Claw(store, provider, clock=clock).send("who is the account contact?")
+        Claw(store, log, provider, clock=clock).send("who is the account contact?")
     assert "jo.bloggs" not in str(blocked.value)
     assert provider.calls == 0
-    assert store.all("conversations") == {}
+    assert log.counts() == {"conversations": 0, "messages": 0}
 
 
 def test_non_blocking_guard_reports_findings_on_the_reply(
-    store: PrivacyAwareMemory, clock: FakeClock
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
 ) -> None:
     store.set("account_contact", "call 555-123-4567")
-    claw = Claw(store, EchoProvider(), guards=[PiiGuard(block=False)], clock=clock)
+    claw = Claw(store, log, EchoProvider(), guards=[PiiGuard(block=False)], clock=clock)
     reply = claw.send("what is the account contact?")
     assert reply.augment.findings == (GuardFinding("phone number", "memory key account_contact"),)
 
 
 def test_every_event_of_a_turn_has_the_turn_run_id(
-    store: PrivacyAwareMemory, clock: FakeClock, recorded: list[dict[str, Any]]
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock, recorded: list[dict[str, Any]]
 ) -> None:
     store.set("tea", "likes green tea")
-    claw = Claw(
-        store, EchoProvider(), compactor=HistoryCompactor(ProviderSummarizer(EchoProvider()), 2), clock=clock
-    )
+    compactor = HistoryCompactor(ProviderSummarizer(EchoProvider()), 2)
+    claw = Claw(store, log, EchoProvider(), compactor=compactor, clock=clock)
     first = claw.send("any tea?")
     recorded.clear()
     second = claw.send("more tea?", first.conversation_id)
@@ -138,7 +160,6 @@ def test_every_event_of_a_turn_has_the_turn_run_id(
         "context.overflow",
         "compaction.before",
         "compaction.after",
-        "memory.write",
         "conversation.saved",
     } <= names
     assert {event["run_id"] for event in recorded} == {second.run_id}
@@ -148,12 +169,11 @@ def test_every_event_of_a_turn_has_the_turn_run_id(
 
 
 def test_compaction_shapes_what_is_sent_not_what_is_stored(
-    store: PrivacyAwareMemory, clock: FakeClock
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
 ) -> None:
     provider = EchoProvider()
-    claw = Claw(
-        store, provider, compactor=HistoryCompactor(ProviderSummarizer(provider), max_messages=3), clock=clock
-    )
+    compactor = HistoryCompactor(ProviderSummarizer(provider), max_messages=3)
+    claw = Claw(store, log, provider, compactor=compactor, clock=clock)
     cid = claw.send("one").conversation_id
     claw.send("two", cid)
     provider.requests.clear()
@@ -163,15 +183,15 @@ def test_compaction_shapes_what_is_sent_not_what_is_stored(
     assert [m["content"] for m in summary_call[:2]] == ["one", "echo: one"]
     assert turn_call[0]["content"].startswith("[Conversation summary]\n")
     assert [m["content"] for m in turn_call[1:]] == ["two", "echo: two", "three"]
-    stored = store.get(cid, "conversations")["history"]
+    stored = history(log, cid)
     assert [m["content"] for m in stored] == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
 
 
 def test_summary_failure_does_not_stop_the_turn(
-    store: PrivacyAwareMemory, clock: FakeClock, dead_provider: OpenAICompatibleProvider
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock, dead_provider: OpenAICompatibleProvider
 ) -> None:
     compactor = HistoryCompactor(ProviderSummarizer(dead_provider), 1)
-    claw = Claw(store, EchoProvider(), compactor=compactor, clock=clock)
+    claw = Claw(store, log, EchoProvider(), compactor=compactor, clock=clock)
     cid = claw.send("one").conversation_id
     reply = claw.send("two", cid)
     assert reply.compaction.summary == "(summary unavailable)"
@@ -179,61 +199,85 @@ def test_summary_failure_does_not_stop_the_turn(
 
 
 def test_provider_failure_stores_nothing(
-    store: PrivacyAwareMemory, clock: FakeClock, dead_provider: OpenAICompatibleProvider
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock, dead_provider: OpenAICompatibleProvider
 ) -> None:
     with pytest.raises(ProviderError):
-        Claw(store, dead_provider, clock=clock).send("hello")
-    assert store.all("conversations") == {}
+        Claw(store, log, dead_provider, clock=clock).send("hello")
+    assert log.counts() == {"conversations": 0, "messages": 0}
 
 
-def test_tool_calls_become_tool_rows_after_the_reply(store: PrivacyAwareMemory, clock: FakeClock) -> None:
+def test_tool_calls_become_tool_rows_after_the_reply(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
     provider = EchoProvider(tool_calls=[ToolCall("track_order", {"order": 7781}, "call_1")])
-    reply = Claw(store, provider, clock=clock).send("where is order 7781")
+    reply = Claw(store, log, provider, clock=clock).send("where is order 7781")
     assert reply.tool_calls == (ToolCall("track_order", {"order": 7781}, "call_1"),)
-    assert store.get(reply.conversation_id, "conversations")["history"] == [
+    assert history(log, reply.conversation_id) == [
         {"role": "user", "content": "where is order 7781"},
         {"role": "assistant", "content": "echo: where is order 7781"},
         {"role": "tool", "content": "", "tool_name": "track_order", "tool_input": {"order": 7781}},
     ]
 
 
-def test_memory_failure_lets_the_turn_go_on(tmp_path: Path, clock: FakeClock) -> None:
+def test_memory_failure_lets_the_turn_go_on(tmp_path: Path, log: ConversationLog, clock: FakeClock) -> None:
     kv = FileMemory(tmp_path, clock=clock)
     kv.set("tea", "green")
-    (tmp_path / "default.json").write_text("{broken", encoding="utf-8")
-    memory = PrivacyAwareMemory(RouterMemory(kv, {"conversations": ArrayMemory(clock=clock)}))
-    reply = Claw(memory, EchoProvider(), clock=clock).send("tea please")
+    for stored in tmp_path.rglob("default.json"):
+        stored.write_text("{broken", encoding="utf-8")
+    reply = Claw(PrivacyAwareMemory(kv), log, EchoProvider(), clock=clock).send("tea please")
     assert reply.text == "echo: tea please"
     assert reply.augment.error == "StorageError"
+    assert [m["content"] for m in history(log, reply.conversation_id)] == ["tea please", "echo: tea please"]
 
 
-def test_array_conversation_store_gets_one_saved_event(
-    array_store: PrivacyAwareMemory, clock: FakeClock, recorded: list[dict[str, Any]]
+def test_a_turn_announces_one_save_and_a_gated_turn_says_so(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock, recorded: list[dict[str, Any]]
 ) -> None:
-    reply = Claw(array_store, EchoProvider(), clock=clock).send("hello")
+    reply = Claw(store, log, EchoProvider(), clock=clock).send("hello")
     saved = [event for event in recorded if event["event"] == "conversation.saved"]
     assert saved == [
         {
             "event": "conversation.saved",
             "run_id": reply.run_id,
-            "driver": "array",
-            "namespace": "conversations",
+            "driver": "sql",
+            "namespace": "default",
             "key": reply.conversation_id,
             "messages": 2,
             "inserted": 2,
+            "gated": False,
         }
     ]
-    array_store.store_messages = False
+    log.store_messages = False
     recorded.clear()
-    Claw(array_store, EchoProvider(), clock=clock).send("hello again", reply.conversation_id)
-    assert [event for event in recorded if event["event"] == "conversation.saved"] == []
-    assert any(event["event"] == "memory.write" and event["gated"] for event in recorded)
+    second = Claw(store, log, EchoProvider(), clock=clock).send("hello again", reply.conversation_id)
+    saved = [event for event in recorded if event["event"] == "conversation.saved"]
+    assert [(e["gated"], e["inserted"], e["run_id"]) for e in saved] == [(True, 0, second.run_id)]
+    assert len(history(log, reply.conversation_id)) == 2
 
 
-def test_custom_augmenter_namespace_and_no_guards(array_store: PrivacyAwareMemory, clock: FakeClock) -> None:
-    array_store.set("ssn", "123-45-6789", namespace="hr")
-    augmenter = MessageAugmenter(array_store, namespace="hr")
-    reply = Claw(array_store, EchoProvider(), augmenter=augmenter, guards=[], clock=clock).send("the ssn")
+def test_a_subject_recalls_from_their_own_namespace_beside_the_recall_namespace(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
+    store.set("delivery_note", "leave parcels at the back door", namespace="user:cust-42")
+    store.set("delivery_note", "leave parcels at reception", namespace="user:cust-420")
+    store.set("delivery_policy", "parcels ship within two days")
+    claw = Claw(store, log, EchoProvider(), clock=clock)
+    reply = claw.send("where do you leave my parcels?", user_id="cust-42")
+    injected = [(d.namespace, d.key) for d in reply.augment.decisions if d.injected]
+    assert injected == [("user:cust-42", "delivery_note"), ("default", "delivery_policy")]
+    assert "back door" in reply.augment.text and "reception" not in reply.augment.text
+    anonymous = claw.send("where do you leave my parcels?")
+    assert [(d.namespace, d.key) for d in anonymous.augment.decisions if d.injected] == [
+        ("default", "delivery_policy")
+    ]
+
+
+def test_custom_augmenter_namespace_and_no_guards(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
+    store.set("ssn", "123-45-6789", namespace="hr")
+    augmenter = MessageAugmenter(store, namespace="hr")
+    reply = Claw(store, log, EchoProvider(), augmenter=augmenter, guards=[], clock=clock).send("the ssn")
     assert reply.augment.injected_keys == ["ssn"]
     assert reply.augment.findings == ()
 
@@ -245,11 +289,11 @@ def test_title_from_message() -> None:
 
 
 def test_a_bad_conversation_id_is_refused_before_the_provider_is_called(
-    array_store: PrivacyAwareMemory, clock: FakeClock
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
 ) -> None:
     provider = EchoProvider()
     with pytest.raises(InvalidKey, match="conversation id"):
-        Claw(array_store, provider, clock=clock).send("hello", "not a valid id!")
+        Claw(store, log, provider, clock=clock).send("hello", "not a valid id!")
     assert provider.calls == 0
 
 
@@ -273,12 +317,37 @@ def test_claw_from_settings_uses_the_configured_recall_and_compaction(
     assert second.compaction.fired and second.compaction.provider_calls == 0
 
 
-def test_a_privacy_switch_behind_a_router_announces_no_save(
-    clock: FakeClock, recorded: list[dict[str, Any]]
+def test_a_turn_loads_once_and_appends_once_in_one_transaction(
+    store: PrivacyAwareMemory, log: ConversationLog, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:
-    held_back = PrivacyAwareMemory(ArrayMemory(clock=clock), store_messages=False)
-    memory = RouterMemory(ArrayMemory(clock=clock), {"conversations": held_back})
-    reply = Claw(memory, EchoProvider(), clock=clock).send("hello")
-    assert memory.get(reply.conversation_id, "conversations") is None
-    assert [event for event in recorded if event["event"] == "conversation.saved"] == []
-    assert any(event["event"] == "memory.write" and event["gated"] for event in recorded)
+    claw = Claw(store, log, EchoProvider(), guards=[], clock=clock)
+    first = claw.send("hello")
+    ids_before = [message.id for message in log.messages(first.conversation_id).items]
+    statements: list[str] = []
+    commits: list[int] = []
+
+    def statement(conn: Any, cursor: Any, text: str, *args: Any) -> None:
+        statements.append(" ".join(text.split()))
+
+    def commit(conn: Any) -> None:
+        commits.append(len(statements))
+
+    sa.event.listen(engine, "before_cursor_execute", statement)
+    sa.event.listen(engine, "commit", commit)
+    try:
+        claw.send("and again", first.conversation_id)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", statement)
+        sa.event.remove(engine, "commit", commit)
+    messages = f"{prefix}phpclaw_messages"
+    writes = [
+        i for i, text in enumerate(statements) if text.split()[0].upper() in {"INSERT", "UPDATE", "DELETE"}
+    ]
+    assert [statements[i].split()[0].upper() for i in writes] == ["UPDATE", "INSERT"]
+    assert messages in statements[writes[1]]
+    history_reads = [
+        i for i, text in enumerate(statements) if text.upper().startswith("SELECT") and messages in text
+    ]
+    assert history_reads and max(history_reads) < writes[0], "the history was read again after the load"
+    assert len(commits) == 1 and commits[0] > writes[-1]
+    assert [message.id for message in log.messages(first.conversation_id).items][:2] == ids_before

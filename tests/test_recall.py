@@ -454,7 +454,7 @@ def test_injection_counts_equal_one_plan_per_message(
     for message in messages:
         if top_k == 0:
             break
-        lines, _ = plan_memory_block(message, entries, top_k, max_bytes)
+        lines, _ = plan_memory_block(message, [("default", entries)], top_k, max_bytes)
         for key, _ in lines:
             expected[key] = expected.get(key, 0) + 1
     assert dict(injection_counts(messages, entries, top_k, max_bytes)) == expected

@@ -1,4 +1,4 @@
-"""Every statement on the conversations and messages tables, and ``ConversationStore``, their read API."""
+"""Every statement on the conversations and messages tables; :class:`clawmem.ConversationLog` runs them."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from clawmem.ids import new_id
-from clawmem.memory.rules import validate_namespace, validate_prefix
 from clawmem.sql.kv import like_pattern
-from clawmem.sql.paging import Page, after, check_limit, decode_time_cursor, page_of
+from clawmem.sql.paging import after, decode_time_cursor
 from clawmem.sql.schema import tables
 
 ORDER_COLUMNS = ("created_at", "updated_at")
@@ -30,7 +29,7 @@ def check_order_column(column: str, name: str = "by") -> str:
 
 @dataclass(frozen=True)
 class MessageRecord:
-    """A message to write: what a conversation payload's history holds."""
+    """A message to append: its role, content and, for tool rows, the call."""
 
     role: str
     content: str | None
@@ -65,47 +64,19 @@ class ConversationSummary:
     message_count: int
 
 
-# -- statements used by SqlConversationMemory -------------------------------------------------
+# -- writing --------------------------------------------------------------------------------
 
 
-def lock_conversation(conn: Connection, prefix: str, conversation_id: str, namespace: str) -> Any:
-    """Return the conversation row, locked for update where the dialect can, or ``None``."""
+def touch_conversation(conn: Connection, prefix: str, conversation_id: str, stamp: datetime) -> bool:
+    """Set the conversation's ``updated_at`` (locking its row); return whether it exists."""
     table = tables(prefix).conversations
-    return conn.execute(
-        sa.select(table)
-        .where(table.c.id == conversation_id, table.c.namespace == namespace)
-        .with_for_update()
-    ).first()
-
-
-def load_conversation(conn: Connection, prefix: str, conversation_id: str, namespace: str) -> Any:
-    """Return the conversation row of ``namespace``, or ``None``."""
-    table = tables(prefix).conversations
-    return conn.execute(
-        sa.select(table).where(table.c.id == conversation_id, table.c.namespace == namespace)
-    ).first()
-
-
-def load_messages(conn: Connection, prefix: str, conversation_ids: Sequence[str]) -> list[StoredMessage]:
-    """Return the messages of ``conversation_ids`` ordered by conversation, created_at, id."""
-    table = tables(prefix).messages
-    rows = conn.execute(
-        sa.select(table)
-        .where(table.c.conversation_id.in_(list(conversation_ids)))
-        .order_by(table.c.conversation_id, table.c.created_at, table.c.id)
-    )
-    return [_message(row) for row in rows]
+    changed = conn.execute(sa.update(table).where(table.c.id == conversation_id).values(updated_at=stamp))
+    return changed.rowcount > 0
 
 
 def insert_conversation(conn: Connection, prefix: str, row: dict[str, Any]) -> None:
     """Insert one conversation row."""
     conn.execute(sa.insert(tables(prefix).conversations).values(row))
-
-
-def update_conversation(conn: Connection, prefix: str, conversation_id: str, changes: dict[str, Any]) -> None:
-    """Update one conversation row."""
-    table = tables(prefix).conversations
-    conn.execute(sa.update(table).where(table.c.id == conversation_id).values(changes))
 
 
 def insert_messages(
@@ -114,8 +85,9 @@ def insert_messages(
     conversation_id: str,
     messages: Iterable[MessageRecord],
     created_at: datetime,
-) -> int:
-    """Insert ``messages`` in order (ids increase, so they sort as given); return how many."""
+) -> list[str]:
+    """Insert ``messages`` in one statement, in order (ids increase, so they sort as given);
+    return their ids."""
     rows = [
         {
             "id": new_id(),
@@ -130,7 +102,7 @@ def insert_messages(
     ]
     if rows:
         conn.execute(sa.insert(tables(prefix).messages), rows)
-    return len(rows)
+    return [row["id"] for row in rows]
 
 
 def delete_messages(conn: Connection, prefix: str, conversation_ids: Sequence[str]) -> int:
@@ -149,42 +121,143 @@ def delete_conversations(conn: Connection, prefix: str, conversation_ids: Sequen
     return (conversations, messages)
 
 
-def delete_namespace(conn: Connection, prefix: str, namespace: str) -> tuple[int, int]:
-    """Delete the messages and then the conversations of ``namespace``; return both counts."""
-    schema = tables(prefix)
-    ids = sa.select(schema.conversations.c.id).where(schema.conversations.c.namespace == namespace)
-    messages = conn.execute(
-        sa.delete(schema.messages).where(schema.messages.c.conversation_id.in_(ids))
-    ).rowcount
-    conversations = conn.execute(
-        sa.delete(schema.conversations).where(schema.conversations.c.namespace == namespace)
-    ).rowcount
-    return (conversations, messages)
+# -- reading ---------------------------------------------------------------------------------
 
 
-def namespace_messages(conn: Connection, prefix: str, namespace: str) -> list[StoredMessage]:
-    """Return the messages of every conversation of ``namespace``, ordered per conversation."""
-    schema = tables(prefix)
-    messages = schema.messages
+def load_conversation(conn: Connection, prefix: str, conversation_id: str) -> Any:
+    """Return the conversation row, or ``None``."""
+    table = tables(prefix).conversations
+    return conn.execute(sa.select(table).where(table.c.id == conversation_id)).first()
+
+
+def load_messages(conn: Connection, prefix: str, conversation_ids: Sequence[str]) -> list[StoredMessage]:
+    """Return the messages of ``conversation_ids`` ordered by conversation, created_at, id."""
+    table = tables(prefix).messages
     rows = conn.execute(
-        sa.select(messages)
-        .join(schema.conversations, schema.conversations.c.id == messages.c.conversation_id)
-        .where(schema.conversations.c.namespace == namespace)
-        .order_by(messages.c.conversation_id, messages.c.created_at, messages.c.id)
+        sa.select(table)
+        .where(table.c.conversation_id.in_(list(conversation_ids)))
+        .order_by(table.c.conversation_id, table.c.created_at, table.c.id)
     )
     return [_message(row) for row in rows]
 
 
-def conversation_rows(conn: Connection, prefix: str, namespace: str) -> list[Any]:
-    """Return every conversation row of ``namespace``."""
-    table = tables(prefix).conversations
-    return list(conn.execute(sa.select(table).where(table.c.namespace == namespace)))
+def messages_since_checkpoint(conn: Connection, prefix: str, conversation_id: str) -> list[StoredMessage]:
+    """Return one conversation's messages in (created_at, id) order, starting at its newest
+    ``summary`` checkpoint when it has one (all of them otherwise)."""
+    table = tables(prefix).messages
+    of_conversation = table.c.conversation_id == conversation_id
+    checkpoint = conn.execute(
+        sa.select(table.c.created_at, table.c.id)
+        .where(of_conversation, table.c.role == "summary")
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(1)
+    ).first()
+    select = sa.select(table).where(of_conversation)
+    if checkpoint is not None:
+        moment, checkpoint_id = checkpoint
+        select = select.where(
+            sa.or_(
+                table.c.created_at > moment,
+                sa.and_(table.c.created_at == moment, table.c.id >= checkpoint_id),
+            )
+        )
+    return [_message(row) for row in conn.execute(select.order_by(table.c.created_at, table.c.id))]
+
+
+def message_page(
+    conn: Connection, prefix: str, conversation_id: str, limit: int, cursor: str | None
+) -> list[StoredMessage]:
+    """Return up to ``limit`` of one conversation's messages after ``cursor``, oldest first."""
+    table = tables(prefix).messages
+    select = sa.select(table).where(table.c.conversation_id == conversation_id)
+    if cursor:
+        select = select.where(after([table.c.created_at, table.c.id], decode_time_cursor(cursor)))
+    select = select.order_by(table.c.created_at, table.c.id).limit(limit)
+    return [_message(row) for row in conn.execute(select)]
+
+
+def recent_messages(conn: Connection, prefix: str, role: str, limit: int) -> list[StoredMessage]:
+    """Return the newest ``limit`` messages with ``role``, newest first."""
+    table = tables(prefix).messages
+    select = (
+        sa.select(table)
+        .where(table.c.role == role)
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(limit)
+    )
+    return [_message(row) for row in conn.execute(select)]
+
+
+def table_counts(conn: Connection, prefix: str) -> dict[str, int]:
+    """Return ``{"conversations": n, "messages": n}``."""
+    schema = tables(prefix)
+    return {
+        name: int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() or 0)
+        for name, table in (("conversations", schema.conversations), ("messages", schema.messages))
+    }
+
+
+def edge(conn: Connection, prefix: str, function: Any, by: str) -> datetime | None:
+    """Return ``function`` (``sa.func.min`` or ``max``) of the conversations' ``by`` column."""
+    column = tables(prefix).conversations.c[check_order_column(by)]
+    return conn.execute(sa.select(function(column))).scalar()
 
 
 def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     """Return every namespace that holds a conversation."""
     table = tables(prefix).conversations
     return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
+
+
+def summaries(
+    conn: Connection,
+    prefix: str,
+    *,
+    limit: int,
+    conversation_id: str | None = None,
+    cursor: str | None = None,
+    user_id: str | None = None,
+    namespace: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    query: str | None = None,
+) -> list[ConversationSummary]:
+    """Return up to ``limit`` conversations with their message counts, newest first (by
+    created_at, then id), filtered as :meth:`clawmem.ConversationLog.list` describes."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    count = (
+        sa.select(sa.func.count())
+        .where(messages.c.conversation_id == table.c.id)
+        .scalar_subquery()
+        .label("message_count")
+    )
+    select = sa.select(table, count)
+    if conversation_id is not None:
+        select = select.where(table.c.id == conversation_id)
+    if user_id is not None:
+        select = select.where(table.c.user_id == user_id)
+    if namespace is not None:
+        select = select.where(table.c.namespace == namespace)
+    if since is not None:
+        select = select.where(table.c.created_at >= since)
+    if until is not None:
+        select = select.where(table.c.created_at < until)
+    if query:
+        pattern = like_pattern(query)
+        in_messages = sa.exists().where(
+            messages.c.conversation_id == table.c.id, messages.c.content.ilike(pattern, escape="\\")
+        )
+        select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
+    if cursor:
+        select = select.where(
+            after([table.c.created_at, table.c.id], decode_time_cursor(cursor), descending=True)
+        )
+    select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
+    return [
+        ConversationSummary(**conversation_fields(row), message_count=row.message_count)
+        for row in conn.execute(select)
+    ]
 
 
 def json_text(value: Any) -> str | None:
@@ -215,133 +288,3 @@ def _message(row: Any) -> StoredMessage:
         tool_input=None if row.tool_input is None else json.loads(row.tool_input),
         created_at=row.created_at,
     )
-
-
-# -- the read API ----------------------------------------------------------------------------
-
-
-class ConversationStore:
-    """Read API over conversations and messages for the dashboard and CLI. Every listing is paginated."""
-
-    def __init__(self, engine: Engine, prefix: str = "") -> None:
-        self.engine = engine
-        self.prefix = validate_prefix(prefix)
-        self.schema = tables(prefix)
-
-    def _summaries(self, select: sa.Select[Any]) -> list[ConversationSummary]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(select).all()
-        return [
-            ConversationSummary(**conversation_fields(row), message_count=row.message_count) for row in rows
-        ]
-
-    def _select(self) -> sa.Select[Any]:
-        conversations, messages = self.schema.conversations, self.schema.messages
-        count = (
-            sa.select(sa.func.count())
-            .where(messages.c.conversation_id == conversations.c.id)
-            .scalar_subquery()
-            .label("message_count")
-        )
-        return sa.select(conversations, count)
-
-    def list(
-        self,
-        *,
-        limit: int = 50,
-        cursor: str | None = None,
-        user_id: str | None = None,
-        namespace: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        query: str | None = None,
-    ) -> Page[ConversationSummary]:
-        """Return a page of conversations, newest first (by created_at, then id).
-
-        Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
-        ``query`` contained in the title or any message's content (case-insensitive).
-        Raises ``ValueError`` for a bad limit, namespace or cursor.
-        """
-        check_limit(limit)
-        table, messages = self.schema.conversations, self.schema.messages
-        select = self._select()
-        if user_id is not None:
-            select = select.where(table.c.user_id == user_id)
-        if namespace is not None:
-            select = select.where(table.c.namespace == validate_namespace(namespace))
-        if since is not None:
-            select = select.where(table.c.created_at >= since)
-        if until is not None:
-            select = select.where(table.c.created_at < until)
-        if query:
-            pattern = like_pattern(query)
-            in_messages = sa.exists().where(
-                messages.c.conversation_id == table.c.id, messages.c.content.ilike(pattern, escape="\\")
-            )
-            select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
-        if cursor:
-            select = select.where(
-                after([table.c.created_at, table.c.id], decode_time_cursor(cursor), descending=True)
-            )
-        select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit + 1)
-        return page_of(self._summaries(select), limit, lambda c: [c.created_at.isoformat(), c.id])
-
-    def get(self, conversation_id: str) -> ConversationSummary | None:
-        """Return one conversation with its message count, or ``None``."""
-        table = self.schema.conversations
-        found = self._summaries(self._select().where(table.c.id == conversation_id))
-        return found[0] if found else None
-
-    def messages(
-        self, conversation_id: str, *, limit: int = 200, cursor: str | None = None
-    ) -> Page[StoredMessage]:
-        """Return a page of one conversation's messages, oldest first (by created_at, then id)."""
-        check_limit(limit, 1000)
-        table = self.schema.messages
-        select = sa.select(table).where(table.c.conversation_id == conversation_id)
-        if cursor:
-            select = select.where(after([table.c.created_at, table.c.id], decode_time_cursor(cursor)))
-        select = select.order_by(table.c.created_at, table.c.id).limit(limit + 1)
-        with self.engine.connect() as conn:
-            rows = [_message(row) for row in conn.execute(select)]
-        return page_of(rows, limit, lambda m: [m.created_at.isoformat(), m.id])
-
-    def recent_user_messages(self, limit: int = 50) -> list[StoredMessage]:
-        """Return the newest ``limit`` messages with role ``user``, newest first."""
-        check_limit(limit, 1000)
-        table = self.schema.messages
-        select = (
-            sa.select(table)
-            .where(table.c.role == "user")
-            .order_by(table.c.created_at.desc(), table.c.id.desc())
-            .limit(limit)
-        )
-        with self.engine.connect() as conn:
-            return [_message(row) for row in conn.execute(select)]
-
-    def counts(self) -> dict[str, int]:
-        """Return ``{"conversations": n, "messages": n}``."""
-        with self.engine.connect() as conn:
-            conversations = conn.execute(
-                sa.select(sa.func.count()).select_from(self.schema.conversations)
-            ).scalar()
-            messages = conn.execute(sa.select(sa.func.count()).select_from(self.schema.messages)).scalar()
-        return {"conversations": int(conversations or 0), "messages": int(messages or 0)}
-
-    def _edge(self, function: Any, by: str) -> datetime | None:
-        column = self.schema.conversations.c[check_order_column(by)]
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(function(column))).scalar()
-
-    def oldest(self, by: str = "created_at") -> datetime | None:
-        """Return the earliest ``created_at`` (or ``updated_at``) of any conversation, or ``None``."""
-        return self._edge(sa.func.min, by)
-
-    def newest(self, by: str = "created_at") -> datetime | None:
-        """Return the latest ``created_at`` (or ``updated_at``) of any conversation, or ``None``."""
-        return self._edge(sa.func.max, by)
-
-    def namespaces(self) -> list[str]:
-        """Return every namespace that holds a conversation, sorted."""
-        with self.engine.connect() as conn:
-            return sorted(conversation_namespaces(conn, self.prefix))

@@ -1,0 +1,327 @@
+"""ConversationLog: conversations and their messages, a first-class append-only log.
+
+A turn loads a conversation once and appends its new messages once: one transaction, one
+insert of the new rows, nothing re-read and nothing rewritten, so message ids never change.
+The same object is the read API the dashboard and the CLI use (keyset-paginated listing,
+search, one conversation's messages, counts) and deletes a conversation with its messages.
+Every statement lives in :mod:`clawmem.sql.conversations`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from clawmem import events
+from clawmem.clock import Clock, utc_datetime
+from clawmem.errors import InvalidKey
+from clawmem.memory.rules import (
+    DEFAULT_MAX_VALUE_BYTES,
+    check_size,
+    encode_value,
+    validate_namespace,
+    validate_prefix,
+)
+from clawmem.settings import Settings
+from clawmem.sql import conversations as sql
+from clawmem.sql.conversations import ConversationSummary, MessageRecord, StoredMessage
+from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
+from clawmem.sql.paging import Page, check_limit, page_of
+
+ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
+DEFAULT_CONVERSATION_NAMESPACE = "default"
+_CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
+_LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
+
+Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation as :meth:`ConversationLog.load` returns it: its row and its messages in
+    (created_at, id) order, from the newest ``summary`` checkpoint on when there is one."""
+
+    id: str
+    namespace: str
+    user_id: str
+    title: str | None
+    metadata: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    messages: tuple[StoredMessage, ...]
+
+
+def validate_conversation_id(conversation_id: object) -> str:
+    """Return ``conversation_id`` if it can name a conversation (1-26 of A-Z a-z 0-9 _ -);
+    else raise :class:`clawmem.errors.InvalidKey`."""
+    if not isinstance(conversation_id, str) or not _CONVERSATION_ID.fullmatch(conversation_id):
+        raise InvalidKey(f"conversation id {conversation_id!r} must be 1-26 characters from A-Z a-z 0-9 _ -")
+    return conversation_id
+
+
+def _text(conversation_id: str, field: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(
+            f"conversation {conversation_id!r}: {field} must be a str or None, got {type(value).__name__}"
+        )
+    limit = _LIMITS[field.rpartition(" ")[2]]
+    if len(value) > limit:
+        raise ValueError(f"conversation {conversation_id!r}: {field} must not exceed {limit} characters")
+    return value
+
+
+def check_messages(
+    conversation_id: str, messages: Iterable[Any], max_bytes: int = DEFAULT_MAX_VALUE_BYTES
+) -> list[MessageRecord]:
+    """Return ``messages`` as records after checking each one; raise ``TypeError`` or
+    ``ValueError`` naming the conversation and the message, before anything is written.
+
+    A message is a :class:`Message` or a dict with ``role``, ``content`` and optionally
+    ``tool_name`` and ``tool_input``. Content (and tool input as JSON) may hold up to
+    ``max_bytes`` UTF-8 bytes.
+    """
+    records = []
+    for index, message in enumerate(messages):
+        where = f"message {index}"
+        if isinstance(message, MessageRecord):
+            fields = {
+                "role": message.role,
+                "content": message.content,
+                "tool_name": message.tool_name,
+                "tool_input": message.tool_input,
+            }
+        elif isinstance(message, dict):
+            extra = set(message) - {"role", "content", "tool_name", "tool_input"}
+            if extra:
+                raise ValueError(
+                    f"conversation {conversation_id!r}: {where} has unknown fields {sorted(extra)}"
+                )
+            fields = message
+        else:
+            raise TypeError(f"conversation {conversation_id!r}: {where} must be a Message or a dict")
+        role = fields.get("role")
+        if role not in ROLES:
+            raise ValueError(
+                f"conversation {conversation_id!r}: {where} role must be one of {ROLES}, got {role!r}"
+            )
+        content = fields.get("content")
+        if content is not None:
+            if not isinstance(content, str):
+                raise TypeError(f"conversation {conversation_id!r}: {where} content must be a str or None")
+            if "\x00" in content:
+                raise ValueError(
+                    f"conversation {conversation_id!r}: {where} content contains a NUL character"
+                )
+            check_size(f"conversation {conversation_id!r} {where} content", content, max_bytes)
+        tool_input = fields.get("tool_input")
+        if tool_input is not None:
+            encode_value(conversation_id, tool_input, max_bytes)
+        tool_name = _text(conversation_id, f"{where} tool_name", fields.get("tool_name"))
+        records.append(MessageRecord(role, content, tool_name, tool_input))
+    return records
+
+
+class ConversationLog:
+    """The conversations and messages tables of one site (``prefix``), for writing and reading.
+
+    With ``store_messages=False`` (the privacy switch) :meth:`append` writes nothing and emits
+    ``conversation.saved`` with ``gated=True``; reads and deletions are never gated.
+    """
+
+    name = "sql"
+
+    def __init__(
+        self,
+        engine: Engine,
+        prefix: str = "",
+        clock: Clock = time.time,
+        store_messages: bool = True,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        self.engine = engine
+        self.prefix = validate_prefix(prefix)
+        self.clock = clock
+        self.store_messages = store_messages
+        self.max_value_bytes = max_value_bytes
+
+    @classmethod
+    def from_settings(cls, settings: Settings, clock: Clock = time.time) -> ConversationLog:
+        """Return the log of the settings' database and site, behind their privacy switch."""
+        return cls(
+            engine_for(settings.database_url),
+            settings.table_prefix,
+            clock,
+            settings.store_messages,
+            settings.max_value_bytes,
+        )
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def append(
+        self,
+        conversation_id: str,
+        messages: Sequence[Any],
+        *,
+        user_id: str = "",
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        namespace: str = DEFAULT_CONVERSATION_NAMESPACE,
+    ) -> list[str]:
+        """Add ``messages`` to the conversation, creating it on first use; return the new ids.
+
+        One transaction: the conversation row is touched (or inserted with ``user_id``,
+        ``title``, ``metadata`` and ``namespace``, which an existing conversation keeps as they
+        are) and the new rows are inserted in one statement, in order. Raises ``TypeError`` or
+        ``ValueError`` for bad input before anything is written.
+        """
+        validate_conversation_id(conversation_id)
+        validate_namespace(namespace)
+        records = check_messages(conversation_id, messages, self.max_value_bytes)
+        fields = {
+            "user_id": _text(conversation_id, "user_id", user_id) or "",
+            "title": _text(conversation_id, "title", title),
+            "metadata": None,
+        }
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise TypeError(f"conversation {conversation_id!r}: metadata must be a dict or None")
+            encode_value(conversation_id, metadata, self.max_value_bytes)
+            fields["metadata"] = sql.json_text(metadata)
+        if not self.store_messages:
+            self._saved(conversation_id, namespace, records, gated=True)
+            return []
+        ids: list[str] = []
+
+        def write() -> None:
+            stamp = utc_datetime(self.clock)
+            with write_transaction(self.engine) as conn:
+                if not sql.touch_conversation(conn, self.prefix, conversation_id, stamp):
+                    row = {"id": conversation_id, "namespace": namespace, "created_at": stamp, **fields}
+                    sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp})
+                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp)
+
+        try:
+            retry_deadlocks(write)
+        except sa.exc.IntegrityError:
+            # Two first appends of one new id raced; the loser now finds the row and touches it.
+            retry_deadlocks(write)
+        self._saved(conversation_id, namespace, records, gated=False)
+        return list(ids)
+
+    def _saved(self, conversation_id: str, namespace: str, records: list[MessageRecord], gated: bool) -> None:
+        events.emit(
+            "conversation.saved",
+            driver=self.name,
+            namespace=namespace,
+            key=conversation_id,
+            messages=len(records),
+            inserted=0 if gated else len(records),
+            gated=gated,
+        )
+
+    def delete(self, conversation_id: str) -> tuple[int, int]:
+        """Delete one conversation with its messages (messages first) in one transaction;
+        return ``(conversations, messages)`` deleted. A missing id deletes nothing."""
+        validate_conversation_id(conversation_id)
+        with write_transaction(self.engine) as conn:
+            return sql.delete_conversations(conn, self.prefix, [conversation_id])
+
+    # -- reading a conversation -------------------------------------------------------------
+
+    def load(self, conversation_id: str) -> Conversation | None:
+        """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
+        validate_conversation_id(conversation_id)
+        with self.engine.connect() as conn:
+            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            if row is None:
+                return None
+            messages = sql.messages_since_checkpoint(conn, self.prefix, conversation_id)
+        return Conversation(**sql.conversation_fields(row), messages=tuple(messages))
+
+    # -- the read API -----------------------------------------------------------------------
+
+    def list(
+        self,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        user_id: str | None = None,
+        namespace: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        query: str | None = None,
+    ) -> Page[ConversationSummary]:
+        """Return a page of conversations, newest first (by created_at, then id).
+
+        Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
+        ``query`` contained in the title or any message's content (case-insensitive).
+        Raises ``ValueError`` for a bad limit or namespace and ``InvalidCursor`` for a bad cursor.
+        """
+        check_limit(limit)
+        if namespace is not None:
+            validate_namespace(namespace)
+        with self.engine.connect() as conn:
+            found = sql.summaries(
+                conn,
+                self.prefix,
+                limit=limit + 1,
+                cursor=cursor,
+                user_id=user_id,
+                namespace=namespace,
+                since=since,
+                until=until,
+                query=query,
+            )
+        return page_of(found, limit, lambda c: [c.created_at.isoformat(), c.id])
+
+    def get(self, conversation_id: str) -> ConversationSummary | None:
+        """Return one conversation with its message count, or ``None``."""
+        with self.engine.connect() as conn:
+            found = sql.summaries(conn, self.prefix, limit=1, conversation_id=conversation_id)
+        return found[0] if found else None
+
+    def messages(
+        self, conversation_id: str, *, limit: int = 200, cursor: str | None = None
+    ) -> Page[StoredMessage]:
+        """Return a page of one conversation's messages, oldest first (by created_at, then id)."""
+        check_limit(limit, 1000)
+        with self.engine.connect() as conn:
+            rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor)
+        return page_of(rows, limit, lambda m: [m.created_at.isoformat(), m.id])
+
+    def recent_user_messages(self, limit: int = 50) -> list[StoredMessage]:
+        """Return the newest ``limit`` messages with role ``user``, newest first."""
+        check_limit(limit, 1000)
+        with self.engine.connect() as conn:
+            return sql.recent_messages(conn, self.prefix, "user", limit)
+
+    def counts(self) -> dict[str, int]:
+        """Return ``{"conversations": n, "messages": n}``."""
+        with self.engine.connect() as conn:
+            return sql.table_counts(conn, self.prefix)
+
+    def _edge(self, function: Any, by: str) -> datetime | None:
+        with self.engine.connect() as conn:
+            return sql.edge(conn, self.prefix, function, by)
+
+    def oldest(self, by: str = "created_at") -> datetime | None:
+        """Return the earliest ``created_at`` (or ``updated_at``) of any conversation, or ``None``."""
+        return self._edge(sa.func.min, by)
+
+    def newest(self, by: str = "created_at") -> datetime | None:
+        """Return the latest ``created_at`` (or ``updated_at``) of any conversation, or ``None``."""
+        return self._edge(sa.func.max, by)
+
+    def namespaces(self) -> list[str]:
+        """Return every namespace that holds a conversation, sorted."""
+        with self.engine.connect() as conn:
+            return sorted(sql.conversation_namespaces(conn, self.prefix))
