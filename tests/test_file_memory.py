@@ -1,5 +1,5 @@
 """FileMemory beyond the shared contract: cross-process locking, corrupt files, permissions,
-file naming, sweeping and unusable directories."""
+file and site directory naming, sweeping and unusable directories."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import clawmem
 from clawmem.clock import FakeClock
-from clawmem.memory.file import FileMemory, namespace_file_stem, namespace_of_stem
+from clawmem.memory.file import FileMemory, namespace_file_stem, namespace_of_stem, site_directory_name
 
 WORKERS = 4
 STEPS = 200
@@ -28,7 +28,14 @@ STEPS = 200
 
 @pytest.fixture
 def directory(tmp_path: Path) -> Path:
+    """``CLAW_FILE_DIR``: it holds one directory per site."""
     return tmp_path / "memory"
+
+
+@pytest.fixture
+def site_dir(directory: Path) -> Path:
+    """The default site's directory, where ``memory`` keeps its files."""
+    return directory / "default-site"
 
 
 @pytest.fixture
@@ -178,11 +185,26 @@ def test_directory_is_0700_and_files_0600_even_with_an_open_umask(
     memory.set("k", "v", namespace="Other:ns")
     memory.forget("k", namespace="Other:ns")
     memory.set("k", "v", namespace="Other:ns")
-    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    names = sorted(path.name for path in directory.iterdir())
+    assert [path.name for path in directory.iterdir()] == ["default-site"]
+    for private in (directory, directory / "default-site"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700, private
+    names = sorted(path.name for path in memory.directory.iterdir())
     assert names == ["_other_2ns.json", "_other_2ns.lock", "default.json", "default.lock"]
-    for path in directory.iterdir():
+    for path in memory.directory.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+
+
+def test_each_site_has_a_0700_directory_of_its_own(
+    tmp_path: Path, clock: FakeClock, open_umask: None
+) -> None:
+    directory = tmp_path / "memory"
+    for site in ["", "wp_", "wp_2_"]:
+        FileMemory(directory, clock=clock, site=site).set("k", site)
+    assert sorted(path.name for path in directory.iterdir()) == ["default-site", "site-wp_", "site-wp_2_"]
+    for site_path in directory.iterdir():
+        assert stat.S_IMODE(site_path.stat().st_mode) == 0o700, site_path.name
+        assert sorted(path.name for path in site_path.iterdir()) == ["default.json", "default.lock"]
+    assert FileMemory(directory, clock=clock, site="wp_2_").all() == {"k": "wp_2_"}
 
 
 def test_reads_and_deleting_nothing_create_nothing(memory: FileMemory, directory: Path) -> None:
@@ -201,18 +223,18 @@ TRICKY = ["a", "A", "a:b", "a.b", "a_b", "a-b", ".a", "a.", "_a", "a_", "-", ":"
 
 
 def test_namespace_file_names_are_injective_and_stay_inside_the_directory(
-    memory: FileMemory, directory: Path
+    memory: FileMemory, site_dir: Path
 ) -> None:
     paths = [memory.path_for(namespace) for namespace in TRICKY]
     assert len({path.name.casefold() for path in paths}) == len(TRICKY)
     for path in paths:
-        assert path.parent == directory
+        assert path.parent == site_dir
         assert re.fullmatch(r"[a-z0-9_]+\.json", path.name)
     for namespace in TRICKY:
         memory.set("which", namespace, namespace=namespace)
     assert {namespace: memory.get("which", namespace) for namespace in TRICKY} == {n: n for n in TRICKY}
     assert memory.namespaces() == sorted(TRICKY)
-    assert len(list(directory.glob("*.json"))) == len(TRICKY)
+    assert len(list(site_dir.glob("*.json"))) == len(TRICKY)
 
 
 def test_longest_namespace_fits_a_file_name(memory: FileMemory) -> None:
@@ -233,10 +255,40 @@ def test_file_stem_decodes_back_to_its_namespace(namespace: str) -> None:
     assert re.fullmatch(r"[a-z0-9_]+", stem)
 
 
-def test_foreign_files_in_the_directory_are_ignored(memory: FileMemory, directory: Path) -> None:
+PREFIXES = st.from_regex(r"[A-Za-z0-9_]{0,20}", fullmatch=True)
+
+
+def test_site_directory_names_read_as_the_prefix() -> None:
+    assert [site_directory_name(site) for site in ["", "wp_", "wp_2_", "WP_"]] == [
+        "default-site",
+        "site-wp_",
+        "site-wp_2_",
+        "site--w-p_",
+    ]
+
+
+@given(PREFIXES, PREFIXES)
+def test_site_directory_names_are_injective_and_case_safe(site: str, other_site: str) -> None:
+    name, other_name = site_directory_name(site), site_directory_name(other_site)
+    assert re.fullmatch(r"[a-z0-9_-]+", name) and name not in (".", "..")
+    assert (name.casefold() == other_name.casefold()) == (site == other_site)
+
+
+@pytest.mark.parametrize("site", ["../x", "a/b", "wp-", "x" * 21, None])
+def test_a_site_that_is_not_a_table_prefix_is_refused(tmp_path: Path, site: Any) -> None:
+    with pytest.raises(clawmem.ConfigError, match="table prefix"):
+        FileMemory(tmp_path, site=site)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_foreign_files_in_the_directory_are_ignored(
+    memory: FileMemory, directory: Path, site_dir: Path
+) -> None:
     memory.set("k", 1, ttl=5)
     for name in ["notes.txt", "README.json", ".tmp-abc.json", "a__.json", "x_9.json", "a_1_1.json"]:
-        (directory / name).write_text("not ours")
+        (site_dir / name).write_text("not ours")
+    # Namespace files straight in CLAW_FILE_DIR belong to no site.
+    (directory / "default.json").write_text('{"k": {"value": "stray", "expires_at": 1}}')
     assert memory.namespaces() == ["default"]
     assert memory.sweep(dry_run=True) == {}
 
@@ -245,7 +297,7 @@ def test_foreign_files_in_the_directory_are_ignored(memory: FileMemory, director
 
 
 def test_sweep_prunes_every_namespace_file_and_dry_run_changes_no_byte(
-    memory: FileMemory, directory: Path, clock: FakeClock
+    memory: FileMemory, site_dir: Path, clock: FakeClock
 ) -> None:
     for namespace in ["default", "a:b", "A"]:
         memory.set("old", 1, namespace=namespace, ttl=5)
@@ -254,10 +306,10 @@ def test_sweep_prunes_every_namespace_file_and_dry_run_changes_no_byte(
     memory.set("gone", 4, namespace="only-expired", ttl=5)
     memory.set("forever", 5, namespace="a:b")
     clock.advance(10)
-    before = snapshot(directory)
+    before = snapshot(site_dir)
     expected = {"A": 2, "a:b": 2, "default": 2, "only-expired": 1}
     assert memory.sweep(dry_run=True) == expected
-    assert snapshot(directory) == before
+    assert snapshot(site_dir) == before
     assert memory.sweep() == expected
     assert stored_keys(memory.path_for("default")) == ["fresh"]
     assert stored_keys(memory.path_for("A")) == ["fresh"]
@@ -280,41 +332,42 @@ def test_set_and_forget_prune_expired_entries_inline(memory: FileMemory, clock: 
 
 
 def test_forgetting_the_last_key_removes_the_file_but_never_the_lock(
-    memory: FileMemory, directory: Path
+    memory: FileMemory, site_dir: Path
 ) -> None:
     memory.set("k", 1)
     memory.forget("k")
-    assert sorted(path.name for path in directory.iterdir()) == ["default.lock"]
+    assert sorted(path.name for path in site_dir.iterdir()) == ["default.lock"]
     memory.set("k", 1)
     memory.flush()
-    assert sorted(path.name for path in directory.iterdir()) == ["default.lock"]
+    assert sorted(path.name for path in site_dir.iterdir()) == ["default.lock"]
 
 
-def test_no_temporary_file_is_left_behind(memory: FileMemory, directory: Path) -> None:
+def test_no_temporary_file_is_left_behind(memory: FileMemory, site_dir: Path) -> None:
     for step in range(20):
         memory.set(f"k{step}", step)
-    assert sorted(path.name for path in directory.iterdir()) == ["default.json", "default.lock"]
+    assert sorted(path.name for path in site_dir.iterdir()) == ["default.json", "default.lock"]
 
 
 # -- unusable directories ----------------------------------------------------------------------
 
 
 @pytest.fixture
-def read_only(directory: Path) -> Iterator[Path]:
-    """``directory``, made unwritable; as root via the immutable attribute, which root obeys."""
-    directory.mkdir(mode=0o700)
-    (directory / "default.json").write_text('{"k": {"value": "kept", "expires_at": null}}')
+def read_only(directory: Path, site_dir: Path) -> Iterator[Path]:
+    """``directory`` whose default site's directory is unwritable; as root via the immutable
+    attribute, which root obeys."""
+    site_dir.mkdir(mode=0o700, parents=True)
+    (site_dir / "default.json").write_text('{"k": {"value": "kept", "expires_at": null}}')
     if os.geteuid() == 0:
         chattr = shutil.which("chattr")
-        made = chattr and subprocess.run([chattr, "+i", str(directory)], capture_output=True).returncode == 0
+        made = chattr and subprocess.run([chattr, "+i", str(site_dir)], capture_output=True).returncode == 0
         if not made:
             pytest.skip("running as root, and this file system cannot make a directory immutable")
         yield directory
-        subprocess.run([chattr, "-i", str(directory)], check=True)
+        subprocess.run([chattr, "-i", str(site_dir)], check=True)
     else:
-        directory.chmod(0o500)
+        site_dir.chmod(0o500)
         yield directory
-        directory.chmod(0o700)
+        site_dir.chmod(0o700)
 
 
 def test_unwritable_directory_raises_memory_error(read_only: Path, clock: FakeClock) -> None:

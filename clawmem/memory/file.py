@@ -1,6 +1,8 @@
-"""FileMemory: one JSON file per namespace in a private directory, safe across processes.
+"""FileMemory: one JSON file per namespace in a private directory per site, safe across processes.
 
-Layout of ``directory``: ``<stem>.json`` holds a namespace's entries as
+Layout of ``directory`` (``CLAW_FILE_DIR``): one subdirectory per site, named by
+:func:`site_directory_name` (``default-site`` for the table prefix ``""``, ``site-wp_2_`` for
+``wp_2_``). In a site's directory, ``<stem>.json`` holds a namespace's entries as
 ``{key: {"value": <JSON>, "expires_at": <int | null>}}`` and ``<stem>.lock`` is the lock file that
 serialises writers. The stem encodes the namespace injectively (see :func:`namespace_file_stem`).
 """
@@ -26,12 +28,15 @@ from clawmem.memory.rules import (
     decode_value,
     is_expired,
     validate_namespace,
+    validate_prefix,
 )
 
 STORE_SUFFIX = ".json"
 LOCK_SUFFIX = ".lock"
 FILE_MODE = 0o600
 DIRECTORY_MODE = 0o700
+DEFAULT_SITE_DIRECTORY = "default-site"
+SITE_DIRECTORY_PREFIX = "site-"
 
 # Every namespace character outside [a-z0-9] becomes "_" plus one character: an upper-case
 # letter its lower-case form, the four punctuation marks a digit. Stems are then lower-case
@@ -42,7 +47,6 @@ _STEM = re.compile(r"(?:[a-z0-9]|_[a-z0-3])+")
 
 # key -> {"value": ..., "expires_at": int | None}
 Store = dict[str, dict[str, Any]]
-
 
 
 def namespace_file_stem(namespace: str) -> str:
@@ -68,6 +72,27 @@ def namespace_of_stem(stem: str) -> str | None:
         return validate_namespace(namespace)
     except InvalidNamespace:
         return None
+
+
+def site_directory_name(site: str) -> str:
+    """Return the name of the subdirectory that holds site ``site`` (a table prefix).
+
+    ``""`` gives ``default-site``; any other prefix gives ``site-`` plus the prefix with each
+    upper-case letter written as ``-`` and its lower-case form (``wp_2_`` -> ``site-wp_2_``,
+    ``WP_`` -> ``site--w-p_``). Raises ``ConfigError`` if ``site`` is not a valid table prefix.
+    """
+    validate_prefix(site)
+    if not site:
+        return DEFAULT_SITE_DIRECTORY
+    # "-" never occurs in a prefix, so this is injective, and the name is lower-case, so two
+    # sites stay apart on a case-insensitive file system too. No name has a dot: no namespace
+    # file or temporary file can take a site's name.
+    return SITE_DIRECTORY_PREFIX + "".join("-" + char.lower() if char.isupper() else char for char in site)
+
+
+def site_directory(file_dir: str | os.PathLike[str], site: str) -> Path:
+    """Return the directory under ``file_dir`` (``CLAW_FILE_DIR``) that holds site ``site``."""
+    return Path(file_dir) / site_directory_name(site)
 
 
 def _reject_constant(name: str) -> Any:
@@ -108,7 +133,8 @@ def dump_store(store: Store) -> bytes:
 
 
 class FileMemory(BaseMemory):
-    """Keeps each namespace in its own JSON file under ``directory`` (created 0700 on first write).
+    """Keeps each namespace of site ``site`` (a table prefix) in its own JSON file under
+    ``directory/<site directory>`` (both created 0700 on first write).
 
     Writers hold an exclusive ``flock`` on the namespace's lock file for the whole
     read-modify-write cycle and replace the data file atomically, so concurrent processes lose
@@ -123,9 +149,13 @@ class FileMemory(BaseMemory):
         directory: str | os.PathLike[str],
         clock: Clock = time.time,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        site: str = "",
     ) -> None:
         super().__init__(clock, max_value_bytes)
-        self.directory = Path(directory)
+        self.root = Path(directory)
+        self.site = site
+        # Every file of this store lives here; another site's directory is never opened.
+        self.directory = site_directory(self.root, site)
 
     def path_for(self, namespace: str) -> Path:
         """Return the JSON file that holds ``namespace`` (it may not exist yet)."""
@@ -142,11 +172,12 @@ class FileMemory(BaseMemory):
         return parse_store(raw, path)
 
     def _ensure_directory(self) -> None:
-        try:
-            self.directory.mkdir(parents=True, mode=DIRECTORY_MODE)
-        except FileExistsError:
-            return
-        os.chmod(self.directory, DIRECTORY_MODE)  # mkdir's mode is filtered by the umask
+        for directory, parents in ((self.root, True), (self.directory, False)):
+            try:
+                directory.mkdir(parents=parents, mode=DIRECTORY_MODE)
+            except FileExistsError:
+                continue
+            os.chmod(directory, DIRECTORY_MODE)  # mkdir's mode is filtered by the umask
 
     @contextlib.contextmanager
     def _locked(self, path: Path) -> Iterator[None]:
