@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from clawmem.clock import Clock
 from clawmem.memory.base import MemoryInterface
+from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import Settings
 
 DriverFactory = Callable[[Settings, Clock], MemoryInterface]
@@ -105,18 +106,9 @@ registry = MemoryRegistry()
 
 def open_memory(
     settings: Settings, clock: Clock = time.time, drivers: MemoryRegistry | None = None
-) -> MemoryInterface:
-    """Return what an app uses: the configured key/value driver, with ``conversations`` routed
-    to SQL tables, behind the privacy switch."""
-    from clawmem.memory.conversations import SqlConversationMemory
-    from clawmem.memory.wrappers import PrivacyAwareMemory, RouterMemory
-    from clawmem.sql.engine import engine_for
-
-    kv = (drivers or registry).build(settings.memory_driver, settings, clock)
-    conversations = SqlConversationMemory(
-        engine_for(settings.database_url),
-        prefix=settings.table_prefix,
-        clock=clock,
-        max_value_bytes=settings.max_value_bytes,
-    )
-    return PrivacyAwareMemory(RouterMemory(kv, {"conversations": conversations}), settings.store_messages)
+) -> PrivacyAwareMemory:
+    """Return the key/value memory an app uses: the configured driver for the settings' site,
+    behind the privacy switch. Conversations are not key/value entries: see
+    :class:`clawmem.ConversationLog`."""
+    driver = (drivers or registry).build(settings.memory_driver, settings, clock)
+    return PrivacyAwareMemory(driver, settings.store_messages)
