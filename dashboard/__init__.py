@@ -53,7 +53,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 
-    from dashboard import auth, cli, extensions, security, views
+    from dashboard import auth, commands, extensions, security, views
 
     # Any other method gets 405 instead of an automatic OPTIONS answer: GET, HEAD and the two
     # sign-in POSTs are all this app accepts. The static route is added here, after that
@@ -66,6 +66,6 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     security.init_app(app)
     extensions.init_app(app)
     auth.init_app(app)
-    cli.init_app(app)
+    commands.init_app(app)
     views.init_app(app)
     return app

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawmem.clock import FakeClock
+from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
 from clawmem.memory.base import MemoryInterface
-from clawmem.sql.conversations import ConversationStore
-from dashboard.views.stores import every_item
+from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace
+from dashboard.state import every_item
 
 DAY = 86_400
 HOUR = 3_600
@@ -69,17 +70,17 @@ ENTRIES: tuple[DemoEntry, ...] = (
               written_ago=9 * DAY),
     DemoEntry("default", "warehouse_backlog", "Orders placed on Monday ship one day late.", ttl=DAY,
               written_ago=3 * DAY),
-    DemoEntry("customer:cust-1001", "profile",
+    DemoEntry("user:cust-1001", "profile",
               {"name": "Alice Moreau", "language": "fr", "tier": "gold"}),
-    DemoEntry("customer:cust-1001", "last_order", {"order_id": "A-20931", "status": "in transit",
+    DemoEntry("user:cust-1001", "last_order", {"order_id": "A-20931", "status": "in transit",
                                                    "items": ["rain jacket", "wool scarf"]}),
-    DemoEntry("customer:cust-1001", "open_ticket", "Delivery of A-20931 late; promised a call back.",
+    DemoEntry("user:cust-1001", "open_ticket", "Delivery of A-20931 late; promised a call back.",
               ttl=2 * DAY, written_ago=5 * HOUR),
-    DemoEntry("customer:cust-2002", "profile",
+    DemoEntry("user:cust-2002", "profile",
               {"name": "Bob Okafor", "language": "en", "tier": "standard"}),
-    DemoEntry("customer:cust-2002", "preferences",
+    DemoEntry("user:cust-2002", "preferences",
               "Prefers phone calls in the afternoon; no marketing email."),
-    DemoEntry("customer:cust-2002", "refund_in_progress", {"order_id": "B-11870", "amount_pounds": 89.5},
+    DemoEntry("user:cust-2002", "refund_in_progress", {"order_id": "B-11870", "amount_pounds": 89.5},
               ttl=DAY, written_ago=4 * DAY),
     DemoEntry("agent:scratch", "last_tool_error", "lookup_order timed out after 10 s", ttl=HOUR,
               written_ago=30 * HOUR),
@@ -154,18 +155,35 @@ def _long_turns(values: dict[str, str], count: int) -> Iterator[list[dict[str, A
         ]
 
 
-def load_demo(memory: MemoryInterface, clock: FakeClock, now: float, seed: int = 7) -> DemoReport:
-    """Write the demo data through ``memory`` (whose drivers read ``clock``), ending at ``now``.
+def _namespace(entry: DemoEntry, template: str) -> str:
+    # The customers' own facts go to their subject namespaces, wherever the site keeps those.
+    for subject in SUBJECTS:
+        if entry.namespace == subject_namespace(subject):
+            return subject_namespace(subject, template)
+    return entry.namespace
 
-    Returns what was written. The caller builds ``memory`` on ``clock``; this function moves it.
+
+def load_demo(
+    memory: MemoryInterface,
+    conversations: ConversationLog,
+    clock: FakeClock,
+    now: float,
+    subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
+    seed: int = 7,
+) -> DemoReport:
+    """Write the demo data through ``memory`` and ``conversations`` (which read ``clock``),
+    ending at ``now``. The customers' own facts go to their subject namespaces.
+
+    Returns what was written. The caller builds both on ``clock``; this function moves it.
     """
     report = DemoReport()
     chooser = random.Random(seed)
     for entry in ENTRIES:
         clock.now = now - entry.written_ago
-        memory.set(entry.key, entry.value, entry.namespace, ttl=entry.ttl)
+        namespace = _namespace(entry, subject_template)
+        memory.set(entry.key, entry.value, namespace, ttl=entry.ttl)
         report.entries += 1
-        report.namespaces.add(entry.namespace)
+        report.namespaces.add(namespace)
     subjects = [*SUBJECTS, *SUBJECTS, *OTHER_SUBJECTS]
     start = now - 21 * DAY
     for number in range(30):
@@ -177,35 +195,31 @@ def load_demo(memory: MemoryInterface, clock: FakeClock, now: float, seed: int =
         turns = _long_turns(values, 24) if number == 29 else _turns(topic, values, system=number % 5 == 0)
         title = "Planning a large office order" if number == 29 else topic[0]
         clock.now = start + number * 16 * HOUR + chooser.randint(0, 3 * HOUR)
-        conversation_id, history = new_id(), []
-        payload: dict[str, Any] = {"title": title, "user_id": subject, "created_at": None,
-                                   "metadata": {"channel": chooser.choice(["web", "email", "app"]),
-                                                DEMO_MARKER: True}}
+        conversation_id = new_id()
+        metadata = {"channel": chooser.choice(["web", "email", "app"]), DEMO_MARKER: True}
         for turn in turns:
-            history = [*history, *turn]
-            memory.set(conversation_id, {**payload, "history": history}, "conversations")
+            conversations.append(conversation_id, turn, user_id=subject, title=title, metadata=metadata)
+            report.messages += len(turn)
             clock.advance(chooser.randint(40, 400))
         report.conversations += 1
-        report.messages += len(history)
     clock.now = now
     return report
 
 
-def remove_demo(memory: MemoryInterface, conversations: ConversationStore) -> DemoReport:
+def remove_demo(memory: MemoryInterface, conversations: ConversationLog, subject_template: str) -> DemoReport:
     """Delete the demo's keys (live or expired) and every conversation marked as demo data; return
     the keys tried and the conversations and messages deleted."""
     report = DemoReport()
     for entry in ENTRIES:
-        memory.forget(entry.key, entry.namespace)
+        namespace = _namespace(entry, subject_template)
+        memory.forget(entry.key, namespace)
         report.entries += 1
-        report.namespaces.add(entry.namespace)
-    listed = every_item(
-        lambda cursor: conversations.list(limit=500, cursor=cursor, namespace="conversations")
-    )
+        report.namespaces.add(namespace)
+    listed = every_item(lambda cursor: conversations.list(limit=500, cursor=cursor))
     # Collected in full before deleting, so no deletion happens under the listing's cursor.
-    marked = [(c.id, c.message_count) for c in listed if (c.metadata or {}).get(DEMO_MARKER) is True]
-    for conversation_id, message_count in marked:
-        memory.forget(conversation_id, "conversations")
-        report.conversations += 1
-        report.messages += message_count
+    marked = [c.id for c in listed if (c.metadata or {}).get(DEMO_MARKER) is True]
+    for conversation_id in marked:
+        deleted, messages = conversations.delete(conversation_id)
+        report.conversations += deleted
+        report.messages += messages
     return report

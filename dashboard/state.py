@@ -1,22 +1,44 @@
-"""Access to the app's clawmem objects from views and commands."""
+"""The current app's clawmem site, and what views and commands read through it.
+
+Views and commands call the core's stores and operations on this one :class:`~clawmem.site.Site`
+and never ask which driver serves them.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
-from flask import current_app
+from flask import Flask, current_app
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
-from clawmem.memory.base import MemoryInterface
+from clawmem.conversations import ConversationLog
+from clawmem.memory.base import BaseMemory
 from clawmem.memory.rules import encode_value
+from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import Settings
-from clawmem.sql.engine import engine_for
+from clawmem.site import Site
+from clawmem.sql.paging import Page
 from clawmem.words import utf8_len
 
-# The namespace open_memory routes to the conversation tables; every other one is key/value memory.
-CONVERSATIONS_NAMESPACE = "conversations"
+T = TypeVar("T")
+
+
+def site_of(app: Flask) -> Site:
+    """Return ``app``'s site, built once. Its clock reads ``app.extensions["clawmem.clock"]`` at
+    every call, so a test that replaces the clock moves every store with it."""
+    if "clawmem.site" not in app.extensions:
+        app.extensions["clawmem.site"] = Site(
+            app.extensions["clawmem.settings"], lambda: app.extensions.get("clawmem.clock", time.time)()
+        )
+    return app.extensions["clawmem.site"]
+
+
+def site() -> Site:
+    """Return the current app's site."""
+    return site_of(current_app._get_current_object())  # type: ignore[attr-defined]
 
 
 def settings() -> Settings:
@@ -36,23 +58,35 @@ def clock() -> Clock:
 
 def engine() -> Engine:
     """Return the shared engine of the configured database."""
-    return engine_for(settings().database_url)
+    return site().engine
 
 
-def memory() -> MemoryInterface:
-    """Return the app's memory (built once per app by :func:`clawmem.open_memory`)."""
-    from clawmem.memory.registry import open_memory
-
-    if "clawmem.memory" not in current_app.extensions:
-        current_app.extensions["clawmem.memory"] = open_memory(settings(), clock())
-    return current_app.extensions["clawmem.memory"]
+def memory() -> PrivacyAwareMemory:
+    """Return the site's key/value memory, behind the privacy switch."""
+    return site().memory
 
 
-def kv_namespaces() -> list[str]:
-    """Return the key/value namespaces that hold entries, in name order (``conversations`` left out)."""
-    return [name for name in memory().namespaces() if name != CONVERSATIONS_NAMESPACE]
+def driver() -> BaseMemory:
+    """Return the storage driver behind the switch: the operator's read API, expired entries included."""
+    return site().driver
+
+
+def conversations() -> ConversationLog:
+    """Return the site's conversation log."""
+    return site().conversations
 
 
 def value_bytes(key: str, value: Any) -> int:
     """Return the UTF-8 size of ``value`` as stored (its compact JSON), within this site's value limit."""
     return utf8_len(encode_value(key, value, settings().max_value_bytes))
+
+
+def every_item(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
+    """Yield the items of every page ``fetch(cursor)`` returns, from the first (``None``) to the last."""
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        yield from page.items
+        cursor = page.next_cursor
+        if cursor is None:
+            return

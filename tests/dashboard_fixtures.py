@@ -10,7 +10,6 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-import dashboard.cli.admin  # noqa: F401  (adds demo, create-admin and set-password to ``claw``)
 from clawmem.clock import FakeClock
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables

@@ -14,13 +14,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.compaction import split_history
+from clawmem.compaction import as_history, split_history
 from clawmem.ids import new_id
 from clawmem.recall import MessageAugmenter
 from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.schema import tables
 from dashboard import state
-from dashboard.views.compaction import as_history
 from tests.conftest import SQL_BACKENDS
 from tests.dashboard_helpers import page_text, sign_in
 

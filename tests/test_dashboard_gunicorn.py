@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import dashboard.cli.admin  # noqa: F401  (adds demo and create-admin to ``claw``)
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import drop_tables
 from dashboard import create_app

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.memory.base import BaseMemory
+from clawmem.memory.base import BaseMemory, MemoryRow
 from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, is_expired
 
 # namespace -> key -> (encoded JSON, expires_at)
@@ -69,3 +69,11 @@ class ArrayMemory(BaseMemory):
                     for key in expired:
                         del entries[key]
         return counts
+
+    def _records(self, namespace: str) -> list[MemoryRow]:
+        with self._lock:
+            stored = list(self._store.get(namespace, {}).items())
+        return [
+            MemoryRow(namespace, key, decode_value(encoded), expires_at, len(encoded.encode("utf-8")))
+            for key, (encoded, expires_at) in stored
+        ]

@@ -10,8 +10,11 @@ failures raise :class:`clawmem.StorageError`.
 from __future__ import annotations
 
 import abc
+import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from clawmem import events
@@ -20,14 +23,74 @@ from clawmem.errors import StorageError
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     encode_value,
+    is_expired,
     validate_count,
     validate_key,
     validate_namespace,
     validate_ttl,
 )
+from clawmem.sql.paging import Page, check_limit, decode_cursor, page_of
 from clawmem.words import rank
 
 DEFAULT_NAMESPACE = "default"
+
+
+# The filters of a namespace listing: "live" is every entry that is not expired; the others
+# are the TTL states of :func:`clawmem.memory.rules.ttl_state`.
+FILTERS = ("live", "permanent", "expiring", "expired")
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One stored entry as an operator sees it, expired or not.
+
+    ``created_at``, ``updated_at`` and ``metadata`` are ``None`` on drivers that keep none.
+    """
+
+    namespace: str
+    key: str
+    value: Any
+    expires_at: int | None
+    bytes: int
+    metadata: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceCount:
+    """Entries of one namespace: all of them, the live ones and the expired-but-unswept ones."""
+
+    namespace: str
+    total: int
+    live: int
+    expired: int
+
+
+def check_filter(state: str | None) -> str | None:
+    """Return ``state`` if it is ``None`` or one of :data:`FILTERS`, else raise ``ValueError``."""
+    if state is not None and state not in FILTERS:
+        raise ValueError(f"state must be one of {', '.join(FILTERS)}, got {state!r}")
+    return state
+
+
+def passes_filter(state: str | None, expires_at: int | None, now: int) -> bool:
+    """Return whether an entry expiring at ``expires_at`` passes the listing filter ``state``."""
+    expired = is_expired(expires_at, now)
+    return {
+        None: True,
+        "live": not expired,
+        "permanent": expires_at is None,
+        "expiring": expires_at is not None and not expired,
+        "expired": expired,
+    }[state]
+
+
+def contains_text(row: MemoryRow, text: str) -> bool:
+    """Return whether a row's key, or its value as compact JSON, contains ``text`` exactly."""
+    encoded = json.dumps(row.value, ensure_ascii=False, separators=(",", ":"))
+    escaped = {json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]}
+    return text in row.key or any(needle in encoded for needle in escaped)
 
 
 @dataclass(frozen=True)
@@ -125,6 +188,9 @@ class BaseMemory(SearchableMemory):
 
     @abc.abstractmethod
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    def _records(self, namespace: str) -> list[MemoryRow]: ...
 
     def _encode(self, key: str, value: Any) -> str:
         return encode_value(key, value, self.max_value_bytes)
@@ -224,11 +290,85 @@ class BaseMemory(SearchableMemory):
         """
         return self._call("sweep", self._sweep, self._now(), dry_run)
 
+    # -- the operator's read API: expired entries included ---------------------------------
+    # Every driver answers these from ``_records``; a driver with an index of its own (SQL)
+    # overrides them with queries that give the same answers.
+
+    def records(self, namespace: str = DEFAULT_NAMESPACE) -> list[MemoryRow]:
+        """Return every entry of ``namespace``, expired-but-unswept ones included, by key."""
+        validate_namespace(namespace)
+        rows = self._call("records", self._records, namespace)
+        return sorted(rows, key=lambda row: row.key)
+
+    def namespace_counts(self) -> list[NamespaceCount]:
+        """Return every namespace with its total, live and expired counts, sorted by name."""
+        now = self._now()
+        found = []
+        for namespace in self.namespaces():
+            rows = self.records(namespace)
+            expired = sum(1 for row in rows if is_expired(row.expires_at, now))
+            found.append(NamespaceCount(namespace, len(rows), len(rows) - expired, expired))
+        return found
+
+    def newest_write(self) -> datetime | None:
+        """Return when any entry was last written, or ``None`` (no entries, or a driver that
+        keeps no write times)."""
+        moments = [row.updated_at for ns in self.namespaces() for row in self.records(ns) if row.updated_at]
+        return max(moments, default=None)
+
+    def count(self, namespace: str = DEFAULT_NAMESPACE) -> int:
+        """Return how many entries ``namespace`` holds, expired-but-unswept ones included."""
+        return len(self.records(namespace))
+
+    def entries(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        *,
+        state: str | None = None,
+        query: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[MemoryRow]:
+        """Return a page of a namespace's entries by key. ``state`` is one of :data:`FILTERS`,
+        ``query`` matches key or value text (case-insensitive). Raises ``ValueError`` for a bad
+        state or limit and ``InvalidCursor`` for a bad cursor."""
+        check_filter(state)
+        check_limit(limit)
+        after = decode_cursor(cursor, 1)[0] if cursor else None
+        needle = query.casefold() if query else None
+        now = self._now()
+        rows = [
+            row
+            for row in self.records(namespace)
+            if (after is None or row.key > after)
+            and passes_filter(state, row.expires_at, now)
+            and (needle is None or needle in row.key.casefold() or needle in _json(row.value).casefold())
+        ]
+        return page_of(rows[: limit + 1], limit, lambda row: [row.key])
+
+    def entry(self, namespace: str, key: str) -> MemoryRow | None:
+        """Return one entry, expired or not, or ``None``."""
+        validate_key(key)
+        return next((row for row in self.records(namespace) if row.key == key), None)
+
+    def find(self, text: str) -> Iterator[MemoryRow]:
+        """Yield every entry, in any namespace and expired ones included, whose key or JSON value
+        contains ``text`` exactly (case-sensitive), by namespace then key."""
+        for namespace in self.namespaces():
+            yield from (row for row in self.records(namespace) if contains_text(row, text))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "FILTERS",
     "BaseMemory",
     "MemoryHit",
+    "MemoryRow",
+    "NamespaceCount",
     "MemoryInterface",
     "SearchableMemory",
 ]

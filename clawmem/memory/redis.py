@@ -25,18 +25,14 @@ from typing import Any
 import redis
 
 from clawmem.clock import Clock
-from clawmem.errors import ConfigError, redact
-from clawmem.memory.base import BaseMemory
+from clawmem.errors import ConfigError, CorruptEntryError, redact
+from clawmem.memory.base import BaseMemory, MemoryRow
 from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
 CONNECT_TIMEOUT_SECONDS = 5.0
 _BATCH = 1000  # keys per MGET/DEL/EXISTS, so no single command grows with the namespace
-
-
-class CorruptEntryError(Exception):
-    """A Redis key in clawmem's layout holds something other than ``[expires_at, value]``."""
 
 
 def _text(raw: bytes | str) -> str:
@@ -71,7 +67,7 @@ class RedisMemory(BaseMemory):
     Give a ``url`` (default ``redis://127.0.0.1:6379/0``) or a ready ``client``, not both.
     Every key it touches starts with ``prefix``, which must not contain ``{`` or ``}``
     (``ValueError``). ``ttl=None`` never expires.
-    Failures raise ``MemoryError`` without the URL's password.
+    Failures raise ``StorageError`` without the URL's password.
     """
 
     name = "redis"
@@ -159,26 +155,40 @@ class RedisMemory(BaseMemory):
         results = self.client.transaction(clear, index)
         return sum(results[:-2])
 
-    def _all(self, namespace: str, now: int) -> dict[str, Any]:
-        # Scored by expires_at, so "score > now" is exactly the live members.
-        live = self.client.zrangebyscore(self.index_key(namespace), f"({now}", "+inf")
-        members = [_text(member) for member in live]
+    def _stored(self, namespace: str, low: str) -> list[tuple[str, int, int | None, Any]]:
+        """Return ``(key, value bytes, expires_at, value)`` of the indexed entries scored above
+        ``low`` that Redis still holds, dropping index members whose entry it already expired."""
+        members = [
+            _text(member) for member in self.client.zrangebyscore(self.index_key(namespace), low, "+inf")
+        ]
         pipe = self.client.pipeline(transaction=False)
         for batch in _batches(members):
             pipe.mget([self.entry_key(key, namespace) for key in batch])
         raws = [raw for batch in pipe.execute() for raw in batch]
-        entries: dict[str, Any] = {}
+        found = []
         vanished: list[str] = []
         for key, raw in zip(members, raws, strict=True):
             if raw is None:
                 vanished.append(key)
                 continue
             expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
-            if not is_expired(expires_at, now):
-                entries[key] = value
+            # The stored form wraps the value's JSON in "[expires_at," and "]".
+            wrapper = len(encode_entry("", expires_at))
+            found.append((key, len(_text(raw).encode("utf-8")) - wrapper, expires_at, value))
         if vanished:
             self._drop_vanished(namespace, vanished)
-        return entries
+        return found
+
+    def _all(self, namespace: str, now: int) -> dict[str, Any]:
+        # Scored by expires_at, so "score > now" is exactly the live members.
+        stored = self._stored(namespace, f"({now}")
+        return {key: value for key, _, expires_at, value in stored if not is_expired(expires_at, now)}
+
+    def _records(self, namespace: str) -> list[MemoryRow]:
+        return [
+            MemoryRow(namespace, key, value, expires_at, size)
+            for key, size, expires_at, value in self._stored(namespace, "-inf")
+        ]
 
     def _drop_vanished(self, namespace: str, keys: list[str]) -> None:
         """Remove index members whose entry Redis already dropped (its own expiry or eviction)."""

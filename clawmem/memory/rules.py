@@ -152,11 +152,12 @@ def is_expired(expires_at: int | None, now: int) -> bool:
 def ttl_state(expires_at: int | None, now: int) -> tuple[str, int | None]:
     """Return an entry's TTL state at ``now``.
 
-    ``("live", None)`` never expires, ``("expiring", seconds_left)`` is live until
-    ``expires_at``, and ``("expired", seconds_since)`` is expired but may not be swept yet.
+    ``("permanent", None)`` never expires, ``("expiring", seconds_left)`` is live (not
+    expired) until ``expires_at``, and ``("expired", seconds_since)`` is expired but may not be
+    swept yet.
     """
     if expires_at is None:
-        return ("live", None)
+        return ("permanent", None)
     if not is_expired(expires_at, now):
         return ("expiring", expires_at - now)
     return ("expired", now - expires_at)

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from clawmem.ids import new_id
+from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
 from clawmem.sql.paging import after, decode_time_cursor
 from clawmem.sql.schema import tables
@@ -236,7 +237,7 @@ def summaries(
     if conversation_id is not None:
         select = select.where(table.c.id == conversation_id)
     if user_id is not None:
-        select = select.where(table.c.user_id == user_id)
+        select = select.where(equals_exactly(table.c.user_id, user_id))
     if namespace is not None:
         select = select.where(table.c.namespace == namespace)
     if since is not None:

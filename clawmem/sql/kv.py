@@ -1,22 +1,20 @@
-"""Every statement on the ``{prefix}phpclaw_memory`` table, and ``MemoryStore``, its read API."""
+"""Every statement on the ``{prefix}phpclaw_memory`` table; :class:`clawmem.SqlMemory` runs them."""
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
-from clawmem.clock import Clock, now_seconds, utc_datetime
+from clawmem.clock import Clock, utc_datetime
 from clawmem.ids import new_id
-from clawmem.memory.rules import decode_value, validate_namespace
-from clawmem.sql.paging import Page, check_limit, decode_cursor, page_of
+from clawmem.memory.base import MemoryRow, NamespaceCount
+from clawmem.memory.rules import decode_value
 from clawmem.sql.schema import tables
 
 
@@ -121,31 +119,13 @@ def namespaces(conn: Connection, prefix: str) -> list[str]:
     return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
 
 
-# -- the read API ----------------------------------------------------------------------------
+def like_pattern(text: str) -> str:
+    """Return a LIKE pattern matching ``text`` anywhere, with ``\\`` escaping % and _."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
-@dataclass(frozen=True)
-class NamespaceCount:
-    """Entries of one namespace: all rows, live ones and expired-but-unswept ones."""
-
-    namespace: str
-    total: int
-    live: int
-    expired: int
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    """One row of the memory table as an operator sees it, expired or not."""
-
-    namespace: str
-    key: str
-    value: Any
-    metadata: dict[str, Any] | None
-    expires_at: int | None
-    created_at: datetime
-    updated_at: datetime
-    bytes: int
+# -- the operator's read API (expired rows included) ------------------------------------------
 
 
 def memory_row(row: Any) -> MemoryRow:
@@ -154,113 +134,79 @@ def memory_row(row: Any) -> MemoryRow:
         namespace=row.namespace,
         key=row.lookup_key,
         value=decode_value(row.value),
-        metadata=json.loads(row.metadata) if row.metadata else None,
         expires_at=row.expires_at,
+        bytes=len(row.value.encode("utf-8")),
+        metadata=json.loads(row.metadata) if row.metadata else None,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        bytes=len(row.value.encode("utf-8")),
     )
 
 
-STATES = ("live", "expiring", "expired")
+def namespace_counts(conn: Connection, prefix: str, now: int) -> list[NamespaceCount]:
+    """Return every namespace with its total, live and expired counts, sorted by name."""
+    table = tables(prefix).memory
+    expired = sa.func.sum(sa.case((_expired(table, now), 1), else_=0))
+    query = (
+        sa.select(table.c.namespace, sa.func.count(), expired)
+        .group_by(table.c.namespace)
+        .order_by(table.c.namespace)
+    )
+    rows = conn.execute(query).all()
+    return [NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0)) for ns, total, gone in rows]
 
 
-def like_pattern(text: str) -> str:
-    """Return a LIKE pattern matching ``text`` anywhere, with ``\\`` escaping % and _."""
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+def count_namespace(conn: Connection, prefix: str, namespace: str) -> int:
+    """Return how many rows ``namespace`` holds, expired-but-unswept ones included."""
+    table = tables(prefix).memory
+    found = conn.execute(sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace))
+    return int(found.scalar() or 0)
 
 
-class MemoryStore:
-    """Read API over the key/value table for the dashboard and CLI, expired rows included."""
+def newest_write(conn: Connection, prefix: str) -> datetime | None:
+    """Return the latest ``updated_at`` of any row (the newest write), or ``None``."""
+    return conn.execute(sa.select(sa.func.max(tables(prefix).memory.c.updated_at))).scalar()
 
-    def __init__(self, engine: Engine, prefix: str = "", clock: Clock = time.time) -> None:
-        self.engine = engine
-        self.prefix = prefix
-        self.table = tables(prefix).memory
-        self.clock = clock
 
-    def namespaces(self) -> list[NamespaceCount]:
-        """Return every namespace with its total, live and expired counts, sorted by name."""
-        table, now = self.table, now_seconds(self.clock)
-        expired = sa.func.sum(sa.case((_expired(table, now), 1), else_=0))
-        query = (
-            sa.select(table.c.namespace, sa.func.count(), expired)
-            .group_by(table.c.namespace)
-            .order_by(table.c.namespace)
+def namespace_rows(
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    now: int,
+    *,
+    state: str | None = None,
+    query: str | None = None,
+    after_key: str | None = None,
+    limit: int | None = None,
+) -> list[MemoryRow]:
+    """Return a namespace's rows by key, filtered by ``state`` (one of
+    :data:`clawmem.memory.base.FILTERS`) and by ``query`` in key or value (case-insensitive)."""
+    table = tables(prefix).memory
+    select = sa.select(table).where(table.c.namespace == namespace)
+    if state == "live":
+        select = select.where(_live(table, now))
+    elif state == "permanent":
+        select = select.where(table.c.expires_at.is_(None))
+    elif state == "expiring":
+        select = select.where(table.c.expires_at > now)
+    elif state == "expired":
+        select = select.where(_expired(table, now))
+    if query:
+        pattern = like_pattern(query)
+        select = select.where(
+            sa.or_(table.c.lookup_key.ilike(pattern, escape="\\"), table.c.value.ilike(pattern, escape="\\"))
         )
-        with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return [NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0)) for ns, total, gone in rows]
+    if after_key is not None:
+        select = select.where(table.c.lookup_key > after_key)
+    select = select.order_by(table.c.lookup_key)
+    if limit is not None:
+        select = select.limit(limit)
+    return [memory_row(row) for row in conn.execute(select)]
 
-    def count(self, namespace: str) -> int:
-        """Return how many rows ``namespace`` holds, expired-but-unswept ones included."""
-        validate_namespace(namespace)
-        table = self.table
-        with self.engine.connect() as conn:
-            found = conn.execute(
-                sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace)
-            ).scalar()
-        return int(found or 0)
 
-    def counts(self) -> dict[str, int]:
-        """Return ``{"total", "live", "expired"}`` row counts over every namespace."""
-        found = self.namespaces()
-        return {
-            "total": sum(n.total for n in found),
-            "live": sum(n.live for n in found),
-            "expired": sum(n.expired for n in found),
-        }
-
-    def newest(self) -> datetime | None:
-        """Return the latest ``updated_at`` of any row (the newest write), or ``None``."""
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(sa.func.max(self.table.c.updated_at))).scalar()
-
-    def entries(
-        self,
-        namespace: str,
-        *,
-        state: str | None = None,
-        query: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> Page[MemoryRow]:
-        """Return a page of a namespace's rows ordered by key; ``state`` filters by TTL state and
-        ``query`` matches key or value text. Raises ``ValueError`` for a bad state or cursor."""
-        validate_namespace(namespace)
-        check_limit(limit)
-        table, now = self.table, now_seconds(self.clock)
-        select = sa.select(table).where(table.c.namespace == namespace)
-        if state == "live":
-            select = select.where(_live(table, now))
-        elif state == "expiring":
-            select = select.where(table.c.expires_at > now)
-        elif state == "expired":
-            select = select.where(_expired(table, now))
-        elif state is not None:
-            raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
-        if query:
-            pattern = like_pattern(query)
-            select = select.where(
-                sa.or_(
-                    table.c.lookup_key.ilike(pattern, escape="\\"), table.c.value.ilike(pattern, escape="\\")
-                )
-            )
-        if cursor:
-            (after,) = decode_cursor(cursor, 1)
-            select = select.where(table.c.lookup_key > after)
-        select = select.order_by(table.c.lookup_key).limit(limit + 1)
-        with self.engine.connect() as conn:
-            rows = [memory_row(row) for row in conn.execute(select)]
-        return page_of(rows, limit, lambda row: [row.key])
-
-    def entry(self, namespace: str, key: str) -> MemoryRow | None:
-        """Return one row, expired or not, or ``None``."""
-        validate_namespace(namespace)
-        table = self.table
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
-            ).first()
-        return None if row is None else memory_row(row)
+def one_row(conn: Connection, prefix: str, namespace: str, key: str) -> MemoryRow | None:
+    """Return one row, expired or not, or ``None``."""
+    table = tables(prefix).memory
+    row = conn.execute(
+        sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
+    ).first()
+    return None if row is None else memory_row(row)

@@ -38,11 +38,17 @@ class RowId(sa.types.TypeDecorator[str]):
     """CHAR(26) holding a ULID or a conversation id, read back without padding.
 
     CHAR pads a shorter id with spaces, which PostgreSQL returns as stored; stripping them on
-    read means every caller sees the id it wrote.
+    read means every caller sees the id it wrote. On MariaDB/MySQL the column is ASCII with a
+    binary collation, so ids that differ only in case (``c1``, ``C1``) stay two rows.
     """
 
     impl = sa.CHAR(26)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.CHAR(26, charset="ascii", collation="ascii_bin"))
+        return dialect.type_descriptor(sa.CHAR(26))
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
         return None if value is None else value.rstrip(" ")

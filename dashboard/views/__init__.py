@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from flask import Flask, current_app, render_template, request, url_for
 from werkzeug.exceptions import BadRequest, HTTPException, ServiceUnavailable
 
-from clawmem.errors import InvalidCursor, StorageError, redact
+from clawmem.errors import InvalidCursor, InvalidNamespace, StorageError, redact
 from clawmem.sql.engine import describe_error
 from dashboard.views import conversations, health, memory, overview, recall, settings
 
@@ -30,6 +30,11 @@ def _bad_cursor(error: InvalidCursor) -> tuple[str | dict[str, str], int]:
     return _error(BadRequest("this cursor did not come from this list; start again from the first page"))
 
 
+def _bad_namespace(error: InvalidNamespace) -> tuple[str | dict[str, str], int]:
+    # The same answer on every page that names a namespace, in the path or in a filter.
+    return _error(BadRequest(str(error)))
+
+
 def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
     # The database or a memory backend failed: say which, without SQL, values or passwords.
     logging.getLogger(__name__).error("storage failed on %s: %s", request.path, type(error).__name__)
@@ -48,6 +53,7 @@ def init_app(app: Flask) -> None:
         app.register_blueprint(blueprint)
     app.register_error_handler(HTTPException, _error)
     app.register_error_handler(InvalidCursor, _bad_cursor)
+    app.register_error_handler(InvalidNamespace, _bad_namespace)
     app.register_error_handler(sa.exc.SQLAlchemyError, _storage_down)
     app.register_error_handler(StorageError, _storage_down)
     # Looked up once: htmx is fetched before the app starts (make run), not while it serves.

@@ -8,13 +8,11 @@ from typing import Any
 
 from flask import Blueprint, abort, request, url_for
 
-from clawmem.compaction import estimate_tokens
-from clawmem.errors import InvalidNamespace
-from clawmem.sql.conversations import ConversationStore, ConversationSummary, StoredMessage
+from clawmem.compaction import analyse, as_history, configured_thresholds, estimate_tokens
+from clawmem.conversations import ConversationLog
+from clawmem.sql.conversations import ConversationSummary, StoredMessage
 from dashboard import state
-from dashboard.views.compaction import analyse, as_history, configured_thresholds
 from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
-from dashboard.views.stores import conversation_store, every_item
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 
@@ -58,19 +56,16 @@ def index() -> str:
     filters = _filters()
     since, until = _day("since"), _day("until")
     cursor = text_arg("cursor", 500) or None
-    store = conversation_store()
-    try:
-        page = store.list(
-            limit=PAGE_SIZE,
-            cursor=cursor,
-            user_id=filters.get("user_id"),
-            namespace=filters.get("namespace"),
-            since=datetime.combine(since, datetime.min.time()) if since else None,
-            until=datetime.combine(until + timedelta(days=1), datetime.min.time()) if until else None,
-            query=filters.get("q"),
-        )
-    except InvalidNamespace as exc:
-        abort(400, description=str(exc))
+    store = state.conversations()
+    page = store.list(
+        limit=PAGE_SIZE,
+        cursor=cursor,
+        user_id=filters.get("user_id"),
+        namespace=filters.get("namespace"),
+        since=datetime.combine(since, datetime.min.time()) if since else None,
+        until=datetime.combine(until + timedelta(days=1), datetime.min.time()) if until else None,
+        query=filters.get("q"),
+    )
     more_url = url_for("conversations.index", **filters, cursor=page.next_cursor) \
         if page.next_cursor else None
     return render_page(
@@ -101,17 +96,17 @@ def _message_row(message: StoredMessage, analysis: dict[str, Any] | None) -> dic
     }
 
 
-def _full_history(store: ConversationStore, conversation_id: str, count: int) -> list[StoredMessage] | None:
+def _full_history(store: ConversationLog, conversation_id: str, count: int) -> list[StoredMessage] | None:
     if count > ANALYSIS_LIMIT:
         return None
-    return list(every_item(lambda cursor: store.messages(conversation_id, limit=1000, cursor=cursor)))
+    return list(state.every_item(lambda cursor: store.messages(conversation_id, limit=1000, cursor=cursor)))
 
 
 @bp.get("/<conversation_id>")
 def detail(conversation_id: str) -> str:
     """One conversation's messages in order, each with its token estimate, and what compaction
     would do under the configured thresholds (or the ``max_messages``/``max_tokens`` tried here)."""
-    store = conversation_store()
+    store = state.conversations()
     conversation = store.get(conversation_id)
     if conversation is None:
         abort(404, description="No conversation has this id; it may have been deleted or pruned.")

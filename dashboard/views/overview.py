@@ -7,14 +7,13 @@ from typing import Any
 
 from flask import Blueprint
 
+from clawmem import operations
 from clawmem.clock import utc_datetime
+from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
-from clawmem.sql.retention import table_stats
 from clawmem.sql.schema import tables
 from dashboard import state
-from dashboard.views.compaction import configured_thresholds
 from dashboard.views.rendering import format_bytes, format_time, render_page
-from dashboard.views.stores import conversation_store, memory_store
 
 bp = Blueprint("overview", __name__)
 
@@ -32,8 +31,8 @@ def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict
 
 
 def _deletion_commands() -> list[str]:
-    namespaces = state.kv_namespaces()
-    commands = [f"flask claw flush --namespace {state.CONVERSATIONS_NAMESPACE} --dry-run"]
+    namespaces = state.driver().namespaces()
+    commands = ["flask claw prune --older-than 1h --dry-run  (every conversation written until an hour ago)"]
     commands += [f"flask claw flush --namespace {name} --dry-run" for name in namespaces[:MAX_LISTED]]
     if len(namespaces) > MAX_LISTED:
         commands.append(f"… and the same for {len(namespaces) - MAX_LISTED} more namespaces (see Memory)")
@@ -44,11 +43,16 @@ def _deletion_commands() -> list[str]:
 def index() -> str:
     """The three tables, the retention window, unswept keys, the privacy switch and the drivers."""
     settings = state.settings()
-    conversations = conversation_store()
-    store = memory_store()
-    memory_counts = store.counts() if store is not None else None
+    conversations = state.conversations()
+    driver = state.driver()
+    namespaces = driver.namespace_counts()
+    memory_counts = {
+        "total": sum(n.total for n in namespaces),
+        "live": sum(n.live for n in namespaces),
+        "expired": sum(n.expired for n in namespaces),
+    }
     now = utc_datetime(state.clock())
-    found = table_stats(state.engine(), settings.table_prefix)
+    found = operations.table_stats(state.site())
     table_rows = [
         {"name": t.name, "rows": t.rows,
          "size": format_bytes(t.bytes) if t.exists else "missing: run flask claw init-db"}
@@ -62,9 +66,9 @@ def index() -> str:
         "store_messages": settings.store_messages,
         "conversations": counts["conversations"],
         "messages": counts["messages"],
-        "memory_rows": rows[schema.memory.name] if store is not None else None,
+        "memory_rows": memory_counts["total"],
         "newest": format_time(newest),
-        "memory_newest": format_time(store.newest()) if store is not None else None,
+        "memory_newest": format_time(driver.newest_write()),
         "commands": [] if settings.store_messages else _deletion_commands(),
     }
     return render_page(

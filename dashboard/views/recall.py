@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, abort, request, url_for
+from flask import Blueprint, request, url_for
 
-from clawmem.errors import InvalidNamespace
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import validate_namespace
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
@@ -24,7 +23,6 @@ from dashboard.views.rendering import (
     render_page,
     text_arg,
 )
-from dashboard.views.stores import conversation_store
 
 bp = Blueprint("recall", __name__)
 
@@ -41,18 +39,15 @@ STATUS_WORDS = {
 
 
 def _namespace_arg() -> str:
-    namespace = text_arg("namespace", 100) or state.settings().recall_namespace
-    try:
-        return validate_namespace(namespace)
-    except InvalidNamespace as exc:
-        abort(400, description=str(exc))
+    return validate_namespace(text_arg("namespace", 100) or state.settings().recall_namespace)
 
 
 def _namespace_page(selected: str) -> Callable[[], dict[str, Any]]:
     # The namespace picker is on the full page only, so htmx keystrokes never list namespaces.
     # Names only (no per-state counts): the drivers answer this from an index.
     def page() -> dict[str, Any]:
-        return {"namespaces": sorted({*state.kv_namespaces(), state.settings().recall_namespace, selected})}
+        recall_namespace = state.settings().recall_namespace
+        return {"namespaces": sorted({*state.driver().namespaces(), recall_namespace, selected})}
 
     return page
 
@@ -117,7 +112,7 @@ def cold() -> str:
     namespace = _namespace_arg()
     settings = state.settings()
     offset = offset_from_cursor(text_arg("cursor", 200))
-    messages = conversation_store().recent_user_messages(count)
+    messages = state.conversations().recent_user_messages(count)
     entries = state.memory().all(namespace)
     injections = injection_counts((m.content or "" for m in messages), entries, settings.recall_top_k)
     sizes = {key: state.value_bytes(key, value) for key, value in entries.items()}

@@ -6,10 +6,10 @@ from typing import Any
 
 from flask import Blueprint
 
+from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
 from clawmem.settings import ENV_PREFIX, Settings
 from dashboard import state
-from dashboard.views.compaction import configured_thresholds
 from dashboard.views.rendering import render_page
 
 bp = Blueprint("settings", __name__)

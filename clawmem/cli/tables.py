@@ -1,8 +1,8 @@
-"""``flask claw stats | uninstall``: the three tables of the configured prefix as a whole.
+"""``init-db | stats | uninstall``: the three tables of the configured prefix as a whole.
 
-``stats`` is the inspection query for the current dialect; ``uninstall`` drops the prefix's
-tables (and, with ``--files``, the file driver's directory), with the same dry run, confirmation
-and audit line as every deleting command.
+``init-db`` creates them, ``stats`` is the inspection query for the current dialect, and
+``uninstall`` drops them (and, with ``--files``, this site's directory of the file driver), with
+the same dry run, confirmation and audit line as every deleting command.
 """
 
 from __future__ import annotations
@@ -11,13 +11,20 @@ import json
 
 import click
 
+from clawmem import operations
+from clawmem.cli import current_site
+from clawmem.cli.audit import AuditEntry, audited, one_line_errors
+from clawmem.cli.common import confirm_deletion, deleting_options, plural
 from clawmem.errors import redact
-from clawmem.sql.retention import drop_prefix_tables, existing_tables, sqlite_file_bytes, table_stats
-from dashboard import state
-from dashboard.cli import claw
-from dashboard.cli.audit import AuditEntry, audited, one_line_errors
-from dashboard.cli.common import confirm_deletion, deleting_options, plural
-from dashboard.cli.files import remove_store_files, store_files
+from clawmem.sql.sizes import sqlite_file_bytes
+
+
+@click.command("init-db")
+@one_line_errors
+def init_db() -> None:
+    """Create the three tables of the configured prefix (safe to run again)."""
+    click.echo(f"tables ready: {', '.join(operations.init_db(current_site()))}")
+
 
 # -- stats ------------------------------------------------------------------------------------
 
@@ -33,7 +40,7 @@ def human_bytes(size: int | None) -> str:
     return f"{size} B" if unit == 0 else f"{value:.1f} {units[unit]}"
 
 
-@claw.command("stats")
+@click.command("stats")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @one_line_errors
 def stats(as_json: bool) -> None:
@@ -45,9 +52,9 @@ def stats(as_json: bool) -> None:
     MariaDB/MySQL, pg_total_relation_size on PostgreSQL and the dbstat table on SQLite. InnoDB
     and PostgreSQL keep freed space until OPTIMIZE TABLE / VACUUM FULL.
     """
-    settings = state.settings()
-    engine = state.engine()
-    found = table_stats(engine, settings.table_prefix)
+    site = current_site()
+    settings, engine = site.settings, site.engine
+    found = operations.table_stats(site)
     database = redact(settings.database_url)
     if as_json:
         document = {
@@ -65,7 +72,7 @@ def stats(as_json: bool) -> None:
     click.echo(f"{'table':<{width}}  {'rows':>12}  {'size':>10}")
     for table in found:
         if not table.exists:
-            click.echo(f"{table.name:<{width}}  missing: run `flask claw init-db`")
+            click.echo(f"{table.name:<{width}}  missing: run the init-db command")
             continue
         click.echo(f"{table.name:<{width}}  {table.rows:>12,}  {human_bytes(table.bytes):>10}")
     file_bytes = sqlite_file_bytes(engine)
@@ -76,7 +83,7 @@ def stats(as_json: bool) -> None:
 # -- uninstall --------------------------------------------------------------------------------
 
 
-@claw.command("uninstall")
+@click.command("uninstall")
 @click.option("--files", is_flag=True, help="Also remove the file driver's directory (CLAW_FILE_DIR).")
 @deleting_options(listing="Also list the files that go.")
 @audited("uninstall")
@@ -85,36 +92,36 @@ def uninstall(entry: AuditEntry, files: bool, dry_run: bool, yes: bool, verbose:
 
     Every row in them goes.
 
-    Other prefixes' tables are never touched. With --files, also remove the namespace files of
-    the file driver and then its directory; a directory holding anything clawmem did not
-    write is refused before anything is deleted.
+    Other prefixes' tables and files are never touched. With --files, also remove this site's
+    namespace files of the file driver and then their directory; a directory holding anything
+    clawmem did not write is refused before anything is deleted.
     """
-    settings = state.settings()
-    engine = state.engine()
-    present = existing_tables(engine, settings.table_prefix)
-    rows = sum(table.rows or 0 for table in present)
-    directory_files = store_files(settings.file_dir) if files else []
+    site = current_site()
+    preview = operations.uninstall(site, files=files, dry_run=True)
+    directory = operations.site_directory(site)
     entry.counts = {"tables": 0, "rows": 0, "files": 0}
-    for table in present:
+    for table in preview.tables:
         click.echo(f"table {table.name}: {plural(table.rows or 0, 'row')}")
     if files:
-        click.echo(f"directory {settings.file_dir}: {plural(len(directory_files), 'file')}")
+        click.echo(f"directory {directory}: {plural(len(preview.files), 'file')}")
         if verbose:
-            for path in directory_files:
+            for path in preview.files:
                 click.echo(f"  {path}")
-    nothing = not present and not directory_files
-    summary = f"{plural(len(present), 'table')} holding {plural(rows, 'row')}"
+    nothing = not preview.tables and not preview.files
+    summary = f"{plural(len(preview.tables), 'table')} holding {plural(preview.rows, 'row')}"
     if files:
-        summary += f" and remove {plural(len(directory_files), 'file')}"
+        summary += f" and remove {plural(len(preview.files), 'file')}"
     if dry_run:
-        entry.counts = {"tables": len(present), "rows": rows, "files": len(directory_files)}
+        entry.counts = preview.counts()
         click.echo(f"would drop {summary} (dry run: nothing deleted)")
         return
     confirm_deletion(f"Drop {summary}? This cannot be undone.", yes, nothing_to_delete=nothing)
-    dropped = drop_prefix_tables(engine, settings.table_prefix)
-    entry.counts.update(tables=len(dropped), rows=rows)
+    done = operations.uninstall(site, files=files)
+    entry.counts = done.counts()
+    dropped = [table.name for table in done.tables]
     click.echo(f"dropped {plural(len(dropped), 'table')}: {', '.join(dropped) or 'none existed'}")
     if files:
-        removed = remove_store_files(settings.file_dir)
-        entry.counts["files"] = removed
-        click.echo(f"removed {plural(removed, 'file')} and the directory {settings.file_dir}")
+        click.echo(f"removed {plural(len(done.files), 'file')} and the directory {directory}")
+
+
+COMMANDS = [init_db, stats, uninstall]

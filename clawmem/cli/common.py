@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import click
 
+from clawmem.cli.audit import AuditEntry, Refused
 from clawmem.errors import InvalidKey, InvalidNamespace
 from clawmem.memory.rules import validate_key, validate_namespace
 from clawmem.sql.retention import Batch, parse_window
-from dashboard.cli.audit import AuditEntry, Refused
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,8 +52,10 @@ def check_namespace(ctx: click.Context, param: click.Parameter, value: str | Non
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
-def check_key(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def check_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Click callback: the key rule of the memory contract, as a usage error."""
+    if value is None:
+        return None
     try:
         return validate_key(value)
     except InvalidKey as exc:
@@ -123,34 +126,37 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s")) else f"{count} {noun}s"
 
 
-def run_batches(
-    batches: Iterable[Batch], total: int, entry: AuditEntry, verbose: bool, label: str
-) -> tuple[int, int, int]:
-    """Consume conversation batches, counting into ``entry`` as each commits; return
-    ``(conversations, messages, batches)``.
+@contextlib.contextmanager
+def batch_progress(
+    total: int, entry: AuditEntry, verbose: bool, label: str
+) -> Iterator[Callable[[Batch], None]]:
+    """Yield the ``on_batch`` callback of a deleting operation: it counts each committed batch
+    into ``entry`` (so a failed run still records what went) and shows progress.
 
     A terminal gets a progress bar; anything else one plain line per committed batch.
     """
-    done = messages = count = 0
     bar = click.progressbar(length=total, label=label, file=sys.stdout) if stdout_is_terminal() else None
+    done = count = 0
+
+    def report(batch: Batch) -> None:
+        nonlocal done, count
+        count += 1
+        done += batch.conversations
+        entry.add("conversations", batch.conversations)
+        entry.add("messages", batch.messages)
+        if bar is not None:
+            bar.update(batch.conversations)
+        else:
+            click.echo(
+                f"batch {count}: deleted {plural(batch.conversations, 'conversation')} and "
+                f"{plural(batch.messages, 'message')} ({done} of {total})"
+            )
+        if verbose:
+            for conversation_id in batch.conversation_ids:
+                click.echo(f"  deleted conversation {conversation_id}")
+
     try:
-        for batch in batches:
-            if bar is not None:
-                bar.update(batch.conversations)
-            count += 1
-            done += batch.conversations
-            messages += batch.messages
-            entry.add("conversations", batch.conversations)
-            entry.add("messages", batch.messages)
-            if bar is None:
-                click.echo(
-                    f"batch {count}: deleted {plural(batch.conversations, 'conversation')} and "
-                    f"{plural(batch.messages, 'message')} ({done} of {total})"
-                )
-            if verbose:
-                for conversation_id in batch.conversation_ids:
-                    click.echo(f"  deleted conversation {conversation_id}")
+        yield report
     finally:
         if bar is not None:
             bar.render_finish()
-    return done, messages, count

@@ -1,19 +1,32 @@
-"""``flask claw demo``, ``create-admin`` and ``set-password``: demo data and dashboard logins."""
+"""``flask claw``: the core's command group, mounted on the app, plus the dashboard's own
+commands ``demo``, ``create-admin`` and ``set-password``."""
 
 from __future__ import annotations
 
 import click
+from flask import Flask
+from flask.cli import ScriptInfo, with_appcontext
 
+from clawmem.cli import HELP, ClawGroup
+from clawmem.cli.audit import AuditEntry, audited
+from clawmem.cli.common import confirm_deletion
 from clawmem.clock import FakeClock
+from clawmem.conversations import ConversationLog
 from clawmem.memory.registry import open_memory
-from clawmem.sql.conversations import ConversationStore
-from clawmem.sql.retention import present_tables
+from clawmem.site import Site
 from clawmem.sql.schema import create_tables
+from clawmem.sql.sizes import present_tables
 from dashboard import accounts, state
-from dashboard.cli import claw
-from dashboard.cli.audit import AuditEntry, audited
-from dashboard.cli.common import confirm_deletion
 from dashboard.demo import load_demo, remove_demo
+
+
+def _open_site() -> Site:
+    # The app that flask (or a test's CLI runner) loaded for this command.
+    app = click.get_current_context().ensure_object(ScriptInfo).load_app()
+    return state.site_of(app)
+
+
+claw = ClawGroup("claw", _open_site, help=HELP)
 
 
 def _tables_exist() -> bool:
@@ -21,6 +34,7 @@ def _tables_exist() -> bool:
 
 
 @claw.command("demo")
+@with_appcontext
 @click.option("--reset", is_flag=True, help="Delete earlier demo data (and only that) before loading.")
 @click.option("--yes", "-y", is_flag=True, help="With --reset: do not ask for confirmation.")
 @click.option("--if-new", is_flag=True, help="Load only when the tables do not exist yet, as make run does.")
@@ -43,17 +57,18 @@ def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
         )
     create_tables(state.engine(), settings.table_prefix)
     now = state.clock()()
-    # The drivers read this clock; the loader moves it so that entries expire and times spread.
+    # The stores read this clock; the loader moves it so that entries expire and times spread.
     clock = FakeClock(now)
     memory = open_memory(settings, clock)
+    conversations = ConversationLog.from_settings(settings, clock)
     if reset:
         confirm_deletion("Delete the demo's keys and every conversation marked as demo data?", yes)
-        removed = remove_demo(memory, ConversationStore(state.engine(), settings.table_prefix))
+        removed = remove_demo(memory, conversations, settings.subject_namespace)
         entry.counts = {"conversations": removed.conversations, "messages": removed.messages,
                         "keys": removed.entries}
         click.echo(f"removed demo data: {removed.conversations} conversations with "
                    f"{removed.messages} messages, {removed.entries} demo keys")
-    report = load_demo(memory, clock, now)
+    report = load_demo(memory, conversations, clock, now, settings.subject_namespace)
     click.echo(
         f"loaded demo data: {report.entries} keys in {len(report.namespaces)} namespaces "
         f"({', '.join(sorted(report.namespaces))}), {report.conversations} conversations with "
@@ -68,6 +83,7 @@ def _new_password(generate: bool) -> str:
 
 
 @claw.command("create-admin")
+@with_appcontext
 @click.argument("username", default="admin")
 @click.option("--generate", is_flag=True, help="Generate a random password and print it once.")
 @click.option("--if-none", is_flag=True, help="Do nothing when an admin account already exists.")
@@ -89,6 +105,7 @@ def create_admin(username: str, generate: bool, if_none: bool) -> None:
 
 
 @claw.command("set-password")
+@with_appcontext
 @click.argument("username")
 @click.option("--generate", is_flag=True, help="Generate a random password and print it once.")
 def set_password(username: str, generate: bool) -> None:
@@ -102,3 +119,8 @@ def set_password(username: str, generate: bool) -> None:
     if generate:
         click.echo(f"password: {password}")
         click.echo("This password is shown only now; store it somewhere safe.")
+
+
+def init_app(app: Flask) -> None:
+    """Mount the ``claw`` command group on the app's ``flask`` command."""
+    app.cli.add_command(claw)

@@ -21,13 +21,11 @@ from typing import Any, TypeVar
 
 import click
 import sqlalchemy as sa
-from flask import current_app
 
+from clawmem.cli import current_site
 from clawmem.errors import StorageError, redact
 from clawmem.sql.engine import describe_error
-from dashboard import state
 
-AUDIT_FILE = "audit.log"
 HASH_HEX_CHARS = 16
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,8 +88,11 @@ def write_line(descriptor: int, line: str) -> None:
 
 
 def audit_path() -> Path:
-    """Return the current app's audit log path, ``<instance>/audit.log``."""
-    return Path(current_app.instance_path) / AUDIT_FILE
+    """Return the running command's audit log, ``<instance>/audit.log``; the instance folder is
+    created (mode 0700) when it does not exist yet."""
+    path = current_site().audit_path
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -159,7 +160,7 @@ def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
                 entry.outcome, entry.error = "error", type(exc).__name__
                 raise
             finally:
-                moment = datetime.fromtimestamp(state.clock()(), UTC)
+                moment = datetime.fromtimestamp(current_site().clock(), UTC)
                 try:
                     write_line(descriptor, audit_line(entry, moment))
                 except OSError as exc:
