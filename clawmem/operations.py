@@ -13,10 +13,13 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import IO, Any
 
 from clawmem.clock import utc_datetime
 from clawmem.memory.base import MemoryRow
+from clawmem.memory.file import remove_store_files, store_files
+from clawmem.memory.file import site_directory as file_site_directory
 from clawmem.memory.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql import sizes
@@ -334,26 +337,15 @@ def uninstall(site: Site, files: bool = False, dry_run: bool = False) -> Uninsta
         return result
     sizes.drop_prefix_tables(site.engine, site.prefix)
     if files:
-        remove_site_files(site)
+        remove_store_files(site.settings.file_dir, site.prefix)
     return result
 
 
-def site_files(site: Site) -> list[Any]:
-    """Return the file driver's files of this site (none when the directory does not exist)."""
-    from clawmem.memory.file import store_files
-
-    return store_files(site_directory(site))
+def site_files(site: Site) -> list[Path]:
+    """Return the file driver's files of this site (none when it has no directory)."""
+    return store_files(site.settings.file_dir, site.prefix)
 
 
-def remove_site_files(site: Site) -> int:
-    """Remove the file driver's files of this site, then its directory; return how many went."""
-    from clawmem.memory.file import remove_store_files
-
-    return remove_store_files(site_directory(site))
-
-
-def site_directory(site: Site) -> str:
+def site_directory(site: Site) -> Path:
     """Return the file driver's directory for this site."""
-    from clawmem.memory.file import site_directory as directory_of
-
-    return str(directory_of(site.settings.file_dir, site.prefix))
+    return file_site_directory(site.settings.file_dir, site.prefix)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -55,8 +56,16 @@ def add_commands(group: click.Group) -> None:
 def site_from_environment() -> Site:
     """Return the site named by the ``CLAW_*`` environment variables; the instance folder (audit
     log, default SQLite database and file directory) is ``CLAW_INSTANCE_PATH`` or ``./instance``."""
-    instance = os.environ.get("CLAW_INSTANCE_PATH") or "instance"
+    instance = Path(os.environ.get("CLAW_INSTANCE_PATH") or "instance")
+    instance.mkdir(mode=0o700, parents=True, exist_ok=True)
     return Site(Settings.from_env(instance_path=instance))
 
 
-main = ClawGroup("clawmem", site_from_environment, help=HELP)
+main = ClawGroup(
+    "clawmem",
+    site_from_environment,
+    help=HELP,
+    epilog="Settings come from CLAW_* environment variables (CLAW_DATABASE_URL, CLAW_TABLE_PREFIX, "
+    "CLAW_MEMORY_DRIVER, ...). The instance folder, which holds the audit log and the default SQLite "
+    "database, is CLAW_INSTANCE_PATH or ./instance.",
+)

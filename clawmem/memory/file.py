@@ -10,6 +10,7 @@ serialises writers. The stem encodes the namespace injectively (see :func:`names
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -22,7 +23,7 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.errors import CorruptStoreError, InvalidNamespace
-from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, emit_write
+from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, MemoryRow, emit_write
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
@@ -32,6 +33,8 @@ from clawmem.memory.rules import (
 )
 
 STORE_SUFFIX = ".json"
+# Writes go through temporary files named like this; a crash can leave one behind.
+TEMP_PREFIX = ".tmp-"
 LOCK_SUFFIX = ".lock"
 FILE_MODE = 0o600
 DIRECTORY_MODE = 0o700
@@ -93,6 +96,11 @@ def site_directory_name(site: str) -> str:
 def site_directory(file_dir: str | os.PathLike[str], site: str) -> Path:
     """Return the directory under ``file_dir`` (``CLAW_FILE_DIR``) that holds site ``site``."""
     return Path(file_dir) / site_directory_name(site)
+
+
+def _stored_bytes(value: Any) -> int:
+    """Return the size of ``value`` as compact JSON, the form every driver reports."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def _reject_constant(name: str) -> Any:
@@ -197,7 +205,7 @@ class FileMemory(BaseMemory):
             path.unlink(missing_ok=True)
             return
         content = dump_store(store)
-        descriptor, temp_name = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=STORE_SUFFIX)
+        descriptor, temp_name = tempfile.mkstemp(dir=self.directory, prefix=TEMP_PREFIX, suffix=STORE_SUFFIX)
         try:
             with os.fdopen(descriptor, "wb") as temp_file:
                 temp_file.write(content)
@@ -262,6 +270,13 @@ class FileMemory(BaseMemory):
             key: entry["value"] for key, entry in store.items() if not is_expired(entry["expires_at"], now)
         }
 
+    def _records(self, namespace: str) -> list[MemoryRow]:
+        store = self._read(self.path_for(namespace))
+        return [
+            MemoryRow(namespace, key, entry["value"], entry["expires_at"], _stored_bytes(entry["value"]))
+            for key, entry in store.items()
+        ]
+
     def _namespaces(self) -> list[str]:
         try:
             entries = list(os.scandir(self.directory))
@@ -319,3 +334,63 @@ class FileMemory(BaseMemory):
         encoded, value = written[0]
         emit_write(self.name, namespace, key, encoded, ttl)
         return value
+
+
+# -- one site's directory as a whole (uninstall --files) -------------------------------------
+
+
+
+def _is_store_file(name: str) -> bool:
+    stem, suffix = os.path.splitext(name)
+    if suffix == STORE_SUFFIX and stem.startswith(TEMP_PREFIX):
+        return True
+    return suffix in (STORE_SUFFIX, LOCK_SUFFIX) and namespace_of_stem(stem) is not None
+
+
+def store_files(file_dir: str | os.PathLike[str], site: str) -> list[Path]:
+    """Return the file driver's files of site ``site`` (a table prefix) under ``file_dir``
+    (``CLAW_FILE_DIR``), sorted; none if the site has no directory there.
+
+    Only the site's own directory is looked at, never another site's. Raises ``ValueError``
+    naming the first entry in it that the file driver did not write, so that a mistyped
+    ``CLAW_FILE_DIR`` (``/``, a home directory) is never emptied.
+    """
+    root = Path(file_dir)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"CLAW_FILE_DIR {root} is not a directory; refusing to remove it")
+    directory = site_directory(root, site)
+    if not directory.exists():
+        return []
+    if not directory.is_dir() or directory.is_symlink():
+        raise ValueError(f"{directory} is not a directory the file driver made; refusing to remove it")
+    found = []
+    for item in sorted(directory.iterdir()):
+        if not item.is_file() or item.is_symlink() or not _is_store_file(item.name):
+            raise ValueError(
+                f"{directory} holds {item.name!r}, which the file driver did not write; "
+                "nothing was removed (move it away, or remove the directory yourself)"
+            )
+        found.append(item)
+    return found
+
+
+def remove_store_files(file_dir: str | os.PathLike[str], site: str) -> int:
+    """Remove site ``site``'s files and directory under ``file_dir``; return how many files went.
+
+    ``file_dir`` itself goes too once no other site's directory (or anything else) is left in
+    it. Raises ``ValueError`` (before removing anything) if the site's directory holds
+    anything the file driver did not write.
+    """
+    found = store_files(file_dir, site)
+    for path in found:
+        path.unlink(missing_ok=True)
+    directory = site_directory(file_dir, site)
+    if directory.exists():
+        directory.rmdir()
+    try:
+        Path(file_dir).rmdir()
+    except OSError as exc:
+        # rmdir removes only an empty directory: another site's files keep CLAW_FILE_DIR.
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+            raise
+    return len(found)
