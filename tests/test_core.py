@@ -14,6 +14,7 @@ from clawmem.errors import ConfigError, redact
 from clawmem.ids import new_id
 from clawmem.memory.registry import MemoryRegistry, open_memory
 from clawmem.settings import Settings
+from clawmem.subjects import mention_pattern, mentions, subject_of_namespace
 
 
 def test_import_clawmem_does_not_import_flask() -> None:
@@ -104,20 +105,83 @@ def test_redis_driver_names_the_missing_package(tmp_path: Any) -> None:
     assert "pip install redis" in result.stdout
 
 
-def test_open_memory_routes_conversations_to_sql_behind_the_switch(tmp_path: Any) -> None:
-    from clawmem.sql.engine import engine_for
-    from clawmem.sql.schema import create_tables
-
+def test_open_memory_is_the_configured_driver_behind_the_switch(tmp_path: Any) -> None:
     settings = Settings(instance_path=str(tmp_path), memory_driver="array", store_messages=False)
-    create_tables(engine_for(settings.database_url))
     memory = open_memory(settings)
     assert isinstance(memory, clawmem.PrivacyAwareMemory)
     assert memory.store_messages is False
-    router = memory.inner
-    assert isinstance(router.default, clawmem.ArrayMemory)
-    assert isinstance(router.driver_for("conversations"), clawmem.SqlConversationMemory)
+    assert isinstance(memory.inner, clawmem.ArrayMemory)
     memory.set("k", "v")
     assert memory.get("k") is None
+
+
+@pytest.mark.parametrize(
+    ("user_id", "namespace"),
+    [
+        ("cust-42", "user:cust-42"),
+        ("cust_42", "user:cust_42"),
+        ("Cust-42", "user:Cust-42"),
+        ("jane@example.com", "user:.amFuZUBleGFtcGxlLmNvbQ"),
+        ("42", "user:42"),
+        ("é", "user:.w6k"),
+    ],
+)
+def test_subject_namespaces_use_plain_ids_as_they_are_and_encode_the_rest(
+    user_id: str, namespace: str
+) -> None:
+    assert clawmem.subject_namespace(user_id) == namespace
+    assert subject_of_namespace(namespace) == user_id
+
+
+def test_subject_namespaces_are_injective_and_always_valid() -> None:
+    ids = [
+        "a",
+        "A",
+        "a.b",
+        "a:b",
+        "a_b",
+        "a-b",
+        ".YQ",
+        "x" * 95,
+        "x" * 96,
+        "é" * 180,
+        "é" * 179 + "e",
+        " ",
+        "\x00",
+    ]
+    namespaces = [clawmem.subject_namespace(user_id) for user_id in ids]
+    assert len(set(namespaces)) == len(ids)
+    assert all(len(namespace) <= 100 and ".." not in namespace for namespace in namespaces)
+    # Too long for base64 too: a hash, which cannot be read back but never collides in practice.
+    assert subject_of_namespace(clawmem.subject_namespace("é" * 180)) is None
+
+
+def test_subject_template_is_checked_and_followed() -> None:
+    assert clawmem.subject_namespace("cust-42", "tenant-a.people.{user_id}") == "tenant-a.people.cust-42"
+    for template in ("user", "{user_id}{user_id}", "bad space {user_id}", "x..{user_id}"):
+        with pytest.raises(ConfigError, match="CLAW_SUBJECT_NAMESPACE"):
+            clawmem.subject_namespace("cust-42", template)
+    with pytest.raises(ConfigError, match="CLAW_SUBJECT_NAMESPACE"):
+        Settings.from_env({"CLAW_SUBJECT_NAMESPACE": "people"})
+    with pytest.raises(ValueError, match="non-empty"):
+        clawmem.subject_namespace("")
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("ticket for cust-42", True),
+        ("cust-42's order", True),
+        ('{"customer":"cust-42"}', True),
+        ("cust-420", False),
+        ("xcust-42", False),
+        ("cust-42b", False),
+        ("cust-42_", True),
+        ("acust-42é", False),
+    ],
+)
+def test_a_mention_is_the_id_as_a_whole_token(text: str, found: bool) -> None:
+    assert mentions(mention_pattern("cust-42"), "key", text) is found
 
 
 def test_listener_errors_are_logged_and_never_break_the_operation(caplog: Any) -> None:

@@ -257,7 +257,7 @@ def test_backend_failure_skips_recall_and_logs_the_class_only(
 ) -> None:
     memory = FileMemory(tmp_path, clock=clock)
     memory.set("pets", "has a cat")
-    (tmp_path / "default.json").write_text('{"pets": "has a cat named Whiskers', encoding="utf-8")
+    memory.path_for("default").write_text('{"pets": "has a cat named Whiskers', encoding="utf-8")
     with pytest.raises(StorageError) as failure:
         memory.all()
     caplog.set_level(logging.WARNING)

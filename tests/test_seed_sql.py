@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from clawmem.memory.conversations import SqlConversationMemory
+from clawmem.clock import FakeClock
+from clawmem.conversations import ConversationLog
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
@@ -81,14 +82,16 @@ def test_inspection_query_returns_exactly_the_three_tables(wp_engine: Any) -> No
 
 
 def test_retention_deletes_remove_exactly_the_old_rows(wp_engine: Any) -> None:
-    conversations = SqlConversationMemory(wp_engine, prefix="wp_")
     with wp_engine.connect() as conn:
         now = conn.exec_driver_sql("SELECT NOW()").scalar()
+    # The log stamps rows with its clock, read as UTC; set it to the server's NOW() minus the age.
+    clock = FakeClock(now.replace(tzinfo=UTC).timestamp())
+    conversations = ConversationLog(wp_engine, prefix="wp_", clock=clock)
     ages = {"old1": 200, "old2": 91, "young1": 89, "young2": 1}
     for key, days in ages.items():
-        created = (now - timedelta(days=days)).isoformat()
+        clock.now = now.replace(tzinfo=UTC).timestamp() - days * 86_400
         history = [{"role": "user", "content": f"{key} question"}, {"role": "assistant", "content": "answer"}]
-        conversations.set(key, {"created_at": created, "history": history}, "conversations")
+        conversations.append(key, history)
     schema = tables("wp_")
     with wp_engine.connect() as conn:
         conn.execute(
@@ -98,7 +101,7 @@ def test_retention_deletes_remove_exactly_the_old_rows(wp_engine: Any) -> None:
 
     deleted = [run_as_written(wp_engine, statement)[1] for statement in RETENTION]
     assert deleted == [4, 2]
-    assert sorted(conversations.all("conversations")) == ["young1", "young2"]
+    assert sorted(c.id for c in conversations.list().items) == ["young1", "young2"]
     with wp_engine.connect() as conn:
         remaining = conn.execute(sa.select(schema.messages.c.conversation_id).distinct()).scalars().all()
     assert sorted(remaining) == ["young1", "young2"]

@@ -1,4 +1,4 @@
-"""SqlMemory and SqlConversationMemory on real SQLite, MariaDB and PostgreSQL."""
+"""SqlMemory and the conversation log on real SQLite, MariaDB and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 import clawmem
-from clawmem.memory.conversations import SqlConversationMemory
+from clawmem.conversations import ConversationLog
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import create_engine
-from clawmem.sql.kv import MemoryStore
 from clawmem.sql.schema import tables
 from tests.conftest import sql_url
 
@@ -57,12 +56,13 @@ def test_large_value_and_message_round_trip_byte_identical(engine: Any, prefix: 
     assert memory.get("big") == value
     assert memory.get("big").encode() == value.encode()
 
-    conversations = SqlConversationMemory(engine, prefix=prefix, clock=clock)
+    conversations = ConversationLog(engine, prefix=prefix, clock=clock)
     message = "🦀é\u200d" * (5 * 1024 * 1024 // 9)
     assert len(message.encode()) > 4_900_000
-    conversations.set("c1", {"history": [{"role": "user", "content": message}]}, "conversations")
-    stored = conversations.get("c1", "conversations")["history"][0]["content"]
-    assert stored.encode() == message.encode()
+    conversations.append("c1", [{"role": "user", "content": message}])
+    loaded = conversations.load("c1")
+    assert loaded is not None
+    assert loaded.messages[0].content.encode() == message.encode()
 
 
 def test_two_prefixes_never_see_each_other(engine: Any, prefix: str, clock: Any) -> None:
@@ -111,7 +111,7 @@ def test_database_error_message_holds_no_value_text(engine: Any, prefix: str) ->
         tables(prefix).memory.create(engine)
 
 
-def test_memory_store_counts_one_namespace_as_the_namespace_listing_does(
+def test_counts_of_one_namespace_agree_with_the_namespace_listing(
     engine: Any, prefix: str, clock: Any
 ) -> None:
     memory = SqlMemory(engine, prefix=prefix, clock=clock)
@@ -119,7 +119,7 @@ def test_memory_store_counts_one_namespace_as_the_namespace_listing_does(
         memory.set(f"k{n}", n, "crm", ttl=None if n else 1)
     memory.set("k", 1, "crm.archive")
     clock.advance(10)
-    store = MemoryStore(engine, prefix, clock=clock)
-    listed = {row.namespace: row.total for row in store.namespaces()}
-    assert store.count("crm") == listed["crm"] == 4  # the expired, unswept row counts
-    assert store.count("crm.archive") == 1 and store.count("empty") == 0
+    listed = {row.namespace: row.total for row in memory.namespace_counts()}
+    assert memory.count("crm") == listed["crm"] == 4  # the expired, unswept row counts
+    assert memory.count("crm.archive") == 1 and memory.count("empty") == 0
+    assert len(memory.records("crm")) == 4
