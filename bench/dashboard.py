@@ -75,7 +75,7 @@ def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> 
     def conversation_rows() -> Iterator[dict[str, Any]]:
         for number in range(conversations):
             created = start + timedelta(seconds=number * 600 + chooser.randint(0, 300))
-            yield {"id": new_id(), "namespace": "conversations", "user_id": f"cust-{number % 4000}",
+            yield {"id": new_id(), "namespace": "default", "user_id": f"cust-{number % 4000}",
                    "title": _sentence(chooser, 4), "metadata": None, "created_at": created,
                    "updated_at": created + timedelta(minutes=30)}
 

@@ -101,7 +101,7 @@ def _load(engine: sa.engine.Engine, prefix: str, conversations: int) -> None:
         pending_conversations.append(
             {
                 "id": conversation_id,
-                "namespace": "conversations",
+                "namespace": "default",
                 "user_id": f"user{n % 997}",
                 "title": f"Order {n}",
                 "metadata": None,
