@@ -32,7 +32,18 @@ SUMMARY_INSTRUCTION = "Summarise the conversation above in 2\u20133 sentences. B
 BYTES_PER_TOKEN = 4
 
 Message = Mapping[str, Any]
-Summarizer = Callable[[list[dict[str, Any]]], str]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a summariser may return instead of plain text: the text and the provider's token
+    usage for the call that made it."""
+
+    text: str
+    usage: Mapping[str, Any] | None = None
+
+
+Summarizer = Callable[[list[dict[str, Any]]], "str | Summary"]
 
 
 def message_bytes(message: Message) -> int:
@@ -74,7 +85,9 @@ class CompactionResult:
 
     ``reason`` is the trigger that tripped (``"messages"``, ``"tokens"``) even when compaction
     did not fire; ``summary`` is the summary text; ``error`` is the summariser's exception class
-    when it failed; ``provider_calls`` is 1 when the summariser called a provider, else 0.
+    when it failed; ``provider_calls`` is 1 when the summariser called a provider, else 0, and
+    ``usage`` is that call's token usage when the provider reported it. ``history[start:boundary]``
+    of the input is what the summary replaced.
     """
 
     fired: bool
@@ -88,6 +101,14 @@ class CompactionResult:
     summarised: int = 0
     summary: str | None = None
     error: str | None = None
+    start: int = 0
+    boundary: int = 0
+    usage: Mapping[str, Any] | None = None
+
+    @property
+    def summarised_range(self) -> range:
+        """Return the indices of the input history that the summary replaced (empty unless fired)."""
+        return range(self.start, self.boundary) if self.fired else range(0)
 
 
 class HistoryCompactor:
@@ -152,7 +173,7 @@ class HistoryCompactor:
         events.emit(
             "compaction.before", reason=reason, messages=len(messages), bytes=size, summarised=len(old)
         )
-        summary, error = self._summarise(old)
+        summary, usage, error = self._summarise(old)
         compacted = [
             *messages[:start],
             {"role": "assistant", "content": SUMMARY_PREFIX + summary},
@@ -170,6 +191,9 @@ class HistoryCompactor:
             summarised=len(old),
             summary=summary,
             error=error,
+            start=start,
+            boundary=boundary,
+            usage=usage,
         )
         events.emit(
             "compaction.after",
@@ -179,20 +203,25 @@ class HistoryCompactor:
             bytes_before=result.bytes_before,
             bytes_after=result.bytes_after,
             provider_calls=result.provider_calls,
+            usage=dict(usage) if usage else None,
             failed=error is not None,
         )
         return result
 
-    def _summarise(self, old: list[dict[str, Any]]) -> tuple[str, str | None]:
+    def _summarise(self, old: list[dict[str, Any]]) -> tuple[str, Mapping[str, Any] | None, str | None]:
         try:
             summary = self.summarizer([dict(message) for message in old])
-            if not isinstance(summary, str):
-                raise TypeError(f"a summariser must return str, got {type(summary).__name__}")
+            if isinstance(summary, Summary):
+                text, usage = summary.text, summary.usage
+            elif isinstance(summary, str):
+                text, usage = summary, None
+            else:
+                raise TypeError(f"a summariser must return str or Summary, got {type(summary).__name__}")
         except Exception as exc:  # any summariser failure: the turn goes on without a summary
             # The class only: the message may quote conversation text.
             log.warning("compaction summary unavailable: %s", type(exc).__name__)
-            return SUMMARY_UNAVAILABLE, type(exc).__name__
-        return (summary.strip() or SUMMARY_UNAVAILABLE), None
+            return SUMMARY_UNAVAILABLE, None, type(exc).__name__
+        return (text.strip() or SUMMARY_UNAVAILABLE), usage, None
 
 
 class ProviderSummarizer:
@@ -203,9 +232,10 @@ class ProviderSummarizer:
     def __init__(self, provider: Any) -> None:
         self.provider = provider
 
-    def __call__(self, messages: list[dict[str, Any]]) -> str:
-        """Return the provider's summary text; raises whatever the provider raises."""
-        return self.provider.complete([*messages, {"role": "user", "content": SUMMARY_INSTRUCTION}]).text
+    def __call__(self, messages: list[dict[str, Any]]) -> Summary:
+        """Return the provider's summary and the call's token usage; raises whatever the provider raises."""
+        reply = self.provider.complete([*messages, {"role": "user", "content": SUMMARY_INSTRUCTION}])
+        return Summary(reply.text, reply.usage)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -280,35 +310,39 @@ def as_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
     ]
 
 
-def _first_fire(compactor: HistoryCompactor, history: Sequence[dict[str, Any]]) -> int:
-    """Return the smallest n for which ``history[:n]`` trips a threshold; ``history`` must trip one.
-
-    Both triggers only grow as messages are added, so a binary search over prefixes finds it.
-    """
-    low, high = 1, len(history)
-    while low < high:
-        middle = (low + high) // 2
-        if compactor.trigger(history[:middle]) is None:
-            low = middle + 1
-        else:
-            high = middle
-    return low
+def first_crossings(history: Sequence[Message], max_messages: int, max_tokens: int) -> dict[str, int]:
+    """Return, per threshold that ``history`` exceeds, the 1-based message at which it was first
+    exceeded: ``{"messages": 21, "tokens": 18}``. Thresholds of 0 are off and never listed."""
+    found: dict[str, int] = {}
+    if max_messages > 0 and len(history) > max_messages:
+        found["messages"] = max_messages + 1
+    if max_tokens > 0:
+        size = 0
+        for position, message in enumerate(history, start=1):
+            size += message_bytes(message)
+            if size // BYTES_PER_TOKEN > max_tokens:
+                found["tokens"] = position
+                break
+    return found
 
 
 def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: int) -> dict[str, Any]:
     """Return what compaction would do to this history under the given thresholds (0 = off).
 
-    Keys: ``enabled``, ``reason`` (trigger now or ``None``), ``first_fire`` (1-based message
-    at which a threshold is first exceeded), ``summarised_ids`` / ``kept_ids``, counts, bytes,
-    tokens, and a local extractive ``summary`` of what would be summarised.
+    Keys: ``enabled``, ``reason`` (the threshold that was exceeded first, or ``None``),
+    ``first_fire`` (the 1-based message at which it was), ``crossings`` (each exceeded threshold
+    with its first message), ``summarised_ids``, counts, bytes, tokens, and a local extractive
+    ``summary`` of what would be summarised.
     """
     history = as_history(messages)
     compactor = HistoryCompactor(ExtractiveSummarizer(), max_messages=max_messages, max_tokens=max_tokens)
-    reason = compactor.trigger(history)
+    crossings = first_crossings(history, max_messages, max_tokens)
+    # The earlier crossing is the one that fired; on a tie, the message count is named.
+    reason = min(crossings, key=lambda name: (crossings[name], name != "messages")) if crossings else None
     start, boundary = split_history(history)
     summarised = slice(start, boundary) if reason else slice(0, 0)
     old = history[summarised]
-    fires_at = _first_fire(compactor, history) if reason else None
+    fires_at = crossings[reason] if reason else None
     size = history_bytes(history)
     return {
         **thresholds(max_messages, max_tokens),
@@ -317,6 +351,7 @@ def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: in
         "bytes": size,
         "reason": reason,
         "first_fire": fires_at,
+        "crossings": crossings,
         "first_fire_id": messages[fires_at - 1].id if fires_at else None,
         "summarised_ids": {m.id for m in messages[summarised]},
         "summarised_count": len(old),

@@ -6,14 +6,17 @@ user message is clean; each finding therefore says which part of the text matche
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from clawmem import events
 from clawmem.errors import GuardBlocked
 from clawmem.prompt import USER_MESSAGE, GuardFinding, Span
 from clawmem.recall import AugmentResult
+from clawmem.settings import PII_GUARD_MODES
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}(?![A-Za-z])")
 # 13-19 digits, optionally split by single spaces or dashes; the whole digit run must qualify.
@@ -60,20 +63,49 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], Callable[[str], bool] | None], ...] 
 )
 
 
+# What a redacted match becomes, per pattern.
+REDACTIONS = {"email": "[email]", "card number": "[card]", "SSN": "[ssn]", "phone number": "[phone]"}
+_MEMORY_KEY = "memory key "
+
+
 class Guard(Protocol):
-    """A check over the augmented text: returns findings, raises ``GuardBlocked`` to stop the turn."""
+    """A check over the augmented text of a turn, before it leaves the host.
 
-    def check(self, augmented: AugmentResult | str) -> list[GuardFinding]: ...
-
-
-def scan(text: str, spans: tuple[Span, ...] | list[Span] = ()) -> list[GuardFinding]:
-    """Return the distinct (pattern, source) findings in ``text``, in order of first match.
-
-    A match is attributed to the span that contains its start; text outside every span (or
-    with no spans at all) counts as the user message.
+    ``apply`` returns the text to send (the same result, or one with matches redacted) with its
+    findings added, or raises ``GuardBlocked`` to stop the turn.
     """
+
+    def check(self, augmented: AugmentResult | str) -> list[GuardFinding]:
+        """Return the findings; in ``block`` mode raise :class:`GuardBlocked` when there are any."""
+        findings = self.find(augmented)
+        if findings and self.mode == "block":
+            self._block(findings)
+        return findings
+
+    def _block(self, findings: list[GuardFinding]) -> None:
+        events.emit(
+            "guard.blocked",
+            guard=self.name,
+            findings=[{"pattern": finding.pattern, "source": finding.source} for finding in findings],
+        )
+        described = "; ".join(f"{finding.pattern} found in {finding.source}" for finding in findings)
+        raise GuardBlocked(f"PII guard blocked the turn: {described}", tuple(findings))
+
+    def apply(self, augmented: AugmentResult) -> AugmentResult: ...
+
+
+@dataclass(frozen=True)
+class _Match:
+    start: int
+    end: int
+    finding: GuardFinding
+
+
+def _matches(text: str, spans: Sequence[Span] = ()) -> list[_Match]:
+    """Return every non-overlapping match in ``text`` in order, each attributed to the span that
+    contains its start (text outside every span counts as the user message)."""
     claimed: list[tuple[int, int]] = []
-    located: list[tuple[int, GuardFinding]] = []
+    found: list[_Match] = []
     for name, regex, accept in PATTERNS:
         for match in regex.finditer(text):
             start, end = match.span()
@@ -83,47 +115,124 @@ def scan(text: str, spans: tuple[Span, ...] | list[Span] = ()) -> list[GuardFind
                 continue
             claimed.append((start, end))
             source = next((span.source for span in spans if span.start <= start < span.end), USER_MESSAGE)
-            located.append((start, GuardFinding(name, source)))
+            found.append(_Match(start, end, GuardFinding(name, source)))
+    return sorted(found, key=lambda match: match.start)
+
+
+def _distinct(matches: Sequence[_Match]) -> list[GuardFinding]:
     findings: list[GuardFinding] = []
-    for _, finding in sorted(located, key=lambda item: item[0]):
-        if finding not in findings:
-            findings.append(finding)
+    for match in matches:
+        if match.finding not in findings:
+            findings.append(match.finding)
     return findings
 
 
-class PiiGuard:
-    """Detects email addresses, card numbers (Luhn-checked), US SSNs and phone numbers.
+def scan(text: str, spans: Sequence[Span] = ()) -> list[GuardFinding]:
+    """Return the distinct (pattern, source) findings in ``text``, in order of first match.
 
-    With ``block=True`` :meth:`check` raises :class:`clawmem.errors.GuardBlocked`; with
-    ``block=False`` it only returns the findings.
+    A match is attributed to the span that contains its start; text outside every span (or
+    with no spans at all) counts as the user message.
+    """
+    return _distinct(_matches(text, spans))
+
+
+def redact(text: str, spans: Sequence[Span], matches: Sequence[_Match]) -> tuple[str, tuple[Span, ...]]:
+    """Return ``text`` with each match replaced by its label (``[email]``...) and the spans moved
+    to where their text now is."""
+    parts: list[str] = []
+    edges: list[tuple[int, int, int]] = []  # (old start, old end, new end) of each match
+    cursor = written = 0
+    for match in matches:
+        label = REDACTIONS[match.finding.pattern]
+        parts.extend([text[cursor : match.start], label])
+        written += match.start - cursor + len(label)
+        edges.append((match.start, match.end, written))
+        cursor = match.end
+    parts.append(text[cursor:])
+
+    def moved(position: int) -> int:
+        shift = 0
+        for start, end, new_end in edges:
+            if position >= end:
+                shift = new_end - end
+            elif position > start:
+                return new_end  # inside a match: the end of its label
+            else:
+                break
+        return position + shift
+
+    return "".join(parts), tuple(Span(moved(span.start), moved(span.end), span.source) for span in spans)
+
+
+class PiiGuard:
+    """Detects email addresses, card numbers (Luhn-checked), US SSNs and phone numbers in the
+    augmented text of a turn.
+
+    ``mode`` says what a finding does: ``block`` stops the turn (``GuardBlocked``), ``redact``
+    replaces each match with ``[email]``, ``[card]``, ``[ssn]`` or ``[phone]`` before the text
+    leaves the host, ``warn`` only reports, and ``off`` does not scan. Matches in the line of a
+    memory key listed in ``allow_keys`` (operator-curated contact details) are ignored.
     """
 
     name = "pii"
 
-    def __init__(self, block: bool = True) -> None:
-        self.block = block
+    def __init__(self, mode: str = "block", allow_keys: Iterable[str] = ()) -> None:
+        if mode not in PII_GUARD_MODES:
+            raise ValueError(f"PII guard mode must be one of {', '.join(PII_GUARD_MODES)}, got {mode!r}")
+        self.mode = mode
+        self.allow_keys = frozenset(allow_keys)
 
     def __repr__(self) -> str:
-        return f"PiiGuard(block={self.block!r})"
+        return f"PiiGuard(mode={self.mode!r}, allow_keys={sorted(self.allow_keys)!r})"
+
+    def _matches(self, augmented: AugmentResult | str) -> list[_Match]:
+        if isinstance(augmented, AugmentResult):
+            found = _matches(augmented.text, augmented.spans)
+        elif isinstance(augmented, str):
+            found = _matches(augmented)
+        else:
+            raise TypeError(f"expected an AugmentResult or str, got {type(augmented).__name__}")
+        allowed = {_MEMORY_KEY + key for key in self.allow_keys}
+        return [match for match in found if match.finding.source not in allowed]
 
     def find(self, augmented: AugmentResult | str) -> list[GuardFinding]:
-        """Return every finding in the augmented text (or plain user text); never raises."""
-        if isinstance(augmented, AugmentResult):
-            return scan(augmented.text, augmented.spans)
-        if not isinstance(augmented, str):
-            raise TypeError(f"expected an AugmentResult or str, got {type(augmented).__name__}")
-        return scan(augmented)
+        """Return every finding the mode would act on (allowed keys left out); never raises.
+        ``off`` finds nothing."""
+        return [] if self.mode == "off" else _distinct(self._matches(augmented))
 
     def check(self, augmented: AugmentResult | str) -> list[GuardFinding]:
-        """Return the findings; when blocking and any exist, emit ``guard.blocked`` and raise
-        :class:`clawmem.errors.GuardBlocked` naming each pattern and its source."""
+        """Return the findings; in ``block`` mode raise :class:`GuardBlocked` when there are any."""
         findings = self.find(augmented)
-        if findings and self.block:
-            events.emit(
-                "guard.blocked",
-                guard=self.name,
-                findings=[{"pattern": finding.pattern, "source": finding.source} for finding in findings],
-            )
-            described = "; ".join(f"{finding.pattern} found in {finding.source}" for finding in findings)
-            raise GuardBlocked(f"PII guard blocked the turn: {described}", tuple(findings))
+        if findings and self.mode == "block":
+            self._block(findings)
         return findings
+
+    def _block(self, findings: list[GuardFinding]) -> None:
+        events.emit(
+            "guard.blocked",
+            guard=self.name,
+            findings=[{"pattern": finding.pattern, "source": finding.source} for finding in findings],
+        )
+        described = "; ".join(f"{finding.pattern} found in {finding.source}" for finding in findings)
+        raise GuardBlocked(f"PII guard blocked the turn: {described}", tuple(findings))
+
+    def apply(self, augmented: AugmentResult) -> AugmentResult:
+        """Return the result to send, its ``findings`` extended; redacted in ``redact`` mode.
+
+        Raises :class:`clawmem.errors.GuardBlocked` in ``block`` mode when anything is found,
+        after emitting ``guard.blocked``; the message names each pattern and its source, never
+        the text.
+        """
+        if self.mode == "off":
+            return augmented
+        matches = self._matches(augmented)
+        findings = _distinct(matches)
+        if not findings:
+            return augmented
+        if self.mode == "block":
+            self._block(findings)
+        found = (*augmented.findings, *findings)
+        if self.mode == "warn":
+            return dataclasses.replace(augmented, findings=found)
+        text, spans = redact(augmented.text, augmented.spans, matches)
+        return dataclasses.replace(augmented, text=text, spans=spans, findings=found)

@@ -5,27 +5,26 @@
 3. Run the guards on the augmented text.
 4. Compact the history plus the augmented message.
 5. Call the provider.
-6. Append the ORIGINAL user message, the reply and any tool rows in one
-   :meth:`ConversationLog.append`, which the privacy switch gates.
+6. Append the ORIGINAL user message, the reply, any tool rows and, when compaction fired, its
+   summary as a checkpoint, in one :meth:`ConversationLog.append`, which the privacy switch gates.
 
-Compaction only shapes what is sent: the stored messages are never rewritten, and the augmented
-text is never stored (recall happens afresh each turn). Nothing is stored when a guard blocks
-or the provider fails.
+Stored messages are never rewritten: a checkpoint is a new ``summary`` row that the next turn
+loads in place of the messages it covers. The augmented text is never stored (recall happens
+afresh each turn). Nothing is stored when a guard blocks or the provider fails.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from clawmem import events
 from clawmem.clock import Clock
-from clawmem.compaction import CompactionResult, ExtractiveSummarizer, HistoryCompactor
+from clawmem.compaction import SUMMARY_PREFIX, CompactionResult, ExtractiveSummarizer, HistoryCompactor
 from clawmem.conversations import ConversationLog, Message, StoredMessage, validate_conversation_id
-from clawmem.guards import Guard, GuardFinding, PiiGuard
+from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
@@ -41,7 +40,9 @@ TITLE_CHARS = 80
 class Reply:
     """The outcome of one turn: the reply text, where it was saved, and how the prompt was built.
 
-    ``augment.findings`` holds what non-blocking guards found.
+    ``augment`` is what was sent (redacted when a guard redacted it) and its ``findings`` what
+    non-blocking guards found; ``usage`` is the provider's token usage for the turn's call, when
+    it reports one (the compaction's own call is in ``compaction.usage``).
     """
 
     text: str
@@ -50,6 +51,7 @@ class Reply:
     augment: AugmentResult
     compaction: CompactionResult
     tool_calls: tuple[ToolCall, ...] = ()
+    usage: Mapping[str, int] | None = None
 
 
 def title_from(message: str) -> str | None:
@@ -88,12 +90,38 @@ def provider_history(messages: Iterable[StoredMessage]) -> list[dict[str, Any]]:
     return history
 
 
+def checkpoint(compaction: CompactionResult, covered: Sequence[StoredMessage]) -> Message:
+    """Return the ``summary`` message that stores a fired compaction as a checkpoint.
+
+    Its content is what the provider was sent in place of the ``covered`` messages; its
+    ``tool_input`` says which messages it covers (the first and last id, and how many, counting
+    those an earlier checkpoint in ``covered`` stood for) and what the summary cost.
+    """
+    first, count = covered[0].id, 0
+    for message in covered:
+        covers = (
+            message.tool_input.get("covers") if message.role == "summary" and message.tool_input else None
+        )
+        if covers and message is covered[0]:
+            first = covers.get("from", first)
+        count += covers.get("messages", 1) if covers else 1
+    record = {
+        "covers": {"from": first, "to": covered[-1].id, "messages": count},
+        "provider_calls": compaction.provider_calls,
+        "usage": dict(compaction.usage) if compaction.usage else None,
+    }
+    return Message("summary", SUMMARY_PREFIX + (compaction.summary or ""), None, record)
+
+
 class Claw:
     """Runs turns against a key/value memory, a conversation log and a provider.
 
     ``augmenter`` defaults to recall from namespace ``default`` with top 3, ``compactor`` to
     one whose thresholds are off, ``guards`` to ``[PiiGuard()]`` (pass ``[]`` for none), and
-    ``subject_template`` to ``user:{user_id}`` (where a subject's own facts live).
+    ``subject_template`` to ``user:{user_id}`` (where a subject's own facts live). With
+    ``checkpoints`` (the default) a compaction's summary is stored as a ``summary`` message, so
+    the next turn starts from it and no message is summarised twice; without, compaction is
+    transient and summarises again on every turn.
     """
 
     def __init__(
@@ -106,6 +134,7 @@ class Claw:
         guards: Iterable[Guard] | None = None,
         clock: Clock = time.time,
         subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
+        checkpoints: bool = True,
     ) -> None:
         self.memory = memory
         self.conversations = conversations
@@ -115,11 +144,14 @@ class Claw:
         self.guards: list[Guard] = [PiiGuard()] if guards is None else list(guards)
         self.clock = clock
         self.subject_template = validate_template(subject_template)
+        self.checkpoints = checkpoints
 
     @classmethod
-    def from_settings(cls, settings: Settings, provider: Provider, clock: Clock = time.time) -> Claw:
-        """Return a Claw on the site's memory and conversation log, with recall, subjects and
-        compaction as configured.
+    def from_settings(
+        cls, settings: Settings, provider: Provider, clock: Clock = time.time, guards: Iterable[Guard] = ()
+    ) -> Claw:
+        """Return a Claw on the site's memory and conversation log, with recall, subjects,
+        compaction and the PII guard as configured, followed by any other ``guards``.
 
         Compaction summarises locally (:class:`ExtractiveSummarizer`), so no content leaves the host.
         """
@@ -135,8 +167,10 @@ class Claw:
             provider,
             augmenter,
             compactor,
+            [PiiGuard(settings.pii_guard, settings.allowed_pii_keys), *guards],
             clock=clock,
             subject_template=settings.subject_namespace,
+            checkpoints=settings.compact_persist,
         )
 
     def send(self, message: str, conversation_id: str | None = None, user_id: str = "") -> Reply:
@@ -156,23 +190,23 @@ class Claw:
         with events.run_context(run_id):
             stored = self.conversations.load(conversation_id) if conversation_id else None
             conversation_id = conversation_id or new_id()
-            history = provider_history(stored.messages) if stored else []
+            rows = [row for row in stored.messages if row.role != "recall"] if stored else []
             subject = subject_namespace(user_id, self.subject_template) if user_id else None
             augment = self.augmenter.augment(message, subject)
-            findings: list[GuardFinding] = []
             for guard in self.guards:
-                findings.extend(guard.check(augment))
-            augment = dataclasses.replace(augment, findings=tuple(findings))
-            compaction = self.compactor.apply([*history, {"role": "user", "content": augment.text}])
-            answer = self.provider.complete(list(compaction.history))
-            self.conversations.append(
-                conversation_id,
-                [
-                    Message("user", message),
-                    Message("assistant", answer.text),
-                    *tool_rows(answer.tool_calls),
-                ],
-                user_id=user_id,
-                title=title_from(message),
+                augment = guard.apply(augment)
+            compaction = self.compactor.apply(
+                [*provider_history(rows), {"role": "user", "content": augment.text}]
             )
-        return Reply(answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls)
+            answer = self.provider.complete(list(compaction.history))
+            added = [
+                Message("user", message),
+                Message("assistant", answer.text),
+                *tool_rows(answer.tool_calls),
+            ]
+            if self.checkpoints and compaction.fired and compaction.error is None:
+                added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
+            self.conversations.append(conversation_id, added, user_id=user_id, title=title_from(message))
+        return Reply(
+            answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage
+        )

@@ -14,6 +14,8 @@ from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 
 ENV_PREFIX = "CLAW_"
+# The modes of clawmem.guards.PiiGuard (named here so that settings stand below the guards).
+PII_GUARD_MODES = ("block", "redact", "warn", "off")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -62,15 +64,27 @@ class Settings:
     retention_days: int | None = None
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     subject_namespace: str = DEFAULT_SUBJECT_NAMESPACE
+    compact_persist: bool = True
+    pii_guard: str = "block"
+    pii_allow_keys: str = ""
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
         validate_template(self.subject_namespace)
+        if self.pii_guard not in PII_GUARD_MODES:
+            raise ConfigError(
+                f"{ENV_PREFIX}PII_GUARD must be one of {', '.join(PII_GUARD_MODES)}, got {self.pii_guard!r}"
+            )
         instance = Path(self.instance_path)
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")
         if not self.file_dir:
             object.__setattr__(self, "file_dir", str(instance / "memory"))
+
+    @property
+    def allowed_pii_keys(self) -> tuple[str, ...]:
+        """Return the memory keys of ``CLAW_PII_ALLOW_KEYS`` (comma-separated, blanks dropped)."""
+        return tuple(key.strip() for key in self.pii_allow_keys.split(",") if key.strip())
 
     @classmethod
     def setting_names(cls) -> list[str]:
@@ -91,7 +105,7 @@ class Settings:
                 continue
             raw = values[name]
             attribute = name.lower()
-            if attribute == "store_messages":
+            if attribute in {"store_messages", "compact_persist"}:
                 parsed[attribute] = _parse_bool(name, raw)
             elif attribute in {"recall_top_k", "compact_max_messages", "compact_max_tokens"}:
                 parsed[attribute] = _parse_int(name, raw)
@@ -99,8 +113,9 @@ class Settings:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:
                 parsed[attribute] = str(raw)
-        if "memory_driver" in parsed:
-            parsed["memory_driver"] = parsed["memory_driver"].strip().lower()
+        for attribute in ("memory_driver", "pii_guard"):
+            if attribute in parsed:
+                parsed[attribute] = parsed[attribute].strip().lower()
         return cls(**parsed)
 
     @classmethod

@@ -17,7 +17,7 @@ from clawmem.skills import Skill, SkillRegistry
 
 
 def patterns(text: str) -> list[str]:
-    return [finding.pattern for finding in PiiGuard(block=False).check(text)]
+    return [finding.pattern for finding in PiiGuard("warn").check(text)]
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_luhn() -> None:
 
 def test_findings_are_distinct_and_in_text_order() -> None:
     text = "call 555-123-4567 or mail a@b.io or b@c.io"
-    assert PiiGuard(block=False).check(text) == [
+    assert PiiGuard("warn").check(text) == [
         GuardFinding("phone number", "user message"),
         GuardFinding("email", "user message"),
     ]
@@ -109,7 +109,7 @@ def test_sources_split_between_user_text_memory_keys_and_skills(clock: Any) -> N
     memory.set("shipping", "ships from the warehouse")
     skills = SkillRegistry([Skill("escalation", "escalate billing issues", "Escalate to +44 20 7946 0958.")])
     augmented = MessageAugmenter(memory, skills=skills).augment("billing question from ana@example.org")
-    assert PiiGuard(block=False).check(augmented) == [
+    assert PiiGuard("warn").check(augmented) == [
         GuardFinding("phone number", "skill escalation"),
         GuardFinding("card number", "memory key billing"),
         GuardFinding("email", "user message"),
@@ -117,7 +117,7 @@ def test_sources_split_between_user_text_memory_keys_and_skills(clock: Any) -> N
 
 
 def test_non_blocking_guard_reports_without_raising_or_emitting(recorded: list[dict[str, Any]]) -> None:
-    guard = PiiGuard(block=False)
+    guard = PiiGuard("warn")
     assert guard.check("ssn 123-45-6789") == [GuardFinding("SSN", "user message")]
     assert recorded == []
 

@@ -138,7 +138,7 @@ def test_non_blocking_guard_reports_findings_on_the_reply(
     store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
 ) -> None:
     store.set("account_contact", "call 555-123-4567")
-    claw = Claw(store, log, EchoProvider(), guards=[PiiGuard(block=False)], clock=clock)
+    claw = Claw(store, log, EchoProvider(), guards=[PiiGuard("warn")], clock=clock)
     reply = claw.send("what is the account contact?")
     assert reply.augment.findings == (GuardFinding("phone number", "memory key account_contact"),)
 
@@ -183,8 +183,31 @@ def test_compaction_shapes_what_is_sent_not_what_is_stored(
     assert [m["content"] for m in summary_call[:2]] == ["one", "echo: one"]
     assert turn_call[0]["content"].startswith("[Conversation summary]\n")
     assert [m["content"] for m in turn_call[1:]] == ["two", "echo: two", "three"]
-    stored = history(log, cid)
-    assert [m["content"] for m in stored] == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
+    stored = log.messages(cid).items
+    said = [m.content for m in stored if m.role != "summary"]
+    assert said == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
+    (summary,) = [m for m in stored if m.role == "summary"]
+    assert summary.content == turn_call[0]["content"]
+    assert summary.tool_input["covers"] == {"from": stored[0].id, "to": stored[1].id, "messages": 2}
+    # The next turn starts from the checkpoint: "one" is never sent or summarised again, and
+    # the new summary folds the checkpoint in.
+    provider.requests.clear()
+    claw.send("four", cid)
+    summary_call, turn_call = provider.requests
+    assert summary_call[0]["content"] == summary.content
+    assert "one" not in [m["content"] for request in provider.requests for m in request]
+
+
+def test_transient_compaction_stores_no_checkpoint_and_summarises_every_turn(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
+    provider = EchoProvider()
+    compactor = HistoryCompactor(ProviderSummarizer(provider), max_messages=3)
+    claw = Claw(store, log, provider, compactor=compactor, clock=clock, checkpoints=False)
+    cid = claw.send("one").conversation_id
+    fired = [claw.send(text, cid).compaction.fired for text in ("two", "three", "four")]
+    assert fired == [False, True, True]
+    assert [m.role for m in log.messages(cid).items].count("summary") == 0
 
 
 def test_summary_failure_does_not_stop_the_turn(

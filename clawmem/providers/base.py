@@ -26,7 +26,20 @@ class ProviderReply:
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
-    usage: Mapping[str, Any] | None = None
+    usage: Mapping[str, int] | None = None
+
+
+def token_usage(usage: Any) -> dict[str, int] | None:
+    """Return the whole-number counts of a provider's usage block (``prompt_tokens``,
+    ``completion_tokens``, ``total_tokens``...), or ``None`` when it reports none."""
+    if not isinstance(usage, Mapping):
+        return None
+    counts = {
+        str(name): value
+        for name, value in usage.items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
+    return counts or None
 
 
 @runtime_checkable
@@ -39,4 +52,4 @@ class Provider(Protocol):
     def complete(self, messages: Sequence[Message]) -> ProviderReply: ...
 
 
-__all__ = ["Message", "Provider", "ProviderError", "ProviderReply", "ToolCall"]
+__all__ = ["Message", "Provider", "ProviderError", "ProviderReply", "ToolCall", "token_usage"]

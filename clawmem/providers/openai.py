@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clawmem.errors import ProviderError, redact
-from clawmem.providers.base import Message, ProviderReply, ToolCall
+from clawmem.providers.base import Message, ProviderReply, ToolCall, token_usage
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ def parse_reply(data: Any) -> ProviderReply:
         if not isinstance(name, str) or not isinstance(tool_input, dict):
             raise ValueError(f"{where} needs a string name and object arguments")
         calls.append(ToolCall(name, tool_input, call.get("id")))
-    usage = data.get("usage")
-    return ProviderReply(content or "", tuple(calls), usage if isinstance(usage, dict) else None)
+    return ProviderReply(content or "", tuple(calls), token_usage(data.get("usage")))
 
 
 class OpenAICompatibleProvider:

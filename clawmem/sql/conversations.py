@@ -143,26 +143,37 @@ def load_messages(conn: Connection, prefix: str, conversation_ids: Sequence[str]
 
 
 def messages_since_checkpoint(conn: Connection, prefix: str, conversation_id: str) -> list[StoredMessage]:
-    """Return one conversation's messages in (created_at, id) order, starting at its newest
-    ``summary`` checkpoint when it has one (all of them otherwise)."""
+    """Return what a turn loads of one conversation, in (created_at, id) order: with no
+    ``summary`` checkpoint, every message; else a leading ``system`` message, the newest
+    checkpoint, and the messages after the last one it covers (older checkpoints left out)."""
     table = tables(prefix).messages
     of_conversation = table.c.conversation_id == conversation_id
+    in_order = (table.c.created_at, table.c.id)
     checkpoint = conn.execute(
-        sa.select(table.c.created_at, table.c.id)
+        sa.select(table)
         .where(of_conversation, table.c.role == "summary")
         .order_by(table.c.created_at.desc(), table.c.id.desc())
         .limit(1)
     ).first()
-    select = sa.select(table).where(of_conversation)
-    if checkpoint is not None:
-        moment, checkpoint_id = checkpoint
-        select = select.where(
-            sa.or_(
-                table.c.created_at > moment,
-                sa.and_(table.c.created_at == moment, table.c.id >= checkpoint_id),
-            )
-        )
-    return [_message(row) for row in conn.execute(select.order_by(table.c.created_at, table.c.id))]
+    select = sa.select(table).where(of_conversation).order_by(*in_order)
+    if checkpoint is None:
+        return [_message(row) for row in conn.execute(select)]
+    summary = _message(checkpoint)
+    boundary = conn.execute(
+        sa.select(*in_order).where(of_conversation, table.c.id == covered_until(summary))
+    ).first() or (summary.created_at, summary.id)
+    later = conn.execute(select.where(table.c.role != "summary", after(in_order, boundary)))
+    first = conn.execute(select.limit(1)).first()
+    leading = [_message(first)] if first is not None and first.role == "system" else []
+    return [*leading, summary, *(_message(row) for row in later)]
+
+
+def covered_until(summary: StoredMessage) -> str | None:
+    """Return the id of the last message a ``summary`` checkpoint covers (from its
+    ``tool_input``), or ``None`` when the row does not say."""
+    covers = summary.tool_input.get("covers") if isinstance(summary.tool_input, dict) else None
+    last = covers.get("to") if isinstance(covers, dict) else None
+    return last if isinstance(last, str) else None
 
 
 def message_page(

@@ -68,7 +68,7 @@ def preview() -> str:
             state.memory(), top_k=settings.recall_top_k, namespace=namespace, announce=False
         )
         result = augmenter.augment(message)
-        findings = PiiGuard(block=True).find(result)
+        findings = PiiGuard().find(result)
         shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
         decisions = [
             {"key": d.key, "score": d.score, "bytes": d.bytes, "status": d.status,

@@ -27,6 +27,10 @@ MEANINGS = {
     "COMPACT_MAX_TOKENS": "compact when a history has more estimated tokens (0 = off)",
     "RETENTION_DAYS": "window that flask claw prune uses by default",
     "MAX_VALUE_BYTES": "largest value or message accepted",
+    "SUBJECT_NAMESPACE": "where one subject's own facts live; recall reads it, export and erase take it whole",
+    "COMPACT_PERSIST": "keep each compaction summary as a checkpoint, so no message is summarised twice",
+    "PII_GUARD": "what personal data in a turn does: block, redact, warn or off",
+    "PII_ALLOW_KEYS": "memory keys whose contact details never block or redact (comma-separated)",
 }
 
 
@@ -45,10 +49,10 @@ def deletion_commands(settings: Settings) -> list[dict[str, str]]:
     return [
         {"task": "Delete one memory key", "command": "flask claw forget KEY --namespace NAMESPACE"},
         {"task": "Delete one conversation and its messages",
-         "command": "flask claw forget CONVERSATION_ID --namespace conversations"},
+         "command": "flask claw forget --conversation CONVERSATION_ID"},
         {"task": "Delete every key of a namespace", "command": "flask claw flush --namespace NAMESPACE"},
-        {"task": "Delete every stored conversation and message",
-         "command": "flask claw flush --namespace conversations"},
+        {"task": "Delete every conversation written until an hour ago, with its messages",
+         "command": "flask claw prune --older-than 1h --dry-run"},
         {"task": "Delete expired keys (see first what would go)", "command": "flask claw sweep --dry-run"},
         {"task": "Apply the retention window to conversations",
          "command": f"flask claw prune --older-than {window} --dry-run"},
