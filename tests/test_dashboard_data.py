@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -15,13 +15,13 @@ from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
 from clawmem.compaction import as_history, split_history
+from clawmem.conversations import Message
 from clawmem.ids import new_id
 from clawmem.recall import MessageAugmenter
-from clawmem.sql.conversations import ConversationStore
 from clawmem.sql.schema import tables
-from dashboard import state
-from tests.conftest import SQL_BACKENDS
-from tests.dashboard_helpers import page_text, sign_in
+from dashboard import accounts, state
+from tests.conftest import SQL_BACKENDS, backend_url
+from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
@@ -37,7 +37,7 @@ def _more(body: str, target: str) -> str | None:
 def _insert_conversations(app: Flask, count: int, start: datetime) -> list[tuple[datetime, str]]:
     # Three conversations share each timestamp, so the id must break ties in the keyset.
     rows = [
-        {"id": new_id(), "namespace": "conversations" if number % 4 else "support",
+        {"id": new_id(), "namespace": "web" if number % 4 else "support",
          "user_id": f"cust-{number % 5}", "title": f"{'refund' if number % 2 else 'delivery'} #{number}",
          "created_at": start + timedelta(seconds=number // 3),
          "updated_at": start + timedelta(seconds=number // 3)}
@@ -75,7 +75,7 @@ def test_filters_page_the_same_way(app: Flask, signed_in: FlaskClient) -> None:
     _insert_conversations(app, 250, datetime(2024, 3, 1, 12, 0, 0))
     refunds, _ = _walk(signed_in, "/conversations/?q=refund")
     assert len(refunds) == len(set(refunds)) == 125
-    subject, _ = _walk(signed_in, "/conversations/?user_id=cust-3&namespace=conversations")
+    subject, _ = _walk(signed_in, "/conversations/?user_id=cust-3&namespace=web")
     assert len(subject) == len(set(subject)) == sum(1 for n in range(250) if n % 5 == 3 and n % 4)
     none, _ = _walk(signed_in, "/conversations/?since=2024-03-02")
     assert none == []
@@ -103,31 +103,127 @@ def test_every_list_answers_a_foreign_cursor_with_the_same_400(app: Flask, demo:
     assert "this cursor did not come from this list; start again from the first page" in page_text(response)
 
 
-@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
-def test_ttl_state_follows_the_fake_clock(app: Flask, signed_in: FlaskClient, clock: FakeClock) -> None:
+# Every memory driver, with the app's conversations on SQLite unless the driver is SQL elsewhere.
+DRIVER_CASES = [
+    pytest.param("sqlite", "sql", id="sql-sqlite"),
+    pytest.param("mysql", "sql", id="sql-mysql"),
+    pytest.param("postgres", "sql", id="sql-postgres"),
+    pytest.param("sqlite", "array", id="array"),
+    pytest.param("sqlite", "file", id="file"),
+    pytest.param("sqlite", "redis", id="redis"),
+]
+TTL_ROW = re.compile(r'<code>([^<]+)</code></a></td>\s*<td><span class="tag (\w+)">([^<]+)</span>')
+
+
+@pytest.fixture
+def driver_app(make_app: Callable[..., Flask], memory_driver: str, prefix: str) -> Iterator[Flask]:
+    """An app whose key/value memory is ``memory_driver``, with an admin; Redis keys are removed after."""
+    config = {"MEMORY_DRIVER": memory_driver}
+    if memory_driver == "redis":
+        config["REDIS_URL"] = backend_url("redis")
+    app = make_app(**config)
+    with app.app_context():
+        accounts.create_admin(ADMIN, PASSWORD, 0)
+    yield app
+    if memory_driver == "redis":
+        with app.app_context():
+            client = state.driver().client  # type: ignore[attr-defined]
+            for key in list(client.scan_iter(match=f"{prefix}phpclaw:*")):
+                client.delete(key)
+
+
+@pytest.fixture
+def driver_client(driver_app: Flask) -> FlaskClient:
+    client = driver_app.test_client()
+    assert sign_in(client).status_code == 302
+    return client
+
+
+def _ttl_rows(body: str) -> dict[str, tuple[str, str]]:
+    return {html.unescape(key): (tag, words) for key, tag, words in TTL_ROW.findall(body)}
+
+
+def _three_states(app: Flask) -> None:
     with app.app_context():
         memory = state.memory()
         memory.set("forever", "kept", "ttl")
         memory.set("soon", "goes", "ttl", ttl=7200)
         memory.set("gone", "went", "ttl", ttl=60)
+
+
+@pytest.mark.parametrize(("dashboard_backend", "memory_driver"), DRIVER_CASES, indirect=["dashboard_backend"])
+def test_ttl_state_follows_the_fake_clock(driver_app: Flask, driver_client: FlaskClient,
+                                          clock: FakeClock, memory_driver: str) -> None:
+    _three_states(driver_app)
     clock.advance(120)
-    body = page_text(signed_in.get("/memory/ttl/"))
-    states = dict(re.findall(r'<code>(\w+)</code></a></td>\s*<td><span class="tag \w+">([^<]+)</span>', body))
-    assert states == {
-        "forever": "live",
-        "soon": "expires in 1 h 58 min",
-        "gone": "expired 1 min ago (not yet swept)",
+    body = page_text(driver_client.get("/memory/ttl/"))
+    assert _ttl_rows(body) == {
+        "forever": ("permanent", "never expires"),
+        "soon": ("expiring", "expires in 1 h 58 min"),
+        "gone": ("expired", "expired 1 min ago (not yet swept)"),
     }
-    only_expired = page_text(signed_in.get("/memory/ttl/?state=expired"))
-    assert "gone" in only_expired and "forever" not in only_expired and "soon" not in only_expired
-    detail = page_text(signed_in.get("/memory/ttl/entry?key=soon"))
-    assert "expires in 1 h 58 min" in detail
-    assert datetime.fromtimestamp(int(clock()) - 120 + 7200).strftime("%Y-%m-%d") in detail
-    index = page_text(signed_in.get("/memory/"))
+    assert "read through the memory contract" not in body and "Live entries only" not in body
+    detail = page_text(driver_client.get("/memory/ttl/entry?key=soon"))
+    assert '<span class="tag expiring">expires in 1 h 58 min</span>' in detail
+    assert "<dt>Expires</dt><dd>2023-11-15 00:13:20 UTC</dd>" in detail  # floor(set time) + 7200
+    expired = driver_client.get("/memory/ttl/entry?key=gone")
+    assert expired.status_code == 200, "an expired entry the driver still holds has a detail page"
+    assert '<span class="tag expired">expired 1 min ago (not yet swept)</span>' in page_text(expired)
+    # Only the SQL driver keeps write times; the others show none rather than an empty field.
+    assert ("<dt>Updated</dt><dd>2023-11-14 22:13:20 UTC</dd>" in detail) == (memory_driver == "sql")
+    assert ("<dt>Created</dt>" in detail) == (memory_driver == "sql")
+    index = page_text(driver_client.get("/memory/"))
     assert re.search(r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">2</td>"
                      r"\s*<td class=\"num\">1</td>", index)
+    assert "read through the memory contract" not in index
     clock.advance(7100)
-    assert "expired 20 s ago (not yet swept)" in page_text(signed_in.get("/memory/ttl/entry?key=soon"))
+    assert "expired 20 s ago (not yet swept)" in page_text(driver_client.get("/memory/ttl/entry?key=soon"))
+    assert re.search(r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">1</td>"
+                     r"\s*<td class=\"num\">2</td>", page_text(driver_client.get("/memory/")))
+
+
+@pytest.mark.parametrize(("dashboard_backend", "memory_driver"), DRIVER_CASES, indirect=["dashboard_backend"])
+def test_state_filters_tell_permanent_from_live(driver_app: Flask, driver_client: FlaskClient,
+                                                clock: FakeClock) -> None:
+    _three_states(driver_app)
+    clock.advance(120)
+
+    def listed(state_filter: str) -> list[str]:
+        response = driver_client.get(f"/memory/ttl/?state={state_filter}")
+        assert response.status_code == 200
+        return sorted(_ttl_rows(page_text(response)))
+
+    assert listed("") == ["forever", "gone", "soon"]
+    assert listed("live") == ["forever", "soon"], "live is every entry that is not expired"
+    assert listed("permanent") == ["forever"], "permanent is only what never expires"
+    assert listed("expiring") == ["soon"]
+    assert listed("expired") == ["gone"]
+    clock.advance(7100)
+    assert listed("live") == ["forever"]
+    assert listed("expired") == ["gone", "soon"]
+    body = page_text(driver_client.get("/memory/ttl/?state=permanent"))
+    assert '<option value="permanent" selected>never expires</option>' in body
+    assert '<option value="live">live (not expired)</option>' in body
+    bad = driver_client.get("/memory/ttl/?state=forever")
+    assert bad.status_code == 400 and "live, permanent, expiring, expired" in page_text(bad)
+
+
+@pytest.mark.parametrize(("dashboard_backend", "memory_driver"), DRIVER_CASES, indirect=["dashboard_backend"])
+def test_memory_search_and_detail_on_every_driver(driver_app: Flask, driver_client: FlaskClient,
+                                                  clock: FakeClock) -> None:
+    with driver_app.app_context():
+        state.memory().set("greeting", {"text": "hello"}, "notes")
+        state.memory().set("brief", "short-lived", "notes", ttl=60)
+    listing = page_text(driver_client.get("/memory/notes/?q=hello"))
+    assert sorted(_ttl_rows(listing)) == ["greeting"]
+    detail = page_text(driver_client.get("/memory/notes/entry?key=greeting"))
+    assert "&#34;text&#34;: &#34;hello&#34;" in detail
+    clock.advance(61)
+    assert "expired 1 s ago (not yet swept)" in page_text(driver_client.get("/memory/notes/entry?key=brief"))
+    assert driver_client.get("/memory/notes/entry?key=nothing").status_code == 404
+    with driver_app.app_context():
+        state.driver().sweep()
+    assert driver_client.get("/memory/notes/entry?key=brief").status_code == 404, "swept is gone"
 
 
 def test_preview_shows_exactly_what_augment_returns(app: Flask, demo: None, signed_in: FlaskClient) -> None:
@@ -173,16 +269,16 @@ def small_memory(app: Flask) -> None:
         for key, value in {"apples": "apples and pears", "bananas": "bananas, ripe",
                            "cherries": "cherries", "dates": "dates from the market"}.items():
             memory.set(key, value, "default")
-        memory.set(new_id(), {"user_id": "cust-1", "history": [
-            {"role": "user", "content": "Do you sell apples?"},
-            {"role": "assistant", "content": "Yes, cherries and dates too."},
-        ]}, "conversations")
+        state.conversations().append(new_id(), [
+            Message("user", "Do you sell apples?"),
+            Message("assistant", "Yes, cherries and dates too."),
+        ], user_id="cust-1")
     state_clock = app.extensions["clawmem.clock"]
     state_clock.advance(60)
     with app.app_context():
-        state.memory().set(new_id(), {"user_id": "cust-2", "history": [
-            {"role": "user", "content": "bananas please"},
-        ]}, "conversations")
+        state.conversations().append(
+            new_id(), [{"role": "user", "content": "bananas please"}], user_id="cust-2"
+        )
 
 
 def _cold_keys(body: str) -> list[str]:
@@ -204,9 +300,7 @@ def test_cold_memory_with_recall_off_is_all_cold(make_app: Callable[..., Flask],
     off = make_app(RECALL_TOP_K=0)
     client = off.test_client()
     with off.app_context():
-        from dashboard import accounts
-
-        accounts.create_admin("admin", "correct horse battery staple", 0)
+        accounts.create_admin(ADMIN, PASSWORD, 0)
     sign_in(client)
     body = page_text(client.get("/cold"))
     assert '<strong class="cold-count">4</strong> of 4' in body and "Recall is off" in body
@@ -214,7 +308,7 @@ def test_cold_memory_with_recall_off_is_all_cold(make_app: Callable[..., Flask],
 
 def _long_conversation(app: Flask) -> tuple[str, list[dict[str, object]]]:
     with app.app_context():
-        store = ConversationStore(state.engine(), state.settings().table_prefix)
+        store = state.conversations()
         summary = max(store.list(limit=100).items, key=lambda c: c.message_count)
         history = as_history(store.messages(summary.id, limit=1000).items)
     return summary.id, history
@@ -264,41 +358,27 @@ def test_conversation_shows_roles_times_and_tool_calls(app: Flask, demo: None,
     assert re.search(r"<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", detail)
 
 
-def test_memory_pages_work_with_a_driver_other_than_sql(make_app: Callable[..., Flask]) -> None:
-    app = make_app(MEMORY_DRIVER="array")
-    with app.app_context():
-        from dashboard import accounts
-
-        accounts.create_admin("admin", "correct horse battery staple", 0)
-        state.memory().set("greeting", {"text": "hello"}, "notes")
-        state.memory().set("brief", "short-lived", "notes", ttl=60)
-    client = app.test_client()
-    sign_in(client)
-    index = page_text(client.get("/memory/"))
-    assert "read through the memory contract" in index and "<code>notes</code>" in index
-    listing = page_text(client.get("/memory/notes/?q=hello"))
-    assert "greeting" in listing and "brief" not in listing
-    detail = page_text(client.get("/memory/notes/entry?key=greeting"))
-    assert "&#34;text&#34;: &#34;hello&#34;" in detail
-    app.extensions["clawmem.clock"].advance(61)
-    assert client.get("/memory/notes/entry?key=brief").status_code == 404
-
-
-def test_memory_index_of_another_driver_lists_no_conversations(make_app: Callable[..., Flask]) -> None:
-    app = make_app(MEMORY_DRIVER="array")
+def test_demo_on_the_file_driver_fills_the_memory_index(make_app: Callable[..., Flask]) -> None:
+    app = make_app(MEMORY_DRIVER="file")
     assert app.test_cli_runner().invoke(args=["claw", "demo"]).exit_code == 0
     with app.app_context():
-        from dashboard import accounts
-
-        accounts.create_admin("admin", "correct horse battery staple", 0)
-        assert "conversations" in state.memory().namespaces()
+        accounts.create_admin(ADMIN, PASSWORD, 0)
+        counts = state.driver().namespace_counts()
+        conversations = state.conversations().counts()["conversations"]
     client = app.test_client()
     sign_in(client)
     index = page_text(client.get("/memory/"))
-    assert "read through the memory contract" in index
-    assert "<code>conversations</code>" not in index
-    with app.app_context():
-        assert all(f"<code>{name}</code>" in index for name in state.kv_namespaces())
+    number = r'\s*<td class="num">(\d+)</td>'
+    listed = re.findall(r'<code>([^<]+)</code></a>(?: <span class="subject">subject ([^<]+)</span>)?</td>'
+                        + number * 3, index)
+    assert [(name, int(total), int(live), int(expired)) for name, _, total, live, expired in listed] == [
+        (n.namespace, n.total, n.live, n.expired) for n in counts
+    ]
+    assert {name for name, *_ in listed} == {"agent:scratch", "default", "user:cust-1001", "user:cust-2002"}
+    assert {name: subject for name, subject, *_ in listed if subject} == {
+        "user:cust-1001": "cust-1001", "user:cust-2002": "cust-2002"}
+    assert sum(n.expired for n in counts) >= 2, "the file driver shows expired-but-unswept entries"
+    assert conversations == 30 and "<code>conversations</code>" not in index
 
 
 def test_values_above_the_default_limit_show_their_size_on_a_site_that_allows_them(
@@ -307,9 +387,7 @@ def test_values_above_the_default_limit_show_their_size_on_a_site_that_allows_th
     app = make_app(MEMORY_DRIVER="array", MAX_VALUE_BYTES=32 * 1024 * 1024)
     big = "x" * (17 * 1024 * 1024)  # past the 16 MiB default, within this site's limit
     with app.app_context():
-        from dashboard import accounts
-
-        accounts.create_admin("admin", "correct horse battery staple", 0)
+        accounts.create_admin(ADMIN, PASSWORD, 0)
         state.memory().set("archive", big, "notes")
     client = app.test_client()
     sign_in(client)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -11,37 +12,64 @@ import pytest
 from flask import Flask
 
 from clawmem.clock import FakeClock, now_seconds
+from clawmem.conversations import Message
 from clawmem.guards import scan
 from clawmem.memory.rules import ttl_state
-from clawmem.sql.conversations import ConversationStore
-from clawmem.sql.kv import MemoryStore
 from clawmem.words import text_of
-from dashboard import state, vendor
+from dashboard import accounts, state, vendor
+from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 
-def _stores(app: Flask) -> tuple[ConversationStore, MemoryStore]:
-    prefix = app.extensions["clawmem.settings"].table_prefix
-    return (ConversationStore(state.engine(), prefix),
-            MemoryStore(state.engine(), prefix, clock=app.extensions["clawmem.clock"]))
-
-
 def test_demo_has_namespaces_in_every_ttl_state(app: Flask, demo: None, clock: FakeClock) -> None:
     with app.app_context():
-        _, memory = _stores(app)
-        namespaces = memory.namespaces()
+        memory = state.driver()
+        namespaces = memory.namespace_counts()
         rows = [row for n in namespaces for row in memory.entries(n.namespace, limit=500).items]
     assert len(namespaces) >= 3
     states = Counter(ttl_state(row.expires_at, now_seconds(clock))[0] for row in rows)
-    assert states["live"] >= 5 and states["expiring"] >= 2 and states["expired"] >= 2
+    assert states["permanent"] >= 5 and states["expiring"] >= 2 and states["expired"] >= 2
+    assert sum(n.expired for n in namespaces) == states["expired"]
     emails = [row.key for row in rows if any(f.pattern == "email" for f in scan(text_of(row.value)))]
     assert emails == ["escalation_contact"]
 
 
+def test_demo_keeps_each_customers_facts_in_their_subject_namespace(app: Flask, demo: None) -> None:
+    with app.app_context():
+        memory = state.memory()
+        assert memory.get("profile", "user:cust-1001")["name"] == "Alice Moreau"
+        assert memory.get("profile", "user:cust-2002")["name"] == "Bob Okafor"
+        assert memory.get("profile", "default") is None
+        assert "conversations" not in state.driver().namespaces()
+        accounts.create_admin(ADMIN, PASSWORD, 0)
+    client = app.test_client()
+    sign_in(client)
+    index = page_text(client.get("/memory/"))
+    assert re.search(r'<a href="/memory/user:cust-1001/"><code>user:cust-1001</code></a>\s*'
+                     r'<span class="subject">subject cust-1001</span>', index)
+    assert "subject cust-2002" in index
+    assert "<code>default</code></a></td>" in index, "a namespace that is no subject's names none"
+    listing = page_text(client.get("/memory/user:cust-1001/"))
+    assert "The own facts of subject <code>cust-1001</code>" in listing
+    assert "Alice Moreau" in listing
+
+
+def test_demo_follows_a_configured_subject_namespace(make_app: Callable[..., Flask]) -> None:
+    app = make_app(SUBJECT_NAMESPACE="customers.{user_id}")
+    assert app.test_cli_runner().invoke(args=["claw", "demo"]).exit_code == 0
+    with app.app_context():
+        assert state.memory().get("profile", "customers.cust-1001")["name"] == "Alice Moreau"
+        assert "user:cust-1001" not in state.driver().namespaces()
+        accounts.create_admin(ADMIN, PASSWORD, 0)
+    client = app.test_client()
+    sign_in(client)
+    assert "subject cust-1001" in page_text(client.get("/memory/"))
+
+
 def test_demo_has_thirty_conversations_with_tool_rows_and_two_subjects(app: Flask, demo: None) -> None:
     with app.app_context():
-        conversations, _ = _stores(app)
+        conversations = state.conversations()
         listed = conversations.list(limit=100).items
         messages = [m for c in listed for m in conversations.messages(c.id, limit=1000).items]
         alice = conversations.list(user_id="cust-1001", limit=100).items
@@ -65,7 +93,7 @@ def test_demo_if_new_loads_only_into_a_new_database(make_app: Callable[..., Flas
     skipped = runner.invoke(args=["claw", "demo", "--if-new"])
     assert skipped.exit_code == 0 and "not loaded" in skipped.output
     with fresh.app_context():
-        assert ConversationStore(state.engine(), state.settings().table_prefix).counts()["conversations"] == 0
+        assert state.conversations().counts()["conversations"] == 0
 
 
 def test_demo_if_new_loads_into_an_empty_database(make_app: Callable[..., Flask], tmp_path: Path) -> None:
@@ -81,7 +109,9 @@ def test_demo_if_new_loads_into_an_empty_database(make_app: Callable[..., Flask]
 def test_demo_reset_replaces_only_demo_data(app: Flask, demo: None) -> None:
     with app.app_context():
         state.memory().set("operator_fact", "kept", "default")
-        state.memory().set("01OWNCONVERSATION00000000", {"title": "real", "history": []}, "conversations")
+        state.memory().set("profile", {"name": "Carol"}, "user:cust-3003")
+        state.conversations().append("01OWNCONVERSATION00000000", [Message("user", "a real question")],
+                                     user_id="cust-3003", title="real")
     runner = app.test_cli_runner()
     refused = runner.invoke(args=["claw", "demo", "--reset"])
     assert refused.exit_code == 1 and "--yes" in refused.output
@@ -89,9 +119,11 @@ def test_demo_reset_replaces_only_demo_data(app: Flask, demo: None) -> None:
     assert result.exit_code == 0, result.output
     assert "removed demo data: 30 conversations" in result.output
     with app.app_context():
-        conversations, memory = _stores(app)
+        conversations, memory = state.conversations(), state.driver()
         assert conversations.counts()["conversations"] == 31
         assert memory.entry("default", "operator_fact") is not None
+        assert memory.entry("user:cust-3003", "profile") is not None
+        assert memory.entry("user:cust-1001", "profile") is not None, "the demo was loaded again"
         assert conversations.get("01OWNCONVERSATION00000000") is not None
     audit = [json.loads(line) for line in Path(app.instance_path, "audit.log").read_text().splitlines()]
     assert audit[-1]["command"] == "demo" and audit[-1]["counts"]["conversations"] == 30

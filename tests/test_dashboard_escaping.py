@@ -10,7 +10,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from clawmem.conversations import Message
 from clawmem.ids import new_id
+from clawmem.subjects import subject_namespace
 from dashboard import state
 from tests.dashboard_helpers import page_text
 
@@ -20,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = "<script>alert(1)</script>"
 IMAGE = "<img src=x onerror=alert(1)>"
 LINK = "javascript:alert(1)"
+# A subject id that is not plain: its namespace is encoded, and the pages decode it back to text.
+SUBJECT_NAMESPACE = subject_namespace(SCRIPT)
 HOSTILE = f"order {SCRIPT} {IMAGE} {LINK}"
 UNESCAPING = (r"\|\s*safe\b", r"\bMarkup\s*\(", r"autoescape\s+false", r"\bmarkupsafe\b", r"\|\s*urlize")
 
@@ -33,21 +37,18 @@ def hostile(app: Flask) -> str:
         memory.set(SCRIPT, HOSTILE, "default")
         memory.set("order_note", {"note": HOSTILE, "link": LINK}, "default")
         memory.set("unrelated", "nothing to see", "default")
-        memory.set(
+        state.conversations().append(
             conversation_id,
-            {
-                "title": f"{SCRIPT} order",
-                "user_id": IMAGE,
-                "metadata": {"source": LINK},
-                "history": [
-                    {"role": "user", "content": HOSTILE},
-                    {"role": "assistant", "content": f"see {LINK}", "tool_name": SCRIPT,
-                     "tool_input": {"url": LINK, "html": IMAGE}},
-                    {"role": "tool", "content": IMAGE, "tool_name": SCRIPT},
-                ],
-            },
-            "conversations",
+            [
+                Message("user", HOSTILE),
+                Message("assistant", f"see {LINK}", SCRIPT, {"url": LINK, "html": IMAGE}),
+                Message("tool", IMAGE, tool_name=SCRIPT),
+            ],
+            user_id=IMAGE,
+            title=f"{SCRIPT} order",
+            metadata={"source": LINK},
         )
+        memory.set("profile", {"note": HOSTILE}, SUBJECT_NAMESPACE)
     return conversation_id
 
 
@@ -56,6 +57,8 @@ def _pages(conversation_id: str) -> dict[str, str]:
         "conversation list": "/conversations/",
         "conversation search": f"/conversations/?q={quote(SCRIPT)}",
         "conversation": f"/conversations/{conversation_id}",
+        "memory index": "/memory/",
+        "subject namespace": f"/memory/{SUBJECT_NAMESPACE}/",
         "memory list": "/memory/default/",
         "memory search": f"/memory/default/?q={quote(SCRIPT)}",
         "key detail": f"/memory/default/entry?key={quote(SCRIPT)}",

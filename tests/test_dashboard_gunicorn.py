@@ -96,7 +96,7 @@ def test_two_workers_serve_pages_concurrently_with_one_session(served: str) -> N
     conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
     assert conversation
     pages = ["/", "/conversations/", conversation.group(1), "/memory/", "/memory/default/",
-             "/preview?message=where+is+my+parcel", "/cold", "/settings"]
+             "/memory/user:cust-1001/", "/preview?message=where+is+my+parcel", "/cold", "/settings"]
 
     def fetch(number: int) -> tuple[str, int, str]:
         path = pages[number % len(pages)]

@@ -104,7 +104,27 @@ def test_overview_and_memory_render(page: Any, server: str) -> None:
     page.wait_for_url(f"{server}/memory/default/")
     assert page.locator("span.tag.expired").count() >= 2
     assert page.locator("span.tag.expiring").count() >= 2
+    assert page.locator("span.tag.permanent").first.inner_text() == "never expires"
     _shot(page, "memory")
+    page.evaluate("window.stillTheSamePage = true")
+    page.select_option("select[name=state]", "live")
+    expect(page.locator("#memory-results span.tag.expired")).to_have_count(0)
+    assert page.locator("#memory-results span.tag.permanent").count() >= 5
+    assert page.locator("#memory-results span.tag.expiring").count() >= 2
+    page.select_option("select[name=state]", "permanent")
+    expect(page.locator("#memory-results span.tag.expiring")).to_have_count(0)
+    assert page.locator("#memory-results span.tag.permanent").count() >= 5
+    assert page.evaluate("window.stillTheSamePage") is True, "the filter applies without a page load"
+    assert "state=permanent" in page.url
+
+
+def test_memory_index_names_the_subject_of_a_subject_namespace(page: Any, server: str) -> None:
+    page.goto(f"{server}/memory/")
+    row = page.locator("tr", has=page.locator("code", has_text="user:cust-1001"))
+    expect(row.locator("span.subject")).to_have_text("subject cust-1001")
+    row.locator("a").click()
+    page.wait_for_url(f"{server}/memory/user:cust-1001/")
+    assert "Alice Moreau" in page.inner_text("#memory-results")
 
 
 def test_open_a_conversation_with_its_compaction_analysis(page: Any, server: str) -> None:
@@ -142,7 +162,7 @@ def test_preview_updates_while_typing(page: Any, server: str) -> None:
 
 def test_load_more_appends_conversations_in_place(app: Flask, page: Any, server: str) -> None:
     start = datetime(2023, 1, 1)
-    rows = [{"id": new_id(), "namespace": "conversations", "user_id": "cust-9", "title": f"Older #{n}",
+    rows = [{"id": new_id(), "namespace": "support", "user_id": "cust-9", "title": f"Older #{n}",
              "created_at": start + timedelta(minutes=n), "updated_at": start + timedelta(minutes=n)}
             for n in range(100)]
     with app.app_context(), state.engine().begin() as conn:
