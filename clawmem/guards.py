@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from clawmem import events
 from clawmem.errors import GuardBlocked
@@ -164,6 +164,17 @@ def redact(text: str, spans: Sequence[Span], matches: Sequence[_Match]) -> tuple
     return "".join(parts), tuple(Span(moved(span.start), moved(span.end), span.source) for span in spans)
 
 
+def _redacted(value: Any) -> Any:
+    """Return ``value`` with every match in its strings (nested in lists and dicts) replaced by its label."""
+    if isinstance(value, str):
+        return redact(value, (), _matches(value))[0]
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    return value
+
+
 class PiiGuard:
     """Detects email addresses, card numbers (Luhn-checked), US SSNs and phone numbers in the
     augmented text of a turn.
@@ -215,6 +226,19 @@ class PiiGuard:
         )
         described = "; ".join(f"{finding.pattern} found in {finding.source}" for finding in findings)
         raise GuardBlocked(f"PII guard blocked the turn: {described}", tuple(findings))
+
+    def redact_history(self, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Return the earlier messages of a turn as they may leave the host: in ``redact`` mode
+        with every match in each message's content and tool input replaced by its label (the
+        stored conversation holds the original text, so it would otherwise be sent again on the
+        next turn and to a summariser); in any other mode unchanged."""
+        if self.mode != "redact":
+            return [dict(message) for message in history]
+        return [
+            {name: _redacted(value) if name in ("content", "tool_input") else value
+             for name, value in message.items()}
+            for message in history
+        ]
 
     def apply(self, augmented: AugmentResult) -> AugmentResult:
         """Return the result to send, its ``findings`` extended; redacted in ``redact`` mode.

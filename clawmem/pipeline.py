@@ -2,7 +2,7 @@
 
 1. Load the conversation from the log (its newest checkpoint and what follows).
 2. Augment the message from the recall namespace and the subject's own namespace.
-3. Run the guards on the augmented text.
+3. Run the guards on the augmented text (a redacting guard redacts the earlier messages too).
 4. Compact the history plus the augmented message.
 5. Call the provider.
 6. Append the ORIGINAL user message, the reply, any tool rows and, when compaction fired, its
@@ -73,15 +73,16 @@ def tool_rows(calls: Iterable[ToolCall]) -> list[Message]:
 def provider_history(messages: Iterable[StoredMessage]) -> list[dict[str, Any]]:
     """Return stored messages as the provider sees them: role and content, plus the tool call
     of a tool row. ``recall`` records are never sent; a ``summary`` checkpoint is sent as the
-    assistant's summary."""
+    assistant's summary, its text only (what it covers and cost is the operator's, not the
+    model's, and must not count towards the token threshold)."""
     history = []
     for message in messages:
         if message.role == "recall":
             continue
-        item: dict[str, Any] = {
-            "role": "assistant" if message.role == "summary" else message.role,
-            "content": message.content,
-        }
+        if message.role == "summary":
+            history.append({"role": "assistant", "content": message.content})
+            continue
+        item: dict[str, Any] = {"role": message.role, "content": message.content}
         if message.tool_name is not None:
             item["tool_name"] = message.tool_name
         if message.tool_input is not None:
@@ -193,11 +194,14 @@ class Claw:
             rows = [row for row in stored.messages if row.role != "recall"] if stored else []
             subject = subject_namespace(user_id, self.subject_template) if user_id else None
             augment = self.augmenter.augment(message, subject)
+            earlier = provider_history(rows)
             for guard in self.guards:
                 augment = guard.apply(augment)
-            compaction = self.compactor.apply(
-                [*provider_history(rows), {"role": "user", "content": augment.text}]
-            )
+                # A redacting guard redacts what earlier turns stored as said, too.
+                redact_history = getattr(guard, "redact_history", None)
+                if redact_history is not None:
+                    earlier = redact_history(earlier)
+            compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
             answer = self.provider.complete(list(compaction.history))
             added = [
                 Message("user", message),

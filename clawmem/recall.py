@@ -22,12 +22,14 @@ message is returned byte-identical.
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clawmem import events
+from clawmem.clock import Clock, now_seconds
 from clawmem.memory.rules import validate_count, validate_namespace
 from clawmem.memory.wrappers import serving_driver
 from clawmem.prompt import (
@@ -36,11 +38,21 @@ from clawmem.prompt import (
     INJECTED,
     TRUNCATED,
     USER_MESSAGE,
-    ZERO_OVERLAP,
     GuardFinding,
     Span,
 )
-from clawmem.words import _WORD, DEFAULT_TOP_K, _score_folded, cut_utf8, keywords, text_of, utf8_len
+from clawmem.ranking import (
+    _ATTEMPTS,
+    Candidate,
+    Ranker,
+    Ranking,
+    ScanRanking,
+    StaleIndex,
+    scan_ranking,
+    word_overlap,
+)
+from clawmem.words import DEFAULT_TOP_K, cut_utf8, utf8_len
+from clawmem.words import keywords as keywords  # the one tokeniser, as clawmem.recall.keywords
 
 if TYPE_CHECKING:
     from clawmem.skills import SkillDecision, SkillRegistry
@@ -65,6 +77,7 @@ class EntryDecision:
     status: str
     reason: str
     namespace: str = ""
+    matched: tuple[str, ...] = ()
 
     @property
     def injected(self) -> bool:
@@ -77,10 +90,12 @@ class AugmentResult:
     """The augmented text and the report of how it was built.
 
     ``decisions`` covers every live entry of the namespaces read (the subject's, when
-    ``subject_namespace`` is set, and the recall namespace), in rank order (score descending,
-    then key); ``bytes_used`` is the size of the memory block (0 when nothing was injected);
-    ``error`` is the exception class name when the memory backend failed and recall was
-    skipped; ``findings`` are attached by the turn pipeline or the preview after the guards ran.
+    ``subject_namespace`` is set, and the recall namespace) that shares a word with the
+    message, in rank order (score descending, then key), computed as far as it is read;
+    ``zero_overlap`` counts the live entries that share none; ``bytes_used`` is the size of the
+    memory block (0 when nothing was injected); ``error`` is the exception class name when the
+    memory backend failed and recall was skipped; ``findings`` are attached by the turn pipeline
+    or the preview after the guards ran.
     """
 
     text: str
@@ -89,7 +104,8 @@ class AugmentResult:
     top_k: int
     max_recall_bytes: int
     subject_namespace: str | None = None
-    decisions: tuple[EntryDecision, ...] = ()
+    decisions: Sequence[EntryDecision] = ()
+    zero_overlap: int = 0
     skills: tuple[SkillDecision, ...] = ()
     bytes_used: int = 0
     error: str | None = None
@@ -107,90 +123,152 @@ class AugmentResult:
         return self.text != self.message
 
 
-def plan_memory_block(
-    message: str, sources: Sequence[tuple[str, Mapping[str, Any]]], top_k: int, max_bytes: int
-) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
-    """Return the injected ``(key, line)`` pairs and a decision for every entry, in rank order.
+def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
+    """Return the injected ``(key, line)`` pairs and the decisions of the first ``top_k``
+    candidates of ``ranking``, in rank order. Only the injected entries' values are read.
 
-    ``sources`` are ``(namespace, entries)`` pairs ranked together; on equal score and key the
-    earlier source's entry comes first (the subject's namespace before the recall namespace).
-    Pure: the ranking is :func:`clawmem.words.rank`'s, extended to the zero-score entries by key.
+    Raises :class:`clawmem.ranking.StaleIndex` when the ranking found a candidate changed
+    in the backend (it has corrected its index; rank again).
     """
-    words = set(keywords(message))
-    scored = []
-    for order, (namespace, entries) in enumerate(sources):
-        for key, value in entries.items():
-            text = text_of(value)
-            scored.append((key, text, _score_folded(words, f"{key} {text}".casefold()), namespace, order))
-    scored.sort(key=lambda item: (-item[2], item[0], item[4]))
-    return _plan([item[:4] for item in scored], top_k, max_bytes)
-
-
-def _plan(
-    scored: list[tuple[str, str, int, str]], top_k: int, max_bytes: int
-) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
-    hit_count = sum(1 for item in scored if item[2] > 0)
-    used = utf8_len(MEMORY_HEADER)
-    lines: list[tuple[str, str]] = []
-    decisions: list[EntryDecision] = []
-    closed_by: str | None = None
-    for position, (key, text, points, namespace) in enumerate(scored):
-        line = f"- {key}: {text}\n"
-        size = utf8_len(line)
-        if points == 0:
-            status, reason = ZERO_OVERLAP, "no word of the message occurs in the key or value"
-        elif position >= top_k:
-            status, reason = CUT_TOP_K, f"rank {position + 1} of {hit_count} hits; top_k is {top_k}"
-        elif closed_by is not None:
-            status, reason = CUT_BYTE_CAP, f"the block was already full: {closed_by}"
-        elif used + size <= max_bytes:
-            status, reason = INJECTED, f"rank {position + 1} of {hit_count} hits, score {points}"
-            lines.append((key, line))
-            used += size
-        elif not lines:
-            # The first line alone is too big: keep as much of it as fits, newline included.
-            kept = cut_utf8(line[:-1], max_bytes - used - 1)
-            if kept:
-                status = TRUNCATED
-                reason = f"the only line, cut from {size} to {utf8_len(kept) + 1} bytes to fit"
-                lines.append((key, kept + "\n"))
-                used += utf8_len(kept) + 1
-            else:
-                status = CUT_BYTE_CAP
-                reason = f"max_recall_bytes {max_bytes} leaves no room after the header"
-            closed_by = f"key {key!r} did not fit whole"
-        else:
-            status = CUT_BYTE_CAP
-            reason = f"line of {size} bytes did not fit: {max_bytes - used} of {max_bytes} bytes left"
-            closed_by = f"key {key!r} ({size} bytes) did not fit"
-        decisions.append(EntryDecision(key, points, size, status, reason, namespace))
+    first = ranking.first(top_k)
+    outcomes = _fit(first, ranking.hits, max_bytes)
+    kept = [
+        candidate
+        for candidate, (status, _, _) in zip(first, outcomes, strict=True)
+        if status in (INJECTED, TRUNCATED)
+    ]
+    texts = dict(zip(((c.namespace, c.key) for c in kept), ranking.texts(kept), strict=True))
+    lines = []
+    decisions = []
+    for candidate, (status, reason, room), words in zip(first, outcomes, ranking.matched(first), strict=True):
+        line = f"- {candidate.key}: {texts.get((candidate.namespace, candidate.key), '')}\n"
+        if status == INJECTED:
+            lines.append((candidate.key, line))
+        elif status == TRUNCATED:
+            kept = cut_utf8(line[:-1], room)
+            lines.append((candidate.key, kept + "\n"))
+            reason = f"the only line, cut from {candidate.bytes} to {utf8_len(kept) + 1} bytes to fit"
+        decisions.append(
+            EntryDecision(
+                candidate.key, candidate.score, candidate.bytes, status, reason, candidate.namespace, words
+            )
+        )
     return lines, decisions
 
 
-def injection_counts(
-    messages: Iterable[str], entries: Mapping[str, Any], top_k: int, max_bytes: int = DEFAULT_MAX_RECALL_BYTES
-) -> Counter[str]:
-    """Return, per key, how many of ``messages`` would inject the entry (as :func:`plan_memory_block`).
+def _fit(first: Sequence[Candidate], hits: int, max_bytes: int) -> list[tuple[str, str, int]]:
+    """Return ``(status, reason, room)`` for each of the first candidates, from line sizes alone:
+    lines go in rank order until one does not fit; a first line too big is cut to ``room``."""
+    used = utf8_len(MEMORY_HEADER)
+    outcomes: list[tuple[str, str, int]] = []
+    closed_by: str | None = None
+    for position, candidate in enumerate(first):
+        size = candidate.bytes
+        if closed_by is not None:
+            outcomes.append((CUT_BYTE_CAP, f"the block was already full: {closed_by}", 0))
+        elif used + size <= max_bytes:
+            reason = f"rank {position + 1} of {hits} hits, score {candidate.score}"
+            outcomes.append((INJECTED, reason, size))
+            used += size
+        elif position == 0:
+            # The first line alone is too big: keep as much of it as fits, newline included.
+            # Every line starts with "- ", so any room at all keeps at least one character.
+            room = max_bytes - used - 1
+            if room > 0:
+                outcomes.append((TRUNCATED, f"the only line, cut from {size} bytes to fit", room))
+            else:
+                outcomes.append(
+                    (CUT_BYTE_CAP, f"max_recall_bytes {max_bytes} leaves no room after the header", 0)
+                )
+            closed_by = f"key {candidate.key!r} did not fit whole"
+        else:
+            reason = f"line of {size} bytes did not fit: {max_bytes - used} of {max_bytes} bytes left"
+            outcomes.append((CUT_BYTE_CAP, reason, 0))
+            closed_by = f"key {candidate.key!r} ({size} bytes) did not fit"
+    return outcomes
 
-    The entries are tokenised once into a word index, so many messages cost little more than one.
+
+class Decisions(Sequence[EntryDecision]):
+    """Every candidate's decision in rank order, computed only as far as it is read: the first
+    ``top_k`` are planned with the turn, the rest were cut by top-k."""
+
+    def __init__(self, ranking: Ranking | None, planned: list[EntryDecision], top_k: int) -> None:
+        self._ranking = ranking
+        self._known = list(planned)
+        self._top_k = top_k
+        self._hits = ranking.hits if ranking is not None else len(planned)
+
+    def __len__(self) -> int:
+        return self._hits
+
+    def _extend(self, stop: int) -> None:
+        if stop <= len(self._known) or self._ranking is None:
+            return
+        start = len(self._known)
+        more = self._ranking.first(stop)[start:]
+        for position, (candidate, words) in enumerate(
+            zip(more, self._ranking.matched(more), strict=True), start
+        ):
+            reason = f"rank {position + 1} of {self._hits} hits; top_k is {self._top_k}"
+            self._known.append(
+                EntryDecision(
+                    candidate.key,
+                    candidate.score,
+                    candidate.bytes,
+                    CUT_TOP_K,
+                    reason,
+                    candidate.namespace,
+                    words,
+                )
+            )
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            positions = range(*index.indices(self._hits))
+            self._extend(max(positions, default=-1) + 1)
+            return [self._known[position] for position in positions]
+        position = index + self._hits if index < 0 else index
+        if not 0 <= position < self._hits:
+            raise IndexError("decision index out of range")
+        self._extend(position + 1)
+        return self._known[position]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"Decisions({self._hits} candidates, {len(self._known)} computed)"
+
+
+def injection_counts(
+    memory: Any,
+    messages: Iterable[str],
+    namespace: str,
+    top_k: int,
+    now: int,
+    max_bytes: int = DEFAULT_MAX_RECALL_BYTES,
+    ranker: Ranker = word_overlap,
+) -> Counter[str]:
+    """Return, per key, how many of ``messages`` would inject the entry (as a turn would).
+
+    Only line sizes are needed, so nothing but the index is read per message.
     """
-    texts = {key: text_of(value) for key, value in entries.items()}
-    index: dict[str, list[str]] = defaultdict(list)
-    for key, text in texts.items():
-        for word in set(_WORD.findall(f"{key} {text}".casefold())):
-            index[word].append(key)
     counts: Counter[str] = Counter()
     if top_k <= 0:
         return counts
     for message in messages:
-        scores: Counter[str] = Counter()
-        for word in set(keywords(message)):
-            scores.update(index.get(word, ()))
-        hits = sorted(
-            ((key, texts[key], points, "") for key, points in scores.items()), key=lambda h: (-h[2], h[0])
+        ranking = ranker(memory, message, [namespace], now)
+        first = ranking.first(top_k)
+        outcomes = _fit(first, ranking.hits, max_bytes)
+        counts.update(
+            c.key
+            for c, (status, _, _) in zip(first, outcomes, strict=True)
+            if status in (INJECTED, TRUNCATED)
         )
-        lines, _ = _plan(hits, top_k, max_bytes)
-        counts.update(key for key, _ in lines)
     return counts
 
 
@@ -221,10 +299,10 @@ def driver_name(memory: Any, namespace: str) -> str:
 class MessageAugmenter:
     """Injects the best-matching memory entries (and skills) into a user message.
 
-    Reads the whole namespace once per turn (``all()``) so that the report can account for
-    every entry; a backend failure skips recall for the turn instead of failing it. With
-    ``announce=False`` (previews of turns that never happen) it emits no ``memory.search`` or
-    ``memory.recalled`` events.
+    ``ranker`` finds the candidates (default :func:`clawmem.ranking.word_overlap`, answered
+    from the drivers' word indexes); a backend failure skips recall for the turn instead of
+    failing it. With ``announce=False`` (previews of turns that never happen) it emits no
+    ``memory.search`` or ``memory.recalled`` events.
     """
 
     def __init__(
@@ -235,6 +313,8 @@ class MessageAugmenter:
         skills: SkillRegistry | None = None,
         max_recall_bytes: int = DEFAULT_MAX_RECALL_BYTES,
         announce: bool = True,
+        ranker: Ranker = word_overlap,
+        clock: Clock | None = None,
     ) -> None:
         self.top_k = validate_count("top_k", top_k)
         self.max_recall_bytes = validate_count("max_recall_bytes", max_recall_bytes)
@@ -242,6 +322,28 @@ class MessageAugmenter:
         self.namespace = validate_namespace(namespace)
         self.skills = skills
         self.announce = announce
+        self.ranker = ranker
+        self.clock = clock
+
+    def _now(self, namespace: str) -> int:
+        # Expiry is judged on the clock of the driver that serves the namespace.
+        clock = self.clock or getattr(serving_driver(self.memory, namespace)[0], "clock", time.time)
+        return now_seconds(clock)
+
+    def rank(
+        self, message: str, namespaces: Sequence[str]
+    ) -> tuple[Ranking, list[tuple[str, str]], list[EntryDecision]]:
+        """Return the ranking of ``message`` over ``namespaces`` and its planned block."""
+        for _ in range(_ATTEMPTS):
+            ranking = self.ranker(self.memory, message, namespaces, self._now(namespaces[-1]))
+            try:
+                lines, planned = plan(ranking, self.top_k, self.max_recall_bytes)
+            except StaleIndex:
+                continue  # the index corrected itself; rank again
+            return ranking, lines, planned
+        ranking = scan_ranking(self.memory, message, namespaces, self._now(namespaces[-1]))
+        lines, planned = plan(ranking, self.top_k, self.max_recall_bytes)
+        return ranking, lines, planned
 
     def augment(self, message: str, subject_namespace: str | None = None) -> AugmentResult:
         """Return the augmented text and its report. Never raises for a memory backend failure.
@@ -255,22 +357,24 @@ class MessageAugmenter:
         if subject_namespace is not None and validate_namespace(subject_namespace) != self.namespace:
             namespaces.insert(0, subject_namespace)
         lines: list[tuple[str, str]] = []
-        decisions: list[EntryDecision] = []
+        decisions: Decisions = Decisions(None, [], self.top_k)
+        zero_overlap = 0
         error: str | None = None
         block_bytes = 0
         if self.top_k > 0:
             try:
-                sources = [(namespace, self.memory.all(namespace)) for namespace in namespaces]
+                ranking, lines, planned = self.rank(message, namespaces)
             except Exception as exc:  # any backend failure: the turn goes on without memory
                 error = type(exc).__name__
                 # The class only: an exception message may quote stored data.
                 log.warning("memory recall skipped for namespaces %s: %s", ", ".join(namespaces), error)
             else:
-                lines, decisions = plan_memory_block(message, sources, self.top_k, self.max_recall_bytes)
+                decisions = Decisions(ranking, planned, self.top_k)
+                zero_overlap = ranking.zero_overlap
                 if lines:
                     block_bytes = utf8_len(MEMORY_HEADER) + sum(utf8_len(line) for _, line in lines)
                 if self.announce:
-                    self._emit(decisions, lines, block_bytes)
+                    self._emit(ranking, lines, block_bytes)
         text, spans = render_memory_text(message, lines)
         skill_decisions: list[SkillDecision] = []
         if self.skills is not None:
@@ -283,23 +387,24 @@ class MessageAugmenter:
             top_k=self.top_k,
             max_recall_bytes=self.max_recall_bytes,
             subject_namespace=namespaces[0] if len(namespaces) > 1 else None,
-            decisions=tuple(decisions),
+            decisions=decisions,
+            zero_overlap=zero_overlap,
             skills=tuple(skill_decisions),
             bytes_used=block_bytes,
             error=error,
             spans=tuple(spans),
         )
 
-    def _emit(self, decisions: list[EntryDecision], lines: list[tuple[str, str]], block_bytes: int) -> None:
+    def _emit(self, ranking: Ranking, lines: list[tuple[str, str]], block_bytes: int) -> None:
         driver = driver_name(self.memory, self.namespace)
         events.emit(
             "memory.search",
             driver=driver,
             namespace=self.namespace,
-            mode="scan",
+            mode="scan" if isinstance(ranking, ScanRanking) else "index",
             limit=self.top_k,
-            entries=len(decisions),
-            hits=sum(1 for decision in decisions if decision.score > 0),
+            entries=ranking.hits + ranking.zero_overlap,
+            hits=ranking.hits,
         )
         if lines:
             events.emit(

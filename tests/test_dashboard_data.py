@@ -236,12 +236,14 @@ def test_preview_shows_exactly_what_augment_returns(app: Flask, demo: None, sign
     shown = re.search(r'<pre class="augmented">(.*?)</pre>', body, re.S)
     assert shown and html.unescape(shown.group(1)) == expected.text
     rows = re.findall(r'<tr class="decision (\w+)">\s*<td><a href="[^"]+"><code>([^<]+)</code></a></td>\s*'
-                      r'<td class="num">(\d+)</td>\s*<td class="num">(\d+)</td>.*?<td>([^<]*)</td>\s*</tr>',
+                      r'<td class="num">(\d+)</td>\s*<td class="matched">([^<]*)</td>\s*'
+                      r'<td class="num">(\d+)</td>.*?<td>([^<]*)</td>\s*</tr>',
                       body, re.S)
-    assert [(status, html.unescape(key), int(score), int(size), html.unescape(reason))
-            for status, key, score, size, reason in rows] == [
-        (d.status, d.key, d.score, d.bytes, d.reason) for d in expected.decisions
+    assert [(status, html.unescape(key), int(score), html.unescape(words), int(size), html.unescape(reason))
+            for status, key, score, words, size, reason in rows] == [
+        (d.status, d.key, d.score, ", ".join(d.matched), d.bytes, d.reason) for d in expected.decisions
     ]
+    assert expected.decisions[0].matched  # the words that matched are shown
     assert f"<strong>{expected.bytes_used}</strong> of 4096 bytes" in body
     assert "top 3 entries, 4096-byte budget" in body
     assert "escalation_contact" in expected.injected_keys

@@ -16,7 +16,8 @@ from clawmem.errors import StorageError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.file import FileMemory
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
-from clawmem.recall import MEMORY_HEADER, MessageAugmenter, injection_counts, keywords, plan_memory_block
+from clawmem.ranking import scan_ranking
+from clawmem.recall import MEMORY_HEADER, MessageAugmenter, injection_counts, keywords, plan
 from clawmem.skills import Skill, SkillRegistry
 from clawmem.words import clip, rank, score
 
@@ -128,8 +129,9 @@ def test_three_hits_golden(memory: ArrayMemory) -> None:
         "profile": (2, INJECTED),
         "cake": (2, INJECTED),
         "coffee": (1, CUT_TOP_K),
-        "unrelated": (0, ZERO_OVERLAP),
     }
+    assert result.zero_overlap == 1  # "unrelated" shares no word and is only counted
+    assert result.decisions[0].matched == ("user", "green", "tea")
 
 
 def test_decisions_come_in_rank_order(memory: ArrayMemory) -> None:
@@ -144,7 +146,6 @@ def test_decisions_come_in_rank_order(memory: ArrayMemory) -> None:
         ("cake", 2),
         ("profile", 2),
         ("coffee", 1),
-        ("unrelated", 0),
     ]
     assert result.injected_keys == ["tea", "cake", "profile"]
 
@@ -156,7 +157,8 @@ def test_no_overlap_returns_the_message_byte_identical(memory: ArrayMemory) -> N
     assert result.text == message
     assert not result.changed
     assert result.bytes_used == 0
-    assert [(d.key, d.status) for d in result.decisions] == [("pets", ZERO_OVERLAP)]
+    assert list(result.decisions) == []
+    assert result.zero_overlap == 1
 
 
 def test_top_k_zero_returns_the_message_and_never_reads_memory(tmp_path: Path, clock) -> None:
@@ -450,14 +452,17 @@ WORDS = st.sampled_from(["ship", "order", "refund", "parcel", "delay", "well-kno
 def test_injection_counts_equal_one_plan_per_message(
     entries: dict[str, object], messages: list[str], top_k: int, max_bytes: int
 ) -> None:
+    memory = ArrayMemory(clock=lambda: 0)
+    for key, value in entries.items():
+        memory.set(key, value)
     expected: dict[str, int] = {}
     for message in messages:
         if top_k == 0:
             break
-        lines, _ = plan_memory_block(message, [("default", entries)], top_k, max_bytes)
+        lines, _ = plan(scan_ranking(memory, message, ["default"], 0), top_k, max_bytes)
         for key, _ in lines:
             expected[key] = expected.get(key, 0) + 1
-    assert dict(injection_counts(messages, entries, top_k, max_bytes)) == expected
+    assert dict(injection_counts(memory, messages, "default", top_k, 0, max_bytes)) == expected
 
 
 def test_a_preview_augmenter_announces_nothing() -> None:

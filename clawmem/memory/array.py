@@ -8,6 +8,7 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.memory.base import BaseMemory, MemoryRow
+from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, is_expired
 
 # namespace -> key -> (encoded JSON, expires_at)
@@ -24,6 +25,8 @@ class ArrayMemory(BaseMemory):
         super().__init__(clock, max_value_bytes)
         self._store: _Store = {}
         self._lock = threading.Lock()
+        # The recall index of each namespace asked for, kept in step by every write.
+        self._indexes: dict[str, WordIndex] = {}
 
     def _live(self, namespace: str, now: int) -> dict[str, str]:
         return {
@@ -40,13 +43,19 @@ class ArrayMemory(BaseMemory):
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         with self._lock:
             self._store.setdefault(namespace, {})[key] = (encoded, expires_at)
+            if namespace in self._indexes:
+                self._indexes[namespace].put(key, decode_value(encoded), expires_at)
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
         with self._lock:
             self._store.get(namespace, {}).pop(key, None)
+            if namespace in self._indexes:
+                self._indexes[namespace].remove(key)
 
     def _flush(self, namespace: str) -> int:
         with self._lock:
+            if namespace in self._indexes:
+                self._indexes[namespace].clear()
             return len(self._store.pop(namespace, {}))
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
@@ -68,6 +77,8 @@ class ArrayMemory(BaseMemory):
                 if not dry_run:
                     for key in expired:
                         del entries[key]
+                        if namespace in self._indexes:
+                            self._indexes[namespace].remove(key)
         return counts
 
     def _records(self, namespace: str) -> list[MemoryRow]:
@@ -76,4 +87,22 @@ class ArrayMemory(BaseMemory):
         return [
             MemoryRow(namespace, key, decode_value(encoded), expires_at, len(encoded.encode("utf-8")))
             for key, (encoded, expires_at) in stored
+        ]
+
+    def _fresh_index(self, namespace: str) -> WordIndex:
+        with self._lock:
+            index = self._indexes.get(namespace)
+            if index is None:
+                index = self._indexes[namespace] = WordIndex(namespace)
+                stored = self._store.get(namespace, {}).items()
+                index.load((key, decode_value(encoded), expires_at) for key, (encoded, expires_at) in stored)
+            return index
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        with self._lock:
+            stored = self._store.get(namespace, {})
+            found = [(key, stored[key]) for key in keys if key in stored]
+        return [
+            MemoryRow(namespace, key, decode_value(encoded), expires_at, len(encoded.encode("utf-8")))
+            for key, (encoded, expires_at) in found
         ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StorageError
+from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     encode_value,
@@ -350,6 +351,34 @@ class BaseMemory(SearchableMemory):
         """Return one entry, expired or not, or ``None``."""
         validate_key(key)
         return next((row for row in self.records(namespace) if row.key == key), None)
+
+    # -- the recall index ---------------------------------------------------------------------
+    # Drivers that can tell what changed keep an index per namespace and bring it up to date
+    # on each call; this default rebuilds it from the records, which is exact but costs a scan.
+
+    def word_index(self, namespace: str = DEFAULT_NAMESPACE) -> WordIndex:
+        """Return the recall index of ``namespace``, in step with everything any process has
+        committed to the backend so far."""
+        validate_namespace(namespace)
+        return self._call("index", self._fresh_index, namespace)
+
+    def _fresh_index(self, namespace: str) -> WordIndex:
+        index = WordIndex(namespace)
+        index.load((row.key, row.value, row.expires_at) for row in self._records(namespace))
+        return index
+
+    def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]:
+        """Return the stored rows of ``keys`` that exist (expired ones included), by key."""
+        validate_namespace(namespace)
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        found = {row.key: row for row in self._call("fetch", self._fetch, namespace, wanted)}
+        events.emit("memory.read", driver=self.name, namespace=namespace, key=None, count=len(found))
+        return found
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        return [row for row in self._records(namespace) if row.key in keys]
 
     def find(self, text: str) -> Iterator[MemoryRow]:
         """Yield every entry, in any namespace and expired ones included, whose key or JSON value

@@ -10,6 +10,7 @@ from typing import Any
 
 from flask import Blueprint, request, url_for
 
+from clawmem.clock import now_seconds
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import validate_namespace
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
@@ -73,7 +74,8 @@ def preview() -> str:
         decisions = [
             {"key": d.key, "score": d.score, "bytes": d.bytes, "status": d.status,
              "status_words": STATUS_WORDS.get(d.status, d.status), "reason": d.reason, "injected": d.injected,
-             "url": url_for("memory.entry", namespace=namespace, key=d.key)}
+             "matched": ", ".join(d.matched),
+             "url": url_for("memory.entry", namespace=d.namespace or namespace, key=d.key)}
             for d in shown
         ]
         if offset + DECISION_PAGE_SIZE < len(result.decisions):
@@ -85,8 +87,9 @@ def preview() -> str:
             "bytes_used": result.bytes_used,
             "budget": result.max_recall_bytes,
             "injected": len(result.injected_keys),
-            "entries": len(result.decisions),
-            "hits": sum(1 for d in result.decisions if d.score > 0),
+            "entries": len(result.decisions) + result.zero_overlap,
+            "hits": len(result.decisions),
+            "zero_overlap": result.zero_overlap,
             "error": result.error,
             "findings": [{"pattern": f.pattern, "source": f.source} for f in findings],
         }
@@ -113,10 +116,14 @@ def cold() -> str:
     settings = state.settings()
     offset = offset_from_cursor(text_arg("cursor", 200))
     messages = state.conversations().recent_user_messages(count)
-    entries = state.memory().all(namespace)
-    injections = injection_counts((m.content or "" for m in messages), entries, settings.recall_top_k)
-    sizes = {key: state.value_bytes(key, value) for key, value in entries.items()}
-    cold_keys = [key for key in entries if key not in injections]
+    now = now_seconds(state.clock())
+    memory = state.memory()
+    injections = injection_counts(
+        memory, (m.content or "" for m in messages), namespace, settings.recall_top_k, now
+    )
+    # Sizes are those of the entries' injection lines: what each would cost in a prompt.
+    sizes = state.driver().word_index(namespace).live_sizes(now)
+    cold_keys = [key for key in sizes if key not in injections]
     cold_bytes = sum(sizes[key] for key in cold_keys)
     total_bytes = sum(sizes.values())
     rows = [
@@ -130,9 +137,9 @@ def cold() -> str:
                            cursor=offset_cursor(offset + COLD_PAGE_SIZE))
     summary = {
         "messages": len(messages),
-        "entries": len(entries),
+        "entries": len(sizes),
         "cold": len(cold_keys),
-        "cold_percent": round(100 * len(cold_keys) / len(entries), 1) if entries else 0.0,
+        "cold_percent": round(100 * len(cold_keys) / len(sizes), 1) if sizes else 0.0,
         "cold_bytes": format_bytes(cold_bytes),
         "total_bytes": format_bytes(total_bytes),
         "cold_bytes_percent": round(100 * cold_bytes / total_bytes, 1) if total_bytes else 0.0,

@@ -27,7 +27,7 @@ MEANINGS = {
     "COMPACT_MAX_TOKENS": "compact when a history has more estimated tokens (0 = off)",
     "RETENTION_DAYS": "window that flask claw prune uses by default",
     "MAX_VALUE_BYTES": "largest value or message accepted",
-    "SUBJECT_NAMESPACE": "where one subject's own facts live; recall reads it, export and erase take it whole",
+    "SUBJECT_NAMESPACE": "where a subject's own facts live; recall reads it, export and erase take it whole",
     "COMPACT_PERSIST": "keep each compaction summary as a checkpoint, so no message is summarised twice",
     "PII_GUARD": "what personal data in a turn does: block, redact, warn or off",
     "PII_ALLOW_KEYS": "memory keys whose contact details never block or redact (comma-separated)",

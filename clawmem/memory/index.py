@@ -1,0 +1,333 @@
+"""WordIndex: an in-memory inverted index of one namespace, for exact recall at any size.
+
+Each entry gets a *slot*. The index keeps, per slot, the key, the expiry, the size of the
+entry's injection line, a fingerprint of its value and a rank that orders keys by code point,
+and per word (casefolded, at least three characters) the slots whose key or value holds it.
+A query costs the postings of the message's words: one ``numpy.bincount`` gives every slot's
+score, and a partial sort on (score descending, key rank) gives the first candidates in the
+exact order a full scan gives.
+
+An index holds no values and does no I/O. A driver keeps it in step with its backend (see
+:meth:`clawmem.memory.base.BaseMemory.word_index`) with :meth:`put`, :meth:`remove` and
+:meth:`clear`; recall verifies the few entries it injects against the backend.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clawmem.words import _WORD, MIN_WORD_CHARS, text_of, utf8_len
+
+NEVER = np.iinfo(np.int64).max  # the expiry of an entry without a TTL
+_GROWTH = 2
+_MERGE_AT = 64  # pending postings of a word merged into its array past this many
+_MIN_RANK_GAP = 1e-6  # closer neighbours than this and every rank is numbered again
+
+
+def entry_words(key: str, text: str) -> set[str]:
+    """Return the distinct casefolded words of an entry that a query word can match."""
+    return {word for word in _WORD.findall(f"{key} {text}".casefold()) if len(word) >= MIN_WORD_CHARS}
+
+
+def line_bytes(key: str, text: str) -> int:
+    """Return the UTF-8 size of the entry's injection line ``- key: text\\n``."""
+    return utf8_len(f"- {key}: {text}\n")
+
+
+def fingerprint(value: Any, expires_at: int | None) -> int:
+    """Return what tells two stored states of an entry apart: its value text and its expiry."""
+    return hash((type(value).__name__, text_of(value), expires_at))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The slots of one query with score > 0 among live entries, unordered, and the count of
+    live entries that share no word with the query."""
+
+    index: WordIndex
+    slots: np.ndarray
+    scores: np.ndarray
+    zero_overlap: int
+
+    def __len__(self) -> int:
+        return int(self.slots.size)
+
+    def first(self, count: int) -> list[tuple[str, int, int]]:
+        """Return the first ``count`` candidates in rank order (score desc, key asc) as
+        ``(key, score, line bytes)``."""
+        if count <= 0 or not self.slots.size:
+            return []
+        index = self.index
+        with index.lock:
+            ranks = index.rank[self.slots]
+            ranks = ranks - ranks.min()
+            # Scores are small integers and ranks span less than ``ceiling``, and neighbouring
+            # ranks differ by more than a float's error at this size: one exact sort key.
+            ceiling = float(ranks.max()) + 1.0
+            order_key = -self.scores.astype(np.float64) * ceiling + ranks
+            if count < self.slots.size:
+                chosen = np.argpartition(order_key, count - 1)[:count]
+            else:
+                chosen = np.arange(self.slots.size)
+            chosen = chosen[np.argsort(order_key[chosen], kind="stable")]
+            slots = self.slots[chosen]
+            return [
+                (index.keys[slot], int(score), int(index.line_size[slot]))
+                for slot, score in zip(slots.tolist(), self.scores[chosen].tolist(), strict=True)
+            ]
+
+    def matched(self, keys: Sequence[str], words: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """Return, for each of ``keys`` (candidates of this query), the query words it holds,
+        in the order of ``words``."""
+        index = self.index
+        with index.lock:
+            slots = np.array([index.slot_of[key] for key in keys], dtype=np.int64)
+            found: dict[str, list[str]] = {key: [] for key in keys}
+            for word in words:
+                postings = index.postings_of(word)
+                if postings is None:
+                    continue
+                for key, present in zip(keys, np.isin(slots, postings).tolist(), strict=True):
+                    if present:
+                        found[key].append(word)
+        return {key: tuple(matched) for key, matched in found.items()}
+
+
+class WordIndex:
+    """The inverted index of one namespace. Thread-safe: every method takes :attr:`lock`."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.lock = threading.RLock()
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self.lock:
+            self.slot_of: dict[str, int] = {}
+            self.keys: list[str] = []
+            self.prints: list[int] = []
+            self.size = 0  # slots used, live or dead
+            self.expires = np.empty(0, dtype=np.int64)
+            self.line_size = np.empty(0, dtype=np.int64)
+            self.rank = np.empty(0, dtype=np.float64)
+            self.alive = np.empty(0, dtype=bool)
+            self.sorted_keys: list[str] = []
+            self.postings: dict[str, np.ndarray] = {}
+            self.pending: dict[str, list[int]] = {}
+
+    def __len__(self) -> int:
+        """Return how many entries (expired ones included) the index holds."""
+        return len(self.slot_of)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def put(self, key: str, value: Any, expires_at: int | None) -> bool:
+        """Index ``key`` with ``value``; return ``False`` when it was already indexed as is."""
+        print_ = fingerprint(value, expires_at)
+        with self.lock:
+            slot = self.slot_of.get(key)
+            if slot is not None and self.prints[slot] == print_:
+                return False
+            if slot is not None:
+                self.alive[slot] = False
+            text = text_of(value)
+            self._add(key, text, expires_at, print_, slot)
+            return True
+
+    def remove(self, key: str) -> None:
+        """Drop ``key`` (nothing happens when it is not indexed)."""
+        with self.lock:
+            slot = self.slot_of.pop(key, None)
+            if slot is None:
+                return
+            self.alive[slot] = False
+            position = bisect.bisect_left(self.sorted_keys, key)
+            del self.sorted_keys[position]
+            self._maybe_compact()
+
+    def load(self, entries: Iterable[tuple[str, Any, int | None]]) -> None:
+        """Replace the whole index with ``entries`` (key, value, expires_at) in one pass."""
+        with self.lock:
+            self.clear()
+            pairs_words: list[str] = []
+            pairs_slots: list[int] = []
+            for key, value, expires_at in entries:
+                if key in self.slot_of:
+                    continue
+                text = text_of(value)
+                slot = len(self.keys)
+                self.slot_of[key] = slot
+                self.keys.append(key)
+                self.prints.append(fingerprint(value, expires_at))
+                self._ensure(slot + 1)
+                self.expires[slot] = NEVER if expires_at is None else expires_at
+                self.line_size[slot] = line_bytes(key, text)
+                self.alive[slot] = True
+                for word in entry_words(key, text):
+                    pairs_words.append(word)
+                    pairs_slots.append(slot)
+            self.size = len(self.keys)
+            self.sorted_keys = sorted(self.slot_of)
+            self._renumber_ranks()
+            self._build_postings(pairs_words, pairs_slots)
+
+    def _build_postings(self, words: list[str], slots: list[int]) -> None:
+        if not words:
+            return
+        vocabulary = {word: number for number, word in enumerate(dict.fromkeys(words))}
+        word_ids = np.fromiter((vocabulary[word] for word in words), dtype=np.int64, count=len(words))
+        slot_ids = np.asarray(slots, dtype=np.int32)
+        order = np.argsort(word_ids, kind="stable")
+        word_ids, slot_ids = word_ids[order], slot_ids[order]
+        bounds = np.flatnonzero(np.diff(word_ids)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [word_ids.size]))
+        names = list(vocabulary)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            self.postings[names[int(word_ids[start])]] = slot_ids[start:end].copy()
+
+    def _ensure(self, needed: int) -> None:
+        capacity = self.expires.size
+        if needed <= capacity:
+            return
+        grown = max(needed, capacity * _GROWTH, 1024)
+        self.expires = np.resize(self.expires, grown)
+        self.line_size = np.resize(self.line_size, grown)
+        self.rank = np.resize(self.rank, grown)
+        alive = np.zeros(grown, dtype=bool)
+        alive[:capacity] = self.alive
+        self.alive = alive
+
+    def _add(self, key: str, text: str, expires_at: int | None, print_: int, replaced: int | None) -> None:
+        slot = self.size
+        self.size += 1
+        self._ensure(self.size)
+        self.keys.append(key)
+        self.prints.append(print_)
+        self.slot_of[key] = slot
+        self.expires[slot] = NEVER if expires_at is None else expires_at
+        self.line_size[slot] = line_bytes(key, text)
+        self.alive[slot] = True
+        if replaced is not None:
+            self.rank[slot] = self.rank[replaced]
+        else:
+            self._place(key, slot)
+        for word in entry_words(key, text):
+            waiting = self.pending.setdefault(word, [])
+            waiting.append(slot)
+            if len(waiting) >= _MERGE_AT:
+                self._merge(word)
+        self._maybe_compact()
+
+    def _place(self, key: str, slot: int) -> None:
+        """Give a new key a rank between its neighbours in code-point order."""
+        position = bisect.bisect_left(self.sorted_keys, key)
+        self.sorted_keys.insert(position, key)
+        below = self.rank[self.slot_of[self.sorted_keys[position - 1]]] if position > 0 else -1.0
+        above = (
+            self.rank[self.slot_of[self.sorted_keys[position + 1]]]
+            if position + 1 < len(self.sorted_keys)
+            else below + 2.0
+        )
+        middle = (below + above) / 2
+        if above - below > _MIN_RANK_GAP:
+            self.rank[slot] = middle
+        else:  # the gap is used up: number every key again
+            self._renumber_ranks()
+
+    def _renumber_ranks(self) -> None:
+        for position, key in enumerate(self.sorted_keys):
+            self.rank[self.slot_of[key]] = float(position)
+
+    def _merge(self, word: str) -> None:
+        waiting = self.pending.pop(word, None)
+        if not waiting:
+            return
+        added = np.asarray(waiting, dtype=np.int32)
+        current = self.postings.get(word)
+        self.postings[word] = added if current is None else np.concatenate((current, added))
+
+    def _maybe_compact(self) -> None:
+        """Drop dead slots once they are half of all slots, renumbering the live ones."""
+        dead = self.size - len(self.slot_of)
+        if dead < 1024 or dead * 2 < self.size:
+            return
+        for word in list(self.pending):
+            self._merge(word)
+        keep = self.alive[: self.size]
+        renumber = np.cumsum(keep) - 1
+        for word, postings in list(self.postings.items()):
+            live = postings[keep[postings]]
+            if live.size:
+                self.postings[word] = renumber[live].astype(np.int32)
+            else:
+                del self.postings[word]
+        kept = np.flatnonzero(keep)
+        self.keys = [self.keys[slot] for slot in kept.tolist()]
+        self.prints = [self.prints[slot] for slot in kept.tolist()]
+        self.expires = self.expires[kept]
+        self.line_size = self.line_size[kept]
+        self.rank = self.rank[kept]
+        self.alive = np.ones(kept.size, dtype=bool)
+        self.size = int(kept.size)
+        self.slot_of = {key: slot for slot, key in enumerate(self.keys)}
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def postings_of(self, word: str) -> np.ndarray | None:
+        """Return the slots (live or dead) whose entry holds ``word``, or ``None``."""
+        with self.lock:
+            if word in self.pending:
+                self._merge(word)
+            return self.postings.get(word)
+
+    def live_mask(self, now: int) -> np.ndarray:
+        """Return, per slot, whether it holds a live entry at ``now``."""
+        with self.lock:
+            return self.alive[: self.size] & (self.expires[: self.size] > now)
+
+    def query(self, words: Iterable[str], now: int) -> Candidates:
+        """Return the live entries sharing at least one of ``words`` with their scores, and
+        how many live entries share none."""
+        with self.lock:
+            found = [postings for word in set(words) if (postings := self.postings_of(word)) is not None]
+            live = self.live_mask(now)
+            if found:
+                flat = found[0] if len(found) == 1 else np.concatenate(found)
+                counts = np.bincount(flat, minlength=self.size)[: self.size]
+                counts[~live] = 0
+                slots = np.flatnonzero(counts)
+                scores = counts[slots]
+            else:
+                slots = scores = np.empty(0, dtype=np.int64)
+            return Candidates(self, slots, scores, int(np.count_nonzero(live)) - int(slots.size))
+
+    def state(self, key: str) -> tuple[int, int | None] | None:
+        """Return ``(fingerprint, expires_at)`` of an indexed key, or ``None``."""
+        with self.lock:
+            slot = self.slot_of.get(key)
+            if slot is None:
+                return None
+            expires = int(self.expires[slot])
+            return self.prints[slot], None if expires == NEVER else expires
+
+    def live_sizes(self, now: int) -> dict[str, int]:
+        """Return the injection-line size of every live entry, in key order."""
+        with self.lock:
+            live = self.live_mask(now).tolist()
+            sizes = self.line_size.tolist()
+            slot_of = self.slot_of
+            return {key: sizes[slot_of[key]] for key in self.sorted_keys if live[slot_of[key]]}
+
+    def nbytes(self) -> int:
+        """Return roughly how many bytes of arrays the index holds (postings and per-slot data)."""
+        with self.lock:
+            arrays = sum(postings.nbytes for postings in self.postings.values())
+            return arrays + self.expires.nbytes + self.line_size.nbytes + self.rank.nbytes + self.alive.nbytes

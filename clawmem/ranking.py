@@ -1,0 +1,191 @@
+"""Rankings: the candidates of one message, in the order recall injects them.
+
+A :class:`Ranking` answers what recall and its report need, and no more: how many entries
+share a word with the message (``hits``) and how many do not (``zero_overlap``), the first
+``n`` candidates in rank order, the query words each matched, and the injection lines of the
+few that are injected. Two rankings give the same answers:
+
+- :class:`IndexRanking`, from the drivers' word indexes: a turn costs the postings of the
+  message's words, and the injected entries are read back and checked against the backend;
+- :class:`ScanRanking`, from a full read of the namespaces: what a driver without an index
+  gets, and the reference the index is tested against.
+
+:func:`word_overlap` picks between them. It is the default ranker; another (a semantic one)
+plugs in as any callable ``ranker(memory, message, namespaces, now) -> Ranking``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from clawmem.memory.base import BaseMemory
+from clawmem.memory.index import Candidates, fingerprint, line_bytes
+from clawmem.memory.rules import is_expired
+from clawmem.memory.wrappers import serving_driver
+from clawmem.words import _WORD, keywords, text_of
+
+log = logging.getLogger(__name__)
+
+_ATTEMPTS = 3  # index rankings rebuilt after finding a stale candidate, before scanning instead
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One entry that shares at least one word with the message."""
+
+    namespace: str
+    key: str
+    score: int
+    bytes: int  # of its injection line ``- key: text\n``
+
+
+class Ranking(Protocol):
+    """The candidates of one message over one or more namespaces, ranked together: score
+    descending, then key, then the namespaces' order (the subject's first)."""
+
+    hits: int
+    zero_overlap: int
+
+    def first(self, count: int) -> list[Candidate]:
+        """Return the first ``count`` candidates in rank order."""
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        """Return the query words each of ``candidates`` holds, in the message's order."""
+
+    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
+        """Return the value text of each of ``candidates``, as it is stored now."""
+
+
+Ranker = Callable[[Any, str, Sequence[str], int], Ranking]
+
+
+class StaleIndex(Exception):
+    """An indexed candidate no longer matched the backend; the index has been corrected."""
+
+
+def _merge(lists: Sequence[list[Candidate]], count: int) -> list[Candidate]:
+    """Merge per-namespace lists already in rank order (namespaces in tie order)."""
+    tagged = [
+        (-candidate.score, candidate.key, order, candidate)
+        for order, candidates in enumerate(lists)
+        for candidate in candidates
+    ]
+    tagged.sort(key=lambda item: item[:3])
+    return [item[3] for item in tagged[:count]]
+
+
+class ScanRanking:
+    """A ranking computed from every entry of the namespaces, read in full."""
+
+    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        self.words = list(words)
+        wanted = set(words)
+        self._texts: dict[tuple[str, str], str] = {}
+        self._words: dict[tuple[str, str], set[str]] = {}
+        scored: list[tuple[int, str, int, Candidate]] = []
+        self.zero_overlap = 0
+        for order, (namespace, entries) in enumerate(sources):
+            for key, value in entries.items():
+                text = text_of(value)
+                held = wanted.intersection(_WORD.findall(f"{key} {text}".casefold()))
+                if not held:
+                    self.zero_overlap += 1
+                    continue
+                self._texts[namespace, key] = text
+                self._words[namespace, key] = held
+                candidate = Candidate(namespace, key, len(held), line_bytes(key, text))
+                scored.append((-len(held), key, order, candidate))
+        scored.sort(key=lambda item: item[:3])
+        self._ranked = [item[3] for item in scored]
+        self.hits = len(self._ranked)
+
+    def first(self, count: int) -> list[Candidate]:
+        return self._ranked[: max(count, 0)]
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        return [
+            tuple(word for word in self.words if word in self._words[c.namespace, c.key]) for c in candidates
+        ]
+
+    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
+        return [self._texts[c.namespace, c.key] for c in candidates]
+
+
+class IndexRanking:
+    """A ranking answered from each namespace's word index (see :mod:`clawmem.memory.index`)."""
+
+    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, BaseMemory]], now: int) -> None:
+        self.words = list(words)
+        self.now = now
+        self._drivers = {namespace: driver for namespace, driver in sources}
+        self._candidates: dict[str, Candidates] = {
+            namespace: driver.word_index(namespace).query(self.words, now) for namespace, driver in sources
+        }
+        self.hits = sum(len(found) for found in self._candidates.values())
+        self.zero_overlap = sum(found.zero_overlap for found in self._candidates.values())
+
+    def first(self, count: int) -> list[Candidate]:
+        if count <= 0:
+            return []
+        lists = [
+            [Candidate(namespace, key, score, size) for key, score, size in found.first(count)]
+            for namespace, found in self._candidates.items()
+        ]
+        return lists[0] if len(lists) == 1 else _merge(lists, count)
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        found: dict[tuple[str, str], tuple[str, ...]] = {}
+        for namespace, candidates_of in self._candidates.items():
+            keys = [c.key for c in candidates if c.namespace == namespace]
+            if keys:
+                for key, words in candidates_of.matched(keys, self.words).items():
+                    found[namespace, key] = words
+        return [found[c.namespace, c.key] for c in candidates]
+
+    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
+        """Read the candidates back from the backend. Raises :class:`StaleIndex` (after
+        correcting the index) when one was deleted, changed or expired since it was indexed."""
+        stale = False
+        rows: dict[tuple[str, str], Any] = {}
+        for namespace, driver in self._drivers.items():
+            keys = [c.key for c in candidates if c.namespace == namespace]
+            if not keys:
+                continue
+            index = self._candidates[namespace].index
+            found = driver.fetch(namespace, keys)
+            for key in keys:
+                row = found.get(key)
+                state = index.state(key)
+                if row is None or is_expired(row.expires_at, self.now):
+                    stale = True
+                    if row is None:
+                        index.remove(key)
+                    else:
+                        index.put(key, row.value, row.expires_at)
+                elif state is None or state[0] != fingerprint(row.value, row.expires_at):
+                    stale = True
+                    index.put(key, row.value, row.expires_at)
+                else:
+                    rows[namespace, key] = row
+        if stale:
+            raise StaleIndex()
+        return [text_of(rows[c.namespace, c.key].value) for c in candidates]
+
+
+def word_overlap(memory: Any, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+    """Rank by word overlap (SPEC 5): from the word indexes when every namespace is served by a
+    driver that keeps one, else from a full read of the namespaces."""
+    words = keywords(message)
+    drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
+    if all(isinstance(driver, BaseMemory) for driver in drivers):
+        return IndexRanking(words, list(zip(namespaces, drivers, strict=True)), now)
+    return ScanRanking(words, [(namespace, memory.all(namespace)) for namespace in namespaces])
+
+
+def scan_ranking(memory: Any, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+    """Rank by word overlap from a full read of the namespaces (the reference, and the ranker
+    of drivers without an index)."""
+    return ScanRanking(keywords(message), [(namespace, memory.all(namespace)) for namespace in namespaces])
