@@ -152,6 +152,13 @@ class WordIndex:
             del self.sorted_keys[position]
             self._maybe_compact()
 
+    def drop_expired(self, now: int) -> None:
+        """Drop every entry expired at ``now`` (what a sweep deleted)."""
+        with self.lock:
+            expired = ~self.live_mask(now) & self.alive[: self.size]
+            for key in [self.keys[slot] for slot in np.flatnonzero(expired).tolist()]:
+                self.remove(key)
+
     def load(self, entries: Iterable[tuple[str, Any, int | None]]) -> None:
         """Replace the whole index with ``entries`` (key, value, expires_at) in one pass."""
         with self.lock:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,6 +15,7 @@ from sqlalchemy.engine import Engine
 from clawmem.clock import Clock
 from clawmem.errors import StorageError
 from clawmem.memory.base import BaseMemory, MemoryRow, NamespaceCount, check_filter
+from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
@@ -47,11 +50,47 @@ class SqlBackedMemory(BaseMemory):
         return describe_error(exc)
 
 
+# Rows whose updated_at is this much older than the newest one the index has seen are still
+# read again on each refresh: a writer's clock may lag, and a long transaction may commit a
+# stamp from before others that committed first. A change stamped further back than this is
+# only found when the namespace's row count says something is missing.
+REINDEX_OVERLAP = timedelta(minutes=5)
+
+
+@dataclass
+class _IndexState:
+    """A namespace's index and what it had seen of the table when it was last brought up to date."""
+
+    index: WordIndex
+    newest: datetime | None = None
+    unreadable: set[str] = field(default_factory=set)
+    data_version: int | None = None
+
+
 class SqlMemory(SqlBackedMemory):
     """Entries as rows keyed by (namespace, lookup_key). Expiry is compared with the injected
-    clock, never the database's ``NOW()``; upserts are single atomic statements."""
+    clock, never the database's ``NOW()``; upserts are single atomic statements.
+
+    The recall index of a namespace follows the table, whoever writes it (another worker, the
+    CLI, another program with plain SQL): each call reads the rows changed since the newest
+    ``updated_at`` it saw (less :data:`REINDEX_OVERLAP`) and compares the namespace's row
+    count, reading every key again only when rows went missing. On SQLite, when no other
+    connection has committed since (``PRAGMA data_version``), it reads nothing at all.
+    """
 
     name = "sql"
+
+    def __init__(
+        self,
+        engine: Engine,
+        prefix: str = "",
+        clock: Clock = time.time,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        super().__init__(engine, prefix, clock, max_value_bytes)
+        self._indexes: dict[str, _IndexState] = {}
+        self._index_lock = threading.Lock()
+        self._watch: Any = None  # SQLite: a connection of its own, to read data_version
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         with self.engine.connect() as conn:
@@ -69,10 +108,21 @@ class SqlMemory(SqlBackedMemory):
     def _forget(self, key: str, namespace: str, now: int) -> None:
         with write_transaction(self.engine) as conn:
             kv.delete_entry(conn, self.prefix, namespace, key)
+        self._indexed(namespace, lambda index: index.remove(key))
 
     def _flush(self, namespace: str) -> int:
         with write_transaction(self.engine) as conn:
-            return kv.delete_namespace(conn, self.prefix, namespace)
+            count = kv.delete_namespace(conn, self.prefix, namespace)
+        self._indexed(namespace, WordIndex.clear)
+        return count
+
+    def _indexed(self, namespace: str, change: Any) -> None:
+        """Apply a deletion this process made to the namespace's index, if it has one, so the
+        next refresh finds the row count as expected instead of reading every key again."""
+        with self._index_lock:
+            state = self._indexes.get(namespace)
+            if state is not None:
+                change(state.index)
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
@@ -95,6 +145,7 @@ class SqlMemory(SqlBackedMemory):
                 count = kv.delete_expired(conn, self.prefix, namespace, now)
             if count:
                 deleted[namespace] = count
+                self._indexed(namespace, lambda index: index.drop_expired(now))
         return deleted
 
     # -- the operator's read API, answered by queries ------------------------------------------
@@ -156,3 +207,70 @@ class SqlMemory(SqlBackedMemory):
                 yield from (kv.memory_row(row) for row in rows)
         except self.backend_errors as exc:
             raise StorageError(self.name, "find", self._describe(exc)) from exc
+
+    # -- the recall index ---------------------------------------------------------------------
+
+    def _data_version(self) -> int | None:
+        if self.engine.dialect.name != "sqlite":
+            return None
+        if self._watch is None:
+            self._watch = self.engine.raw_connection()
+        cursor = self._watch.cursor()
+        try:
+            cursor.execute("PRAGMA data_version")
+            return int(cursor.fetchone()[0])
+        finally:
+            cursor.close()
+
+    def _fresh_index(self, namespace: str) -> WordIndex:
+        with self._index_lock:
+            version = self._data_version()
+            state = self._indexes.get(namespace)
+            if state is not None and version is not None and version == state.data_version:
+                return state.index
+            if state is None:
+                state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
+                self._load(state, namespace)
+            else:
+                self._catch_up(state, namespace)
+            state.data_version = version
+            return state.index
+
+    def _decoded(self, state: _IndexState, rows: Any) -> Iterator[tuple[str, Any, int | None]]:
+        for key, text, expires_at, updated_at in rows:
+            if state.newest is None or updated_at > state.newest:
+                state.newest = updated_at
+            try:
+                value = decode_value(text)
+            except ValueError:
+                state.unreadable.add(key)  # another program's row; recall cannot use it
+                continue
+            state.unreadable.discard(key)
+            yield key, value, expires_at
+
+    def _load(self, state: _IndexState, namespace: str) -> None:
+        with self.engine.connect() as conn:
+            state.index.load(self._decoded(state, kv.index_rows(conn, self.prefix, namespace)))
+
+    def _catch_up(self, state: _IndexState, namespace: str) -> None:
+        index = state.index
+        since = None if state.newest is None else state.newest - REINDEX_OVERLAP
+        with self.engine.connect() as conn:
+            changed = kv.index_rows(conn, self.prefix, namespace, since)
+            for key, value, expires_at in self._decoded(state, changed):
+                index.put(key, value, expires_at)
+            if kv.count_namespace(conn, self.prefix, namespace) == len(index) + len(state.unreadable):
+                return
+            # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
+            present = kv.namespace_keys(conn, self.prefix, namespace)
+            for key in (set(index.slot_of) | state.unreadable) - present:
+                index.remove(key)
+                state.unreadable.discard(key)
+            unknown = present - set(index.slot_of) - state.unreadable
+            if unknown:
+                rows = kv.rows_of_keys(conn, self.prefix, namespace, sorted(unknown))
+                for row in rows:
+                    index.put(row.key, row.value, row.expires_at)
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -210,3 +210,33 @@ def one_row(conn: Connection, prefix: str, namespace: str, key: str) -> MemoryRo
         sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
     ).first()
     return None if row is None else memory_row(row)
+
+
+# -- what the recall index reads --------------------------------------------------------------
+
+
+def index_rows(
+    conn: Connection, prefix: str, namespace: str, since: datetime | None = None
+) -> Iterator[tuple[str, str, int | None, datetime]]:
+    """Yield ``(key, JSON text, expires_at, updated_at)`` of the namespace's rows, expired ones
+    included; with ``since``, only rows whose ``updated_at`` is at or after it."""
+    table = tables(prefix).memory
+    select = sa.select(table.c.lookup_key, table.c.value, table.c.expires_at, table.c.updated_at).where(
+        table.c.namespace == namespace
+    )
+    if since is not None:
+        select = select.where(table.c.updated_at >= since)
+    yield from conn.execution_options(yield_per=5000).execute(select)
+
+
+def namespace_keys(conn: Connection, prefix: str, namespace: str) -> set[str]:
+    """Return every key of the namespace, expired ones included."""
+    table = tables(prefix).memory
+    return set(conn.execute(sa.select(table.c.lookup_key).where(table.c.namespace == namespace)).scalars())
+
+
+def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> list[MemoryRow]:
+    """Return the rows of ``keys`` in the namespace that exist, expired ones included."""
+    table = tables(prefix).memory
+    select = sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
+    return [memory_row(row) for row in conn.execute(select)]

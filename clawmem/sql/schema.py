@@ -121,14 +121,24 @@ def tables(prefix: str = "") -> Tables:
         sa.Column("updated_at", _datetime(), nullable=False),
         sa.UniqueConstraint("namespace", "lookup_key", name=f"{prefix}phpclaw_mem_ns_key"),
         sa.Index(f"{prefix}phpclaw_mem_ns_expires", "namespace", "expires_at"),
+        # Lets the recall index read what changed since it last looked (see memory/sql.py).
+        sa.Index(f"{prefix}phpclaw_mem_ns_updated", "namespace", "updated_at"),
         **options,
     )
     return Tables(metadata, conversations, messages, memory)
 
 
 def create_tables(engine: Engine, prefix: str = "") -> None:
-    """Create the three tables of ``prefix`` if they do not exist (idempotent)."""
-    tables(prefix).metadata.create_all(engine, checkfirst=True)
+    """Create the three tables of ``prefix`` if they do not exist, and any of their indexes an
+    earlier version did not create (idempotent)."""
+    schema = tables(prefix)
+    schema.metadata.create_all(engine, checkfirst=True)
+    inspector = sa.inspect(engine)
+    for table in (schema.conversations, schema.messages, schema.memory):
+        present = {index["name"] for index in inspector.get_indexes(table.name)}
+        for index in table.indexes:
+            if index.name not in present:
+                index.create(engine)
 
 
 def drop_tables(engine: Engine, prefix: str = "") -> None:
