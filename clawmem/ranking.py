@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clawmem.memory.base import BaseMemory
-from clawmem.memory.index import Candidates, fingerprint, line_bytes
-from clawmem.memory.rules import is_expired
+from clawmem.memory.index import Candidates, line_bytes
 from clawmem.memory.wrappers import serving_driver
 from clawmem.words import _WORD, keywords, text_of
 
@@ -148,31 +147,16 @@ class IndexRanking:
     def texts(self, candidates: Sequence[Candidate]) -> list[str]:
         """Read the candidates back from the backend. Raises :class:`StaleIndex` (after
         correcting the index) when one was deleted, changed or expired since it was indexed."""
-        stale = False
-        rows: dict[tuple[str, str], Any] = {}
+        texts: dict[tuple[str, str], str] = {}
         for namespace, driver in self._drivers.items():
             keys = [c.key for c in candidates if c.namespace == namespace]
             if not keys:
                 continue
-            index = self._candidates[namespace].index
-            found = driver.fetch(namespace, keys)
-            for key in keys:
-                row = found.get(key)
-                state = index.state(key)
-                if row is None or is_expired(row.expires_at, self.now):
-                    stale = True
-                    if row is None:
-                        index.remove(key)
-                    else:
-                        index.put(key, row.value, row.expires_at)
-                elif state is None or state[0] != fingerprint(row.value, row.expires_at):
-                    stale = True
-                    index.put(key, row.value, row.expires_at)
-                else:
-                    rows[namespace, key] = row
-        if stale:
-            raise StaleIndex()
-        return [text_of(rows[c.namespace, c.key].value) for c in candidates]
+            rows = driver.fetch(namespace, keys)
+            if not self._candidates[namespace].index.confirm(keys, rows, self.now):
+                raise StaleIndex()
+            texts.update(((namespace, key), text_of(rows[key].value)) for key in keys)
+        return [texts[c.namespace, c.key] for c in candidates]
 
 
 def word_overlap(memory: Any, message: str, namespaces: Sequence[str], now: int) -> Ranking:

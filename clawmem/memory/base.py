@@ -31,7 +31,7 @@ from clawmem.memory.rules import (
     validate_ttl,
 )
 from clawmem.sql.paging import Page, check_limit, decode_cursor, page_of
-from clawmem.words import rank
+from clawmem.words import keywords, rank
 
 DEFAULT_NAMESPACE = "default"
 
@@ -197,6 +197,15 @@ class BaseMemory(SearchableMemory):
         return encode_value(key, value, self.max_value_bytes)
 
     def _search(self, query: str, limit: int, namespace: str, now: int) -> list[MemoryHit]:
+        words = keywords(query)
+        if not words or limit <= 0:
+            return []
+        for _ in range(3):  # a candidate found changed corrects the index; look again
+            index = self._fresh_index(namespace)
+            found = index.query(words, now).first(limit)
+            rows = {row.key: row for row in self._fetch(namespace, {key for key, _, _ in found})}
+            if index.confirm([key for key, _, _ in found], rows, now):
+                return [MemoryHit(key, rows[key].value, namespace, score) for key, score, _ in found]
         return [
             MemoryHit(key, value, namespace, points)
             for key, value, points in rank(query, self._all(namespace, now), limit)

@@ -13,17 +13,21 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.errors import CorruptStoreError, InvalidNamespace
 from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, MemoryRow, emit_write
+from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     decode_value,
@@ -31,6 +35,8 @@ from clawmem.memory.rules import (
     validate_namespace,
     validate_prefix,
 )
+
+log = logging.getLogger(__name__)
 
 STORE_SUFFIX = ".json"
 # Writes go through temporary files named like this; a crash can leave one behind.
@@ -140,6 +146,40 @@ def dump_store(store: Store) -> bytes:
     return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
 
 
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """Return what changes whenever a namespace file is replaced: inode, size and mtime."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def _warn_about_files_of_an_earlier_layout(root: Path) -> None:
+    # Before sites had directories of their own, namespace files lay in CLAW_FILE_DIR itself.
+    try:
+        stray = [path.name for path in root.glob(f"*{STORE_SUFFIX}") if namespace_of_stem(path.stem)]
+    except OSError:
+        return
+    if stray:
+        log.warning(
+            "%d namespace files lie directly in %s, where an earlier version kept every site's files; "
+            "they are not read. Move each site's files into its directory (for the table prefix '': %s)",
+            len(stray),
+            root,
+            DEFAULT_SITE_DIRECTORY,
+        )
+
+
+@dataclass
+class _IndexState:
+    """A namespace's recall index, the file it was built from, and that file's store."""
+
+    index: WordIndex
+    signature: tuple[int, int, int] | None = None
+    store: Store = field(default_factory=dict)
+
+
 class FileMemory(BaseMemory):
     """Keeps each namespace of site ``site`` (a table prefix) in its own JSON file under
     ``directory/<site directory>`` (both created 0700 on first write).
@@ -164,6 +204,9 @@ class FileMemory(BaseMemory):
         self.site = site
         # Every file of this store lives here; another site's directory is never opened.
         self.directory = site_directory(self.root, site)
+        self._indexes: dict[str, _IndexState] = {}
+        self._index_lock = threading.Lock()
+        _warn_about_files_of_an_earlier_layout(self.root)
 
     def path_for(self, namespace: str) -> Path:
         """Return the JSON file that holds ``namespace`` (it may not exist yet)."""
@@ -277,6 +320,43 @@ class FileMemory(BaseMemory):
             for key, entry in store.items()
         ]
 
+    def _current(self, namespace: str) -> _IndexState:
+        """Return the namespace's index state, read again from its file when it was replaced."""
+        path = self.path_for(namespace)
+        with self._index_lock:
+            state = self._indexes.get(namespace)
+            signature = _signature(path)  # before reading: a later replace is caught next time
+            if state is not None and signature == state.signature:
+                return state
+            store = self._read(path) if signature is not None else {}
+            if state is None:
+                state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
+                state.index.load((key, entry["value"], entry["expires_at"]) for key, entry in store.items())
+            else:
+                for key in set(state.index.slot_of) - set(store):
+                    state.index.remove(key)
+                for key, entry in store.items():
+                    state.index.put(key, entry["value"], entry["expires_at"])
+            state.signature, state.store = signature, store
+            return state
+
+    def _fresh_index(self, namespace: str) -> WordIndex:
+        return self._current(namespace).index
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        store = self._current(namespace).store
+        return [
+            MemoryRow(
+                namespace,
+                key,
+                store[key]["value"],
+                store[key]["expires_at"],
+                _stored_bytes(store[key]["value"]),
+            )
+            for key in keys
+            if key in store
+        ]
+
     def _namespaces(self) -> list[str]:
         try:
             entries = list(os.scandir(self.directory))
@@ -337,7 +417,6 @@ class FileMemory(BaseMemory):
 
 
 # -- one site's directory as a whole (uninstall --files) -------------------------------------
-
 
 
 def _is_store_file(name: str) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,6 +315,25 @@ class WordIndex:
             else:
                 slots = scores = np.empty(0, dtype=np.int64)
             return Candidates(self, slots, scores, int(np.count_nonzero(live)) - int(slots.size))
+
+    def confirm(self, keys: Iterable[str], rows: Mapping[str, Any], now: int) -> bool:
+        """Check indexed ``keys`` against ``rows`` just read from the backend (objects with
+        ``value`` and ``expires_at``; a missing key was deleted). Return whether every one is
+        live and indexed as stored; correct the index for any that is not."""
+        fresh = True
+        with self.lock:
+            for key in keys:
+                row = rows.get(key)
+                if row is None:
+                    self.remove(key)
+                    fresh = False
+                elif (
+                    self.put(key, row.value, row.expires_at)
+                    or row.expires_at is not None
+                    and now >= row.expires_at
+                ):
+                    fresh = False
+        return fresh
 
     def state(self, key: str) -> tuple[int, int | None] | None:
         """Return ``(fingerprint, expires_at)`` of an indexed key, or ``None``."""

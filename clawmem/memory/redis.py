@@ -4,6 +4,8 @@ Layout under ``prefix`` (``P``) for namespace ``N``::
 
     P{N}:k:<key>   the entry, JSON ``[expires_at, value]``; a Redis TTL when it has a ttl
     P{N}:i         sorted set of the namespace's keys, scored by expires_at (+inf: never)
+    P{N}:log       stream of the namespace's changes (a key written or deleted, a flush, a
+                   sweep), capped at about 10,000, from which recall indexes catch up
     Pnamespaces    set of namespaces that have an index, for the sweeper
 
 Neither namespaces nor prefixes contain braces, so the layout is injective: ``a`` never sees
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -27,12 +31,14 @@ import redis
 from clawmem.clock import Clock
 from clawmem.errors import ConfigError, CorruptEntryError, redact
 from clawmem.memory.base import BaseMemory, MemoryRow
+from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
 CONNECT_TIMEOUT_SECONDS = 5.0
 _BATCH = 1000  # keys per MGET/DEL/EXISTS, so no single command grows with the namespace
+LOG_LENGTH = 10_000  # changes kept per namespace; an index further behind reads it again whole
 
 
 def _text(raw: bytes | str) -> str:
@@ -59,6 +65,19 @@ def decode_entry(raw: bytes | str, redis_key: str) -> tuple[int | None, Any]:
     if not (isinstance(data, list) and len(data) == 2 and (data[0] is None or type(data[0]) is int)):
         raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, value]")
     return data[0], data[1]
+
+
+def _stream_id(raw: bytes | str) -> tuple[int, int]:
+    milliseconds, _, sequence = _text(raw).partition("-")
+    return int(milliseconds), int(sequence or 0)
+
+
+@dataclass
+class _IndexState:
+    """A namespace's recall index and the id of the last change of the log it has applied."""
+
+    index: WordIndex
+    seen: str = "0-0"
 
 
 class RedisMemory(BaseMemory):
@@ -98,6 +117,8 @@ class RedisMemory(BaseMemory):
             except ValueError as exc:
                 raise ConfigError(f"invalid Redis URL {redact(url or DEFAULT_URL)!r}: {exc}") from None
         self.client = client
+        self._indexes: dict[str, _IndexState] = {}
+        self._index_lock = threading.Lock()
 
     # -- key layout ------------------------------------------------------------------------
 
@@ -108,6 +129,13 @@ class RedisMemory(BaseMemory):
     def index_key(self, namespace: str) -> str:
         """Return the Redis key of the sorted set that indexes ``namespace``."""
         return f"{self.prefix}{{{namespace}}}:i"
+
+    def log_key(self, namespace: str) -> str:
+        """Return the Redis key of the stream of ``namespace``'s changes."""
+        return f"{self.prefix}{{{namespace}}}:log"
+
+    def _log(self, pipe: Any, namespace: str, **change: Any) -> None:
+        pipe.xadd(self.log_key(namespace), change, maxlen=LOG_LENGTH, approximate=True)
 
     @property
     def namespaces_key(self) -> str:
@@ -132,12 +160,14 @@ class RedisMemory(BaseMemory):
         pipe.set(self.entry_key(key, namespace), encode_entry(encoded, expires_at), ex=ttl)
         pipe.zadd(self.index_key(namespace), {key: math.inf if expires_at is None else expires_at})
         pipe.sadd(self.namespaces_key, namespace)
+        self._log(pipe, namespace, k=key)
         pipe.execute()
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(self.entry_key(key, namespace))
         pipe.zrem(self.index_key(namespace), key)
+        self._log(pipe, namespace, k=key)
         pipe.execute()
 
     def _flush(self, namespace: str) -> int:
@@ -150,10 +180,11 @@ class RedisMemory(BaseMemory):
                 pipe.delete(*batch)
             pipe.delete(index)
             pipe.srem(self.namespaces_key, namespace)
+            self._log(pipe, namespace, flush=1)
 
         # WATCH the index: a concurrent set of a new key retries the flush instead of orphaning it.
         results = self.client.transaction(clear, index)
-        return sum(results[:-2])
+        return sum(results[:-3])
 
     def _stored(self, namespace: str, low: str) -> list[tuple[str, int, int | None, Any]]:
         """Return ``(key, value bytes, expires_at, value)`` of the indexed entries scored above
@@ -202,6 +233,8 @@ class RedisMemory(BaseMemory):
             pipe.multi()
             if gone:
                 pipe.zrem(index, *gone)
+                for key in gone:
+                    self._log(pipe, namespace, k=key)
 
         # Watching the entries too: a concurrent set revives one without changing its index score.
         self.client.transaction(remove, index, *entry_keys)
@@ -252,7 +285,64 @@ class RedisMemory(BaseMemory):
             pipe.zremrangebyscore(index, "-inf", now)
             if emptied:
                 pipe.srem(self.namespaces_key, namespace)
+            self._log(pipe, namespace, sweep=now)
 
         # WATCH the index: a concurrent set that renews an expired key retries the sweep.
         results = self.client.transaction(prune, index)
         return sum(results[:deletes])
+
+    # -- the recall index -----------------------------------------------------------------------
+
+    def _fresh_index(self, namespace: str) -> WordIndex:
+        with self._index_lock:
+            state = self._indexes.get(namespace)
+            if state is None:
+                state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
+                self._reload(state, namespace)
+                return state.index
+            log = self.log_key(namespace)
+            changes = self.client.xrange(log, f"({state.seen}", "+")
+            if not changes:
+                return state.index
+            oldest = self.client.xrange(log, "-", "+", count=1)
+            if state.seen != "0-0" and _stream_id(oldest[0][0]) > _stream_id(state.seen):
+                self._reload(state, namespace)  # the log was cut past what this index had seen
+                return state.index
+            changed: set[str] = set()
+            for change_id, fields in changes:
+                change = {_text(name): _text(value) for name, value in fields.items()}
+                if "flush" in change:
+                    state.index.clear()
+                    changed.clear()
+                elif "sweep" in change:
+                    state.index.drop_expired(int(change["sweep"]))
+                else:
+                    changed.add(change["k"])
+                state.seen = _text(change_id)
+            found = {row.key: row for row in self._stored_keys(namespace, sorted(changed))}
+            for key in changed:
+                row = found.get(key)
+                if row is None:
+                    state.index.remove(key)
+                else:
+                    state.index.put(key, row.value, row.expires_at)
+            return state.index
+
+    def _reload(self, state: _IndexState, namespace: str) -> None:
+        newest = self.client.xrevrange(self.log_key(namespace), "+", "-", count=1)
+        state.seen = _text(newest[0][0]) if newest else "0-0"
+        state.index.load((row.key, row.value, row.expires_at) for row in self._records(namespace))
+
+    def _stored_keys(self, namespace: str, keys: list[str]) -> list[MemoryRow]:
+        rows = []
+        for batch in _batches(keys):
+            raws = self.client.mget([self.entry_key(key, namespace) for key in batch])
+            for key, raw in zip(batch, raws, strict=True):
+                if raw is not None:
+                    expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
+                    size = len(_text(raw).encode("utf-8")) - len(encode_entry("", expires_at))
+                    rows.append(MemoryRow(namespace, key, value, expires_at, size))
+        return rows
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        return self._stored_keys(namespace, sorted(keys))
