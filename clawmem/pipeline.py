@@ -5,8 +5,9 @@
 3. Run the guards on the augmented text (a redacting guard redacts the earlier messages too).
 4. Compact the history plus the augmented message.
 5. Call the provider.
-6. Append the ORIGINAL user message, the reply, any tool rows and, when compaction fired, its
-   summary as a checkpoint, in one :meth:`ConversationLog.append`, which the privacy switch gates.
+6. Append the turn's ``recall`` record (which entries it was given), the ORIGINAL user message,
+   the reply, any tool rows and, when compaction fired, its summary as a checkpoint, in one
+   :meth:`ConversationLog.append`, which the privacy switch gates.
 
 Stored messages are never rewritten: a checkpoint is a new ``summary`` row that the next turn
 loads in place of the messages it covers. The augmented text is never stored (recall happens
@@ -15,6 +16,7 @@ afresh each turn). Nothing is stored when a guard blocks or the provider fails.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,6 +93,24 @@ def provider_history(messages: Iterable[StoredMessage]) -> list[dict[str, Any]]:
     return history
 
 
+def recall_record(augment: AugmentResult) -> Message:
+    """Return the ``recall`` message that records which entries a turn was given: for each
+    injected or truncated entry its namespace, key, score, line bytes and status, never its
+    value (an empty list when nothing was injected)."""
+    given = [
+        {
+            "namespace": decision.namespace,
+            "key": decision.key,
+            "score": decision.score,
+            "bytes": decision.bytes,
+            "status": decision.status,
+        }
+        for decision in augment.decisions[: augment.top_k]
+        if decision.injected
+    ]
+    return Message("recall", json.dumps(given, ensure_ascii=False))
+
+
 def checkpoint(compaction: CompactionResult, covered: Sequence[StoredMessage]) -> Message:
     """Return the ``summary`` message that stores a fired compaction as a checkpoint.
 
@@ -120,6 +140,8 @@ class Claw:
     ``augmenter`` defaults to recall from namespace ``default`` with top 3, ``compactor`` to
     one whose thresholds are off, ``guards`` to ``[PiiGuard()]`` (pass ``[]`` for none), and
     ``subject_template`` to ``user:{user_id}`` (where a subject's own facts live). With
+    ``record_recall`` (the default) each turn stores a ``recall`` row, just before the user
+    message, naming the entries it was given (never their values). With
     ``checkpoints`` (the default) a compaction's summary is stored as a ``summary`` message, so
     the next turn starts from it and no message is summarised twice; without, compaction is
     transient and summarises again on every turn.
@@ -136,6 +158,7 @@ class Claw:
         clock: Clock = time.time,
         subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
         checkpoints: bool = True,
+        record_recall: bool = True,
     ) -> None:
         self.memory = memory
         self.conversations = conversations
@@ -146,6 +169,7 @@ class Claw:
         self.clock = clock
         self.subject_template = validate_template(subject_template)
         self.checkpoints = checkpoints
+        self.record_recall = record_recall
 
     @classmethod
     def from_settings(
@@ -172,6 +196,7 @@ class Claw:
             clock=clock,
             subject_template=settings.subject_namespace,
             checkpoints=settings.compact_persist,
+            record_recall=settings.record_recall,
         )
 
     def send(self, message: str, conversation_id: str | None = None, user_id: str = "") -> Reply:
@@ -204,6 +229,7 @@ class Claw:
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
             answer = self.provider.complete(list(compaction.history))
             added = [
+                *([recall_record(augment)] if self.record_recall else []),
                 Message("user", message),
                 Message("assistant", answer.text),
                 *tool_rows(answer.tool_calls),

@@ -65,6 +65,7 @@ class Settings:
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     subject_namespace: str = DEFAULT_SUBJECT_NAMESPACE
     compact_persist: bool = True
+    record_recall: bool = True
     pii_guard: str = "block"
     pii_allow_keys: str = ""
 
@@ -105,7 +106,7 @@ class Settings:
                 continue
             raw = values[name]
             attribute = name.lower()
-            if attribute in {"store_messages", "compact_persist"}:
+            if attribute in {"store_messages", "compact_persist", "record_recall"}:
                 parsed[attribute] = _parse_bool(name, raw)
             elif attribute in {"recall_top_k", "compact_max_messages", "compact_max_tokens"}:
                 parsed[attribute] = _parse_int(name, raw)

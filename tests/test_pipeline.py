@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -38,16 +39,24 @@ def log(engine: sa.engine.Engine, prefix: str, clock: FakeClock) -> Conversation
 
 
 def history(log: ConversationLog, conversation_id: str) -> list[dict[str, Any]]:
-    """Return the stored messages of a conversation as role/content (and tool call) dicts."""
+    """Return what was said in a conversation (its ``recall`` records left out) as role/content
+    (and tool call) dicts."""
     found = log.load(conversation_id)
     assert found is not None, f"conversation {conversation_id} was not stored"
     rows = []
     for message in found.messages:
+        if message.role == "recall":
+            continue
         row: dict[str, Any] = {"role": message.role, "content": message.content}
         if message.tool_name is not None:
             row.update(tool_name=message.tool_name, tool_input=message.tool_input)
         rows.append(row)
     return rows
+
+
+def said(log: ConversationLog, conversation_id: str) -> list[Any]:
+    """Return every stored message of a conversation but its ``recall`` records, in order."""
+    return [m for m in log.messages(conversation_id, limit=1000).items if m.role != "recall"]
 
 
 @pytest.fixture
@@ -86,10 +95,10 @@ def test_second_turn_extends_the_stored_history(
     claw = Claw(store, log, EchoProvider(), clock=clock)
     first = claw.send("hello")
     clock.advance(5)
-    before = log.messages(first.conversation_id).items
+    before = said(log, first.conversation_id)
     second = claw.send("and again", conversation_id=first.conversation_id, user_id="cust-7")
     assert second.conversation_id == first.conversation_id
-    after = log.messages(first.conversation_id).items
+    after = said(log, first.conversation_id)
     assert [m.content for m in after] == ["hello", "echo: hello", "and again", "echo: and again"]
     assert after[:2] == before  # the first turn's rows, ids and times included, are untouched
     saved = log.get(first.conversation_id)
@@ -112,7 +121,7 @@ def test_store_messages_off_stores_nothing_but_recall_still_injects(
         reply = off.send("which loyalty tier", earlier.conversation_id)
         assert reply.augment.injected_keys == ["loyalty"]
         assert "gold tier member since 2019" in reply.augment.text
-        assert off.conversations.counts() == {"conversations": 1, "messages": 2}
+        assert off.conversations.counts() == {"conversations": 1, "messages": 3}  # recall, user, reply
         saved = [event for event in recorded if event["event"] == "conversation.saved"]
         assert [(event["gated"], event["inserted"]) for event in saved] == [(True, 0)]
         fresh = off.send("new chat about loyalty")
@@ -183,9 +192,9 @@ def test_compaction_shapes_what_is_sent_not_what_is_stored(
     assert [m["content"] for m in summary_call[:2]] == ["one", "echo: one"]
     assert turn_call[0]["content"].startswith("[Conversation summary]\n")
     assert [m["content"] for m in turn_call[1:]] == ["two", "echo: two", "three"]
-    stored = log.messages(cid).items
-    said = [m.content for m in stored if m.role != "summary"]
-    assert said == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
+    stored = said(log, cid)
+    contents = [m.content for m in stored if m.role != "summary"]
+    assert contents == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
     (summary,) = [m for m in stored if m.role == "summary"]
     assert summary.content == turn_call[0]["content"]
     assert summary.tool_input["covers"] == {"from": stored[0].id, "to": stored[1].id, "messages": 2}
@@ -265,8 +274,8 @@ def test_a_turn_announces_one_save_and_a_gated_turn_says_so(
             "driver": "sql",
             "namespace": "default",
             "key": reply.conversation_id,
-            "messages": 2,
-            "inserted": 2,
+            "messages": 3,  # the recall record, the user message and the reply
+            "inserted": 3,
             "gated": False,
         }
     ]
@@ -373,4 +382,52 @@ def test_a_turn_loads_once_and_appends_once_in_one_transaction(
     ]
     assert history_reads and max(history_reads) < writes[0], "the history was read again after the load"
     assert len(commits) == 1 and commits[0] > writes[-1]
-    assert [message.id for message in log.messages(first.conversation_id).items][:2] == ids_before
+    ids_after = [message.id for message in log.messages(first.conversation_id).items]
+    assert ids_after[: len(ids_before)] == ids_before
+
+
+def test_a_turn_records_which_entries_it_was_given_and_never_their_values(
+    store: PrivacyAwareMemory, log: ConversationLog, clock: FakeClock
+) -> None:
+    store.set("delivery_note", "leave parcels with the concierge Zebediah", namespace="user:cust-9")
+    store.set("delivery_policy", "parcels ship within two days")
+    store.set("unrelated", "the office plant needs water")
+    provider = EchoProvider()
+    reply = Claw(store, log, provider, clock=clock).send("where do my parcels go?", user_id="cust-9")
+    stored = log.messages(reply.conversation_id).items
+    assert [m.role for m in stored] == ["recall", "user", "assistant"]
+    record = json.loads(stored[0].content)
+    given = [d for d in reply.augment.decisions if d.injected]
+    assert [(r["namespace"], r["key"], r["score"], r["bytes"], r["status"]) for r in record] == [
+        (d.namespace, d.key, d.score, d.bytes, d.status) for d in given
+    ]
+    assert "Zebediah" not in repr(stored[0])  # keys and scores only, never a value
+    assert all(m["role"] != "recall" and "delivery_note\"" not in m["content"] for m in provider.requests[-1])
+
+
+def test_recall_records_are_never_sent_and_never_counted_by_compaction(
+    store: PrivacyAwareMemory, log: ConversationLog, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    store.set("tea", "green tea please")
+    sent: dict[bool, list[int]] = {}
+    for record in (True, False):
+        conversations = ConversationLog(engine, prefix=prefix, clock=clock)
+        provider = EchoProvider()
+        compactor = HistoryCompactor(ProviderSummarizer(EchoProvider()), max_messages=6)
+        claw = Claw(store, conversations, provider, compactor=compactor, clock=clock, record_recall=record)
+        cid = claw.send("tea one").conversation_id
+        for turn in range(5):
+            claw.send(f"tea {turn}", cid)
+        sent[record] = [len(request) for request in provider.requests]
+        assert all(message["role"] != "recall" for request in provider.requests for message in request)
+    assert sent[True] == sent[False]
+
+
+def test_record_recall_off_stores_no_recall_row(tmp_path: Path, clock: FakeClock) -> None:
+    settings = Settings(instance_path=str(tmp_path), record_recall=False, memory_driver="array")
+    create_tables(engine_for(settings.database_url))
+    claw = Claw.from_settings(settings, EchoProvider(), clock=clock)
+    claw.memory.set("tea", "green tea")
+    reply = claw.send("tea?")
+    assert [m.role for m in claw.conversations.messages(reply.conversation_id).items] == ["user", "assistant"]
+    assert Settings.from_env({"CLAW_RECORD_RECALL": "false"}).record_recall is False
