@@ -309,6 +309,11 @@ class ConversationLog:
         with self.engine.connect() as conn:
             return sql.table_counts(conn, self.prefix)
 
+    def role_counts(self) -> dict[str, int]:
+        """Return how many messages each role has (``user``, ``assistant``, ``recall``...)."""
+        with self.engine.connect() as conn:
+            return sql.role_counts(conn, self.prefix)
+
     def _edge(self, function: Any, by: str) -> datetime | None:
         with self.engine.connect() as conn:
             return sql.edge(conn, self.prefix, function, by)

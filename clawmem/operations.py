@@ -308,6 +308,13 @@ def table_stats(site: Site) -> list[sizes.TableStats]:
     return sizes.table_stats(site.engine, site.prefix)
 
 
+def message_roles(site: Site) -> dict[str, int]:
+    """Return how many stored messages each role has, when the messages table exists."""
+    if sizes.table_names(site.prefix)[1] not in sizes.present_tables(site.engine, site.prefix):
+        return {}
+    return site.conversations.role_counts()
+
+
 @dataclass(frozen=True)
 class Uninstalled:
     """What an uninstall dropped or, with ``dry_run``, would drop."""

@@ -402,7 +402,7 @@ def test_a_turn_records_which_entries_it_was_given_and_never_their_values(
         (d.namespace, d.key, d.score, d.bytes, d.status) for d in given
     ]
     assert "Zebediah" not in repr(stored[0])  # keys and scores only, never a value
-    assert all(m["role"] != "recall" and "delivery_note\"" not in m["content"] for m in provider.requests[-1])
+    assert all(m["role"] != "recall" and 'delivery_note"' not in m["content"] for m in provider.requests[-1])
 
 
 def test_recall_records_are_never_sent_and_never_counted_by_compaction(
@@ -431,3 +431,19 @@ def test_record_recall_off_stores_no_recall_row(tmp_path: Path, clock: FakeClock
     reply = claw.send("tea?")
     assert [m.role for m in claw.conversations.messages(reply.conversation_id).items] == ["user", "assistant"]
     assert Settings.from_env({"CLAW_RECORD_RECALL": "false"}).record_recall is False
+
+
+def test_stats_and_the_overview_count_recall_rows_as_a_role_of_their_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    from clawmem import operations
+    from clawmem.site import Site
+
+    settings = Settings(instance_path=str(tmp_path), memory_driver="array")
+    site = Site(settings, clock)
+    operations.init_db(site)
+    claw = Claw(site.memory, site.conversations, EchoProvider(), clock=clock)
+    site.memory.set("tea", "green tea")
+    cid = claw.send("tea?").conversation_id
+    claw.send("more tea?", cid)
+    assert operations.message_roles(site) == {"assistant": 2, "recall": 2, "user": 2}

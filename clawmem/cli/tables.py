@@ -55,6 +55,7 @@ def stats(as_json: bool) -> None:
     site = current_site()
     settings, engine = site.settings, site.engine
     found = operations.table_stats(site)
+    roles = operations.message_roles(site)
     database = redact(settings.database_url)
     if as_json:
         document = {
@@ -64,6 +65,7 @@ def stats(as_json: bool) -> None:
             "tables": [
                 {"table": t.name, "exists": t.exists, "rows": t.rows, "bytes": t.bytes} for t in found
             ],
+            "messages_by_role": roles,
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -75,6 +77,8 @@ def stats(as_json: bool) -> None:
             click.echo(f"{table.name:<{width}}  missing: run the init-db command")
             continue
         click.echo(f"{table.name:<{width}}  {table.rows:>12,}  {human_bytes(table.bytes):>10}")
+    if roles:
+        click.echo("messages by role: " + ", ".join(f"{role} {count:,}" for role, count in roles.items()))
     file_bytes = sqlite_file_bytes(engine)
     if file_bytes is not None:
         click.echo(f"database file: {human_bytes(file_bytes)} (page_count x page_size, all tables)")

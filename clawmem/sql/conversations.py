@@ -209,6 +209,15 @@ def table_counts(conn: Connection, prefix: str) -> dict[str, int]:
     }
 
 
+def role_counts(conn: Connection, prefix: str) -> dict[str, int]:
+    """Return how many messages each role has, by role name."""
+    table = tables(prefix).messages
+    rows = conn.execute(
+        sa.select(table.c.role, sa.func.count()).group_by(table.c.role).order_by(table.c.role)
+    )
+    return {str(role): int(count) for role, count in rows}
+
+
 def edge(conn: Connection, prefix: str, function: Any, by: str) -> datetime | None:
     """Return ``function`` (``sa.func.min`` or ``max``) of the conversations' ``by`` column."""
     column = tables(prefix).conversations.c[check_order_column(by)]

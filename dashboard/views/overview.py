@@ -75,6 +75,7 @@ def index() -> str:
         "overview/index.html",
         {},
         tables=table_rows,
+        roles=operations.message_roles(state.site()),
         retention=_retention(conversations.oldest(), now, settings.retention_days),
         memory=memory_counts,
         privacy=privacy,
