@@ -5,11 +5,17 @@ from __future__ import annotations
 import re
 
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+# A secret passed as a query parameter: ?password=..., &passwd=..., &token=... and the like.
+_QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;](?:password|passwd|pwd|pass|secret|token|api_?key|access_?key|auth)=)[^&;#\s]*",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
-    """Return ``text`` with the password of every URL in it replaced by ``***``."""
-    return _URL_PASSWORD.sub(r"\g<head>***@", text)
+    """Return ``text`` with every password in it replaced by ``***``: the ``user:pass@`` of a
+    URL and a secret passed as a query parameter (``?password=...``)."""
+    return _QUERY_SECRET.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***@", text))
 
 
 class StorageError(RuntimeError):

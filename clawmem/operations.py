@@ -23,6 +23,7 @@ from clawmem.memory.file import site_directory as file_site_directory
 from clawmem.memory.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql import sizes
+from clawmem.sql.engine import after_erasure
 from clawmem.sql.retention import Batch, count_conversations, delete_in_batches, iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import create_tables
@@ -284,6 +285,7 @@ def erase_subject(
     if not dry_run:
         for namespace, key in entries:
             site.driver.forget(key, namespace)
+        after_erasure(site.engine)
     return Deleted(dry_run, found.conversations, found.messages, entries, found.batches)
 
 

@@ -47,7 +47,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     app.config.from_prefixed_env(ENV_PREFIX.rstrip("_"))
     if test_config:
         app.config.from_mapping(test_config)
-    os.makedirs(app.instance_path, exist_ok=True)
+    os.makedirs(app.instance_path, mode=0o700, exist_ok=True)  # conversations, logins, the audit log
 
     settings = Settings.from_mapping(app.config, app.instance_path)
     app.extensions["clawmem.settings"] = settings

@@ -12,6 +12,9 @@ from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, ValueTooLa
 
 MAX_KEY_CHARS = 191
 MAX_NAMESPACE_CHARS = 100
+# Lists and dicts inside one another, at most: deeper values are refused at set, so that every
+# page, export and recall can walk what is stored without running out of stack.
+MAX_NESTING = 64
 DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.:\-]+")
@@ -88,6 +91,10 @@ def validate_count(name: str, value: object, hint: str = "") -> int:
 def _check_json(value: Any, key: str, path: str, active: set[int]) -> None:
     if value is None or isinstance(value, (bool, int, str)):
         return
+    if len(active) >= MAX_NESTING:
+        raise ValueError(
+            f"value for key {key!r} is nested more than {MAX_NESTING} levels deep; store it flatter"
+        )
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(
@@ -119,10 +126,7 @@ def encode_value(key: str, value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
     Raises ``ValueError`` for NaN/infinity or cycles, ``TypeError`` for anything JSON cannot
     hold, and :class:`ValueTooLarge` past ``max_bytes``. Every message names the key.
     """
-    try:
-        _check_json(value, key, "value", set())
-    except RecursionError:
-        raise ValueError(f"value for key {key!r} is nested too deeply to store") from None
+    _check_json(value, key, "value", set())
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     check_size(f"value for key {key!r}", text, max_bytes)
     return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -21,10 +22,15 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # Transactions are begun explicitly (see _sqlite_begin). WAL lets readers run beside one
     # writer; the busy timeout makes concurrent writers wait instead of failing at once.
     dbapi_connection.isolation_level = None
+    # Text another program wrote as invalid UTF-8 reads with U+FFFD in place of the bad bytes,
+    # instead of failing every query that touches the row.
+    dbapi_connection.text_factory = lambda raw: raw.decode("utf-8", "replace")
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA busy_timeout = 30000")
     cursor.execute("PRAGMA journal_mode = WAL")
     cursor.execute("PRAGMA synchronous = NORMAL")
+    # Deleted rows are overwritten, not left readable in free pages until they are reused.
+    cursor.execute("PRAGMA secure_delete = ON")
     cursor.close()
 
 
@@ -41,11 +47,30 @@ def create_engine(url: str, **options: Any) -> Engine:
     if parsed.get_backend_name() in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     options.setdefault("pool_pre_ping", True)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        _private_file(parsed.database)
     engine = sa.create_engine(parsed, **options)
     if parsed.get_backend_name() == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_connect)
         sa.event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _private_file(path: str) -> None:
+    """Create a new SQLite database file readable by its owner only; SQLite gives its -wal and
+    -shm files the same mode. A missing directory is left for SQLite to report."""
+    if os.path.exists(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def after_erasure(engine: Engine) -> None:
+    """Make deleted rows unreadable on disk at once: on SQLite, write the WAL back into the
+    database and truncate it (other databases need nothing here)."""
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 @functools.cache
