@@ -18,13 +18,17 @@ _MYSQL_DEADLOCK = 1213
 _POSTGRES_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
 
 
+# str(raw, "utf-8", "replace") without a Python-level call per value.
+_LENIENT_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
+
+
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # Transactions are begun explicitly (see _sqlite_begin). WAL lets readers run beside one
     # writer; the busy timeout makes concurrent writers wait instead of failing at once.
     dbapi_connection.isolation_level = None
     # Text another program wrote as invalid UTF-8 reads with U+FFFD in place of the bad bytes,
     # instead of failing every query that touches the row.
-    dbapi_connection.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    dbapi_connection.text_factory = _LENIENT_TEXT
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA busy_timeout = 30000")
     cursor.execute("PRAGMA journal_mode = WAL")
