@@ -3,8 +3,11 @@ commands ``demo``, ``create-admin`` and ``set-password``."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import click
-from flask import Flask
+from flask import Flask, current_app
 from flask.cli import ScriptInfo, with_appcontext
 
 from clawmem.cli import HELP, ClawGroup
@@ -17,7 +20,7 @@ from clawmem.site import Site
 from clawmem.sql.schema import create_tables
 from clawmem.sql.sizes import present_tables
 from dashboard import accounts, state
-from dashboard.demo import load_demo, remove_demo
+from dashboard.demo import DEMO_ALLOWED_KEY, load_demo, remove_demo
 
 
 def _open_site() -> Site:
@@ -74,6 +77,29 @@ def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
         f"({', '.join(sorted(report.namespaces))}), {report.conversations} conversations with "
         f"{report.messages} messages"
     )
+    _allow_demo_contact()
+
+
+def _allow_demo_contact() -> None:
+    # The demo shop's escalation_contact is its own business address, which every support turn
+    # may be given; a customer's address in any other key must still be caught. The instance
+    # config file gets the allowance only when no source sets CLAW_PII_ALLOW_KEYS, and it is said.
+    settings = state.settings()
+    source = state.setting_sources()["PII_ALLOW_KEYS"]
+    if source != "default":
+        if DEMO_ALLOWED_KEY not in settings.allowed_pii_keys:
+            click.echo(f"CLAW_PII_ALLOW_KEYS is set ({source}) without {DEMO_ALLOWED_KEY}, so the PII guard "
+                       f"({settings.pii_guard}) acts on the demo's escalation address too")
+        return
+    path = Path(current_app.instance_path) / "config.py"
+    if path.exists() and re.search(r"^PII_ALLOW_KEYS\s*=", path.read_text(encoding="utf-8"), re.M):
+        return  # written by an earlier demo run of this process
+    with path.open("a", encoding="utf-8") as config:
+        config.write(f"\n# Written by flask claw demo: the demo shop's own escalation address is not a "
+                     f"customer's.\nPII_ALLOW_KEYS = {DEMO_ALLOWED_KEY!r}\n")
+    click.echo(f"wrote PII_ALLOW_KEYS = {DEMO_ALLOWED_KEY!r} to {path}: the PII guard lets the demo "
+               "shop's own escalation address through and still catches customers' addresses in "
+               "every other key (takes effect when the dashboard next starts)")
 
 
 def _new_password(generate: bool) -> str:

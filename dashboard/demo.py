@@ -21,6 +21,8 @@ from dashboard.state import every_item
 DAY = 86_400
 HOUR = 3_600
 DEMO_MARKER = "demo"
+# The demo shop's own business address: an allowed key of the PII guard (flask claw demo says so).
+DEMO_ALLOWED_KEY = "escalation_contact"
 SUBJECTS = {"cust-1001": "Alice Moreau", "cust-2002": "Bob Okafor"}
 OTHER_SUBJECTS = ["cust-3003", "cust-3004", "cust-3005", "cust-3006", ""]
 

@@ -8,8 +8,9 @@ from typing import Any
 
 from flask import Blueprint, abort, request, url_for
 
-from clawmem.compaction import analyse, as_history, configured_thresholds, estimate_tokens
+from clawmem.compaction import analyse, configured_thresholds, estimate_tokens
 from clawmem.conversations import ConversationLog
+from clawmem.pipeline import provider_history
 from clawmem.sql.conversations import ConversationSummary, StoredMessage
 from dashboard import state
 from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
@@ -19,6 +20,8 @@ bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 PAGE_SIZE = 50
 MESSAGE_PAGE_SIZE = 200
 ANALYSIS_LIMIT = 5000  # messages read for the compaction analysis of one conversation
+NOT_SAID = ("summary", "recall")  # rows the analysis leaves out: not part of what the model said
+THRESHOLD_NAMES = {"messages": "message count", "tokens": "token estimate"}
 FILTERS = ("q", "user_id", "namespace", "since", "until")
 
 
@@ -81,18 +84,65 @@ def index() -> str:
     )
 
 
-def _message_row(message: StoredMessage, analysis: dict[str, Any] | None) -> dict[str, Any]:
+def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, Any] | None:
+    """Return what a ``summary`` row covers (1-based positions when the whole history is known,
+    else message ids) and what it cost; ``None`` for any other row."""
+    if message.role != "summary":
+        return None
+    record = message.tool_input if isinstance(message.tool_input, dict) else {}
+    covers = record.get("covers") if isinstance(record.get("covers"), dict) else {}
+    first, last = covers.get("from"), covers.get("to")
+    if first in positions and last in positions:
+        span = f"messages {positions[first]}–{positions[last]}"
+    else:
+        span = f"messages {first or '?'} to {last or '?'}"
+    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+    tokens = usage.get("total_tokens") or (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0))
+    return {
+        "covers": span,
+        "count": covers.get("messages"),
+        "provider_calls": record.get("provider_calls") or 0,
+        "tokens": tokens or None,
+        "usage": ", ".join(f"{name} {value}" for name, value in usage.items()),
+    }
+
+
+def _message_row(
+    message: StoredMessage, analysis: dict[str, Any] | None, positions: dict[str, int]
+) -> dict[str, Any]:
     summarised = analysis is not None and message.id in analysis["summarised_ids"]
+    analysed = analysis is not None and analysis["reason"] and message.role not in NOT_SAID
+    checkpoint = _checkpoint(message, positions)
     return {
         "id": message.id,
+        "position": positions.get(message.id),
         "role": message.role,
         "created_at": format_time(message.created_at),
         "content": message.content or "",
         "tool_name": message.tool_name or "",
-        "tool_input": "" if message.tool_input is None else pretty_json(message.tool_input),
-        "tokens": estimate_tokens(as_history([message])),
-        "fate": ("summarised" if summarised else "kept") if analysis and analysis["reason"] else "",
+        "tool_input": "" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
+        "checkpoint": checkpoint,
+        "tokens": estimate_tokens(provider_history([message])),  # what a turn would send of it
+        "fate": ("summarised" if summarised else "kept") if analysed else "",
         "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
+    }
+
+
+def _analysis(history: list[StoredMessage], max_messages: int, max_tokens: int) -> dict[str, Any]:
+    """Return :func:`analyse` of what was said (summary and recall rows left out), its message
+    numbers given as positions in the whole conversation, and the other threshold's first
+    crossing when both are exceeded."""
+    said = [message for message in history if message.role not in NOT_SAID]
+    found = analyse(said, max_messages, max_tokens)
+    position = {message.id: index for index, message in enumerate(history, start=1)}
+    at = {name: position[said[crossing - 1].id] for name, crossing in found["crossings"].items()}
+    other = next((name for name in at if name != found["reason"]), None)
+    return {
+        **found,
+        "first_fire": at.get(found["reason"]) if found["reason"] else None,
+        "threshold": THRESHOLD_NAMES.get(found["reason"] or ""),
+        "other": {"threshold": THRESHOLD_NAMES[other], "at": at[other]} if other else None,
+        "left_out": len(history) - len(said),
     }
 
 
@@ -119,7 +169,8 @@ def detail(conversation_id: str) -> str:
         history: list[StoredMessage] | None = page.items  # the first page is the whole history
     else:
         history = _full_history(store, conversation_id, conversation.message_count)
-    analysis = analyse(history, max_messages, max_tokens) if history is not None else None
+    analysis = _analysis(history, max_messages, max_tokens) if history is not None else None
+    positions = {message.id: index for index, message in enumerate(history or [], start=1)}
     what_if = {
         name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)
     }
@@ -133,10 +184,11 @@ def detail(conversation_id: str) -> str:
         conversation=_summary_row(conversation),
         metadata=preview_text(json.dumps(conversation.metadata, ensure_ascii=False), 400)
         if conversation.metadata else "",
-        messages=[_message_row(message, analysis) for message in page.items],
+        messages=[_message_row(message, analysis, positions) for message in page.items],
         more_url=more_url,
         analysis=analysis,
         analysis_limit=ANALYSIS_LIMIT,
         configured=configured_thresholds(settings),
+        checkpoints=settings.compact_persist,
         what_if=bool(what_if),
     )

@@ -11,10 +11,11 @@ from typing import Any
 from flask import Blueprint, request, url_for
 
 from clawmem.clock import now_seconds
+from clawmem.errors import GuardBlocked
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import validate_namespace
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
-from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, MessageAugmenter, injection_counts
+from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter, injection_counts
 from dashboard import state
 from dashboard.views.rendering import (
     format_bytes,
@@ -53,6 +54,33 @@ def _namespace_page(selected: str) -> Callable[[], dict[str, Any]]:
     return page
 
 
+def _guard_outcome(result: AugmentResult) -> dict[str, Any]:
+    """Return what the configured PII guard (``CLAW_PII_GUARD``, ``CLAW_PII_ALLOW_KEYS``) would do
+    to ``result``: ``outcome`` is ``blocked``, ``redacted``, ``warned``, ``clean`` or ``off``;
+    ``text`` is what would be sent; ``ignored`` lists the findings of allowed keys."""
+    settings = state.settings()
+    guard = PiiGuard(settings.pii_guard, settings.allowed_pii_keys)
+    findings = guard.find(result)
+    every = PiiGuard("warn").find(result) if guard.mode != "off" else []
+    shown = {
+        "mode": guard.mode,
+        "findings": [{"pattern": f.pattern, "source": f.source} for f in findings],
+        "ignored": [{"pattern": f.pattern, "source": f.source} for f in every if f not in findings],
+        "text": result.text,
+    }
+    if guard.mode == "off":
+        return {**shown, "outcome": "off"}
+    if guard.mode == "block" and findings:
+        # Not apply(): it would announce guard.blocked for a turn that never ran.
+        return {**shown, "outcome": "blocked"}
+    try:
+        guarded = guard.apply(result)
+    except GuardBlocked:  # only block mode raises, and it was handled above
+        return {**shown, "outcome": "blocked"}
+    outcome = "clean" if not findings else "redacted" if guard.mode == "redact" else "warned"
+    return {**shown, "outcome": outcome, "text": guarded.text}
+
+
 @bp.get("/preview")
 def preview() -> str:
     """Show exactly what ``augment`` would send for a message: the text, every entry's score and
@@ -69,7 +97,7 @@ def preview() -> str:
             state.memory(), top_k=settings.recall_top_k, namespace=namespace, announce=False
         )
         result = augmenter.augment(message)
-        findings = PiiGuard().find(result)
+        guard = _guard_outcome(result)
         shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
         decisions = [
             {"key": d.key, "score": d.score, "bytes": d.bytes, "status": d.status,
@@ -82,7 +110,7 @@ def preview() -> str:
             more_url = url_for("recall.preview", message=message, namespace=namespace,
                                cursor=offset_cursor(offset + DECISION_PAGE_SIZE))
         report = {
-            "text": result.text,
+            "text": guard["text"],
             "changed": result.changed,
             "bytes_used": result.bytes_used,
             "budget": result.max_recall_bytes,
@@ -91,7 +119,7 @@ def preview() -> str:
             "hits": len(result.decisions),
             "zero_overlap": result.zero_overlap,
             "error": result.error,
-            "findings": [{"pattern": f.pattern, "source": f.source} for f in findings],
+            "guard": guard,
         }
     return render_page(
         "recall/preview.html",
