@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from clawmem import events
-from clawmem.errors import GuardBlocked
+from clawmem.clock import FakeClock
+from clawmem.compaction import HistoryCompactor, ProviderSummarizer
+from clawmem.conversations import ConversationLog
+from clawmem.errors import ConfigError, GuardBlocked
 from clawmem.guards import GuardFinding, PiiGuard, luhn_valid
 from clawmem.memory.array import ArrayMemory
+from clawmem.pipeline import Claw
+from clawmem.providers import EchoProvider, OpenAICompatibleProvider
 from clawmem.recall import MessageAugmenter
+from clawmem.settings import Settings
 from clawmem.skills import Skill, SkillRegistry
+from clawmem.sql.engine import create_engine, engine_for
+from clawmem.sql.schema import create_tables
+
+if TYPE_CHECKING:
+    from tests.loopback import LoopbackCompletions
+
+pytest_plugins = ["tests.loopback"]
 
 
 def patterns(text: str) -> list[str]:
@@ -131,3 +146,145 @@ def test_find_never_raises_even_when_blocking() -> None:
     assert PiiGuard().find("ssn 123-45-6789") == [GuardFinding("SSN", "user message")]
     with pytest.raises(TypeError):
         PiiGuard().find(42)  # type: ignore[arg-type]
+
+
+# -- modes (SPEC 7) -------------------------------------------------------------------------------
+
+CUSTOMER_CARD = "card on file 4111 1111 1111 1111, SSN 123-45-6789"
+OPERATOR_CONTACT = "Escalate damaged deliveries to the support lead at support-lead@northwind.example."
+SECRETS = ("jane@example.com", "4111 1111 1111 1111", "123-45-6789", "555-123-4567")
+
+
+@pytest.fixture
+def conversations(tmp_path: Path, clock: FakeClock) -> Iterator[ConversationLog]:
+    """A conversation log on a fresh SQLite file (the guard does not depend on the backend)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'guard.db'}")
+    create_tables(engine)
+    yield ConversationLog(engine, clock=clock)
+    engine.dispose()
+
+
+def test_redact_sends_no_match_to_a_real_provider(
+    loopback: LoopbackCompletions, conversations: ConversationLog, clock: FakeClock
+) -> None:
+    memory = ArrayMemory(clock=clock)
+    memory.set("customer_card", CUSTOMER_CARD)
+    provider = OpenAICompatibleProvider(loopback.url, "m")
+    # Compaction after two turns sends the earlier turns to a summariser over the same server.
+    compactor = HistoryCompactor(ProviderSummarizer(provider), max_messages=3)
+    guards = [PiiGuard("redact")]
+    claw = Claw(memory, conversations, provider, compactor=compactor, guards=guards, clock=clock)
+    first = claw.send("Send the card receipt to jane@example.com please")
+    assert first.augment.findings == (
+        GuardFinding("card number", "memory key customer_card"),
+        GuardFinding("SSN", "memory key customer_card"),
+        GuardFinding("email", "user message"),
+    )
+    later = [
+        claw.send(text, first.conversation_id)
+        for text in ("Or call me on 555-123-4567 about the card", "Thanks!", "Anything else?")
+    ]
+    assert any(reply.compaction.fired for reply in later)
+    assert len(loopback.bodies) >= 5, "every turn and every summary reached the server"
+    received = loopback.received
+    for secret in SECRETS:
+        assert secret not in received
+    for label in ("[email]", "[card]", "[ssn]", "[phone]"):
+        assert label in received
+    # The host keeps what the customer said; only what leaves it is redacted.
+    said = [m.content for m in conversations.messages(first.conversation_id).items if m.role == "user"]
+    assert said[:2] == [
+        "Send the card receipt to jane@example.com please",
+        "Or call me on 555-123-4567 about the card",
+    ]
+
+
+def test_redact_history_replaces_matches_in_content_and_tool_input_only_when_redacting() -> None:
+    history = [
+        {"role": "user", "content": "mail jane@example.com or call 555-123-4567"},
+        {"role": "tool", "content": "", "tool_name": "notify", "tool_input": {"to": ["jane@example.com"]}},
+    ]
+    assert PiiGuard("redact").redact_history(history) == [
+        {"role": "user", "content": "mail [email] or call [phone]"},
+        {"role": "tool", "content": "", "tool_name": "notify", "tool_input": {"to": ["[email]"]}},
+    ]
+    for mode in ("block", "warn", "off"):
+        assert PiiGuard(mode).redact_history(history) == history
+
+
+def contacts(clock: FakeClock) -> MessageAugmenter:
+    memory = ArrayMemory(clock=clock)
+    memory.set("escalation_contact", OPERATOR_CONTACT)
+    memory.set("customer_contact", "the customer asked us to write to jo.bloggs@example.com")
+    return MessageAugmenter(memory)
+
+
+def test_allow_keys_let_the_operators_key_through_and_still_catch_a_customers_email(clock: FakeClock) -> None:
+    augmented = contacts(clock).augment("who handles escalation of a damaged delivery for this customer?")
+    assert sorted(augmented.injected_keys) == ["customer_contact", "escalation_contact"]
+    with pytest.raises(GuardBlocked) as blocked:
+        PiiGuard("block", allow_keys=["escalation_contact"]).apply(augmented)
+    assert blocked.value.findings == (GuardFinding("email", "memory key customer_contact"),)
+    redacted = PiiGuard("redact", allow_keys=["escalation_contact"]).apply(augmented)
+    assert "support-lead@northwind.example" in redacted.text
+    assert "jo.bloggs@example.com" not in redacted.text and "write to [email]" in redacted.text
+    both = PiiGuard("block", allow_keys=["escalation_contact", "customer_contact"])
+    assert both.apply(augmented) is augmented
+
+
+def test_warn_sends_the_text_unchanged_and_reports_findings(
+    conversations: ConversationLog, clock: FakeClock, recorded: list[dict[str, Any]]
+) -> None:
+    provider = EchoProvider()
+    claw = Claw(ArrayMemory(clock=clock), conversations, provider, guards=[PiiGuard("warn")], clock=clock)
+    reply = claw.send("Send it to jane@example.com please")
+    assert provider.requests[-1][-1]["content"] == "Send it to jane@example.com please"
+    assert reply.augment.findings == (GuardFinding("email", "user message"),)
+    assert recorded == []
+
+
+def test_off_finds_nothing_and_sends_the_text_unchanged(
+    conversations: ConversationLog, clock: FakeClock
+) -> None:
+    guard = PiiGuard("off")
+    assert guard.find("ssn 123-45-6789, jane@example.com") == []
+    assert guard.check("ssn 123-45-6789, jane@example.com") == []
+    provider = EchoProvider()
+    reply = Claw(ArrayMemory(clock=clock), conversations, provider, guards=[guard], clock=clock).send(
+        "ssn 123-45-6789"
+    )
+    assert provider.requests[-1][-1]["content"] == "ssn 123-45-6789"
+    assert reply.augment.findings == ()
+
+
+def test_claw_from_settings_builds_the_guard_from_the_environment(tmp_path: Path, clock: FakeClock) -> None:
+    environ = {
+        "CLAW_MEMORY_DRIVER": "array",
+        "CLAW_PII_GUARD": "Redact",
+        "CLAW_PII_ALLOW_KEYS": " escalation_contact, ,vip_line ",
+    }
+    settings = Settings.from_env(environ, tmp_path)
+    create_tables(engine_for(settings.database_url))
+    extra = PiiGuard("block", allow_keys=["escalation_contact"])
+    provider = EchoProvider()
+    claw = Claw.from_settings(settings, provider, clock=clock, guards=[extra])
+    configured, added = claw.guards
+    assert (configured.mode, configured.allow_keys) == ("redact", {"escalation_contact", "vip_line"})
+    assert added is extra
+    claw.memory.set("escalation_contact", OPERATOR_CONTACT)
+    reply = claw.send("Please escalate the damaged delivery, my address is jane@example.com")
+    sent = provider.requests[-1][-1]["content"]
+    assert "support-lead@northwind.example" in sent and "jane@example.com" not in sent
+    assert reply.augment.findings == (GuardFinding("email", "user message"),)
+    default = Claw.from_settings(Settings.from_env({"CLAW_MEMORY_DRIVER": "array"}, tmp_path), provider)
+    (guard,) = default.guards
+    assert (guard.mode, guard.allow_keys) == ("block", frozenset())
+
+
+@pytest.mark.parametrize("raw", ["loud", "blocking", "true"])
+def test_a_bad_pii_guard_setting_is_a_config_error_naming_the_variable(raw: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"CLAW_PII_GUARD must be one of block, redact, warn, off") as error:
+        Settings.from_env({"CLAW_PII_GUARD": raw}, tmp_path)
+    assert repr(raw) in str(error.value)
+    with pytest.raises(ValueError, match="PII guard mode must be one of"):
+        PiiGuard(raw)
