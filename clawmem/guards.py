@@ -75,22 +75,6 @@ class Guard(Protocol):
     findings added, or raises ``GuardBlocked`` to stop the turn.
     """
 
-    def check(self, augmented: AugmentResult | str) -> list[GuardFinding]:
-        """Return the findings; in ``block`` mode raise :class:`GuardBlocked` when there are any."""
-        findings = self.find(augmented)
-        if findings and self.mode == "block":
-            self._block(findings)
-        return findings
-
-    def _block(self, findings: list[GuardFinding]) -> None:
-        events.emit(
-            "guard.blocked",
-            guard=self.name,
-            findings=[{"pattern": finding.pattern, "source": finding.source} for finding in findings],
-        )
-        described = "; ".join(f"{finding.pattern} found in {finding.source}" for finding in findings)
-        raise GuardBlocked(f"PII guard blocked the turn: {described}", tuple(findings))
-
     def apply(self, augmented: AugmentResult) -> AugmentResult: ...
 
 
