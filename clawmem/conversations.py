@@ -298,6 +298,17 @@ class ConversationLog:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor)
         return page_of(rows, limit, lambda m: [m.created_at.isoformat(), m.id])
 
+    def turn(
+        self, conversation_id: str, message_id: str
+    ) -> tuple[StoredMessage | None, StoredMessage] | None:
+        """Return a user message of the conversation with its ``recall`` record (``None`` when the
+        turn recorded none), or ``None`` when the conversation has no such user message."""
+        with self.engine.connect() as conn:
+            found = sql.turn(conn, self.prefix, conversation_id, message_id)
+        if not found:
+            return None
+        return (found[0], found[1]) if len(found) == 2 else (None, found[0])
+
     def recent_user_messages(self, limit: int = 50) -> list[StoredMessage]:
         """Return the newest ``limit`` messages with role ``user``, newest first."""
         check_limit(limit, 1000)

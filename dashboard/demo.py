@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
+from clawmem.conversations import ConversationLog, Message
 from clawmem.ids import new_id
 from clawmem.memory.base import MemoryInterface
+from clawmem.pipeline import recall_record
+from clawmem.recall import MessageAugmenter
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace
 from dashboard.state import every_item
 
@@ -49,73 +51,171 @@ class DemoReport:
 
 
 ENTRIES: tuple[DemoEntry, ...] = (
-    DemoEntry("default", "shipping_policy", "Orders ship within 2 business days from the Leeds warehouse; "
-              "express delivery arrives the next working day."),
-    DemoEntry("default", "returns_policy", "Returns are accepted within 30 days with the receipt. Refunds go "
-              "back to the original payment method within 5 days."),
+    DemoEntry(
+        "default",
+        "shipping_policy",
+        "Orders ship within 2 business days from the Leeds warehouse; "
+        "express delivery arrives the next working day.",
+    ),
+    DemoEntry(
+        "default",
+        "returns_policy",
+        "Returns are accepted within 30 days with the receipt. Refunds go "
+        "back to the original payment method within 5 days.",
+    ),
     DemoEntry("default", "store_hours", "Support answers Monday to Friday, 9:00 to 17:30 UK time."),
-    DemoEntry("default", "brand_voice", {"tone": "warm and direct", "avoid": ["jargon", "exclamation marks"],
-                                         "sign_off": "The Northwind team"}),
-    DemoEntry("default", "loyalty_program",
-              "Members earn 1 point per pound; 500 points give a 5 pound voucher."),
+    DemoEntry(
+        "default",
+        "brand_voice",
+        {
+            "tone": "warm and direct",
+            "avoid": ["jargon", "exclamation marks"],
+            "sign_off": "The Northwind team",
+        },
+    ),
+    DemoEntry(
+        "default", "loyalty_program", "Members earn 1 point per pound; 500 points give a 5 pound voucher."
+    ),
     DemoEntry("default", "gift_wrapping", "Gift wrapping costs 3 pounds and is not available for furniture."),
-    DemoEntry("default", "warranty_terms", {"electronics_months": 24, "furniture_months": 12,
-                                            "claims": "photo of the fault and the order number"}),
-    DemoEntry("default", "escalation_contact", "Escalate damaged delivery complaints to the support lead at "
-              "support-lead@northwind.example."),
-    DemoEntry("default", "holiday_sale", "20% off every winter jacket until Sunday.",
-              ttl=3 * DAY, written_ago=HOUR),
-    DemoEntry("default", "courier_strike",
-              "Parcel delays of up to 2 days in the north-east because of a strike.",
-              ttl=6 * HOUR, written_ago=2 * HOUR),
-    DemoEntry("default", "promo_code_spring", "SPRING10 gives 10% off orders over 50 pounds.", ttl=7 * DAY,
-              written_ago=9 * DAY),
-    DemoEntry("default", "warehouse_backlog", "Orders placed on Monday ship one day late.", ttl=DAY,
-              written_ago=3 * DAY),
-    DemoEntry("user:cust-1001", "profile",
-              {"name": "Alice Moreau", "language": "fr", "tier": "gold"}),
-    DemoEntry("user:cust-1001", "last_order", {"order_id": "A-20931", "status": "in transit",
-                                                   "items": ["rain jacket", "wool scarf"]}),
-    DemoEntry("user:cust-1001", "open_ticket", "Delivery of A-20931 late; promised a call back.",
-              ttl=2 * DAY, written_ago=5 * HOUR),
-    DemoEntry("user:cust-2002", "profile",
-              {"name": "Bob Okafor", "language": "en", "tier": "standard"}),
-    DemoEntry("user:cust-2002", "preferences",
-              "Prefers phone calls in the afternoon; no marketing email."),
-    DemoEntry("user:cust-2002", "refund_in_progress", {"order_id": "B-11870", "amount_pounds": 89.5},
-              ttl=DAY, written_ago=4 * DAY),
-    DemoEntry("agent:scratch", "last_tool_error", "lookup_order timed out after 10 s", ttl=HOUR,
-              written_ago=30 * HOUR),
+    DemoEntry(
+        "default",
+        "warranty_terms",
+        {
+            "electronics_months": 24,
+            "furniture_months": 12,
+            "claims": "photo of the fault and the order number",
+        },
+    ),
+    DemoEntry(
+        "default",
+        "escalation_contact",
+        "Escalate damaged delivery complaints to the support lead at support-lead@northwind.example.",
+    ),
+    DemoEntry(
+        "default", "holiday_sale", "20% off every winter jacket until Sunday.", ttl=3 * DAY, written_ago=HOUR
+    ),
+    DemoEntry(
+        "default",
+        "courier_strike",
+        "Parcel delays of up to 2 days in the north-east because of a strike.",
+        ttl=6 * HOUR,
+        written_ago=2 * HOUR,
+    ),
+    DemoEntry(
+        "default",
+        "promo_code_spring",
+        "SPRING10 gives 10% off orders over 50 pounds.",
+        ttl=7 * DAY,
+        written_ago=9 * DAY,
+    ),
+    DemoEntry(
+        "default",
+        "warehouse_backlog",
+        "Orders placed on Monday ship one day late.",
+        ttl=DAY,
+        written_ago=3 * DAY,
+    ),
+    DemoEntry("user:cust-1001", "profile", {"name": "Alice Moreau", "language": "fr", "tier": "gold"}),
+    DemoEntry(
+        "user:cust-1001",
+        "last_order",
+        {"order_id": "A-20931", "status": "in transit", "items": ["rain jacket", "wool scarf"]},
+    ),
+    DemoEntry(
+        "user:cust-1001",
+        "open_ticket",
+        "Delivery of A-20931 late; promised a call back.",
+        ttl=2 * DAY,
+        written_ago=5 * HOUR,
+    ),
+    DemoEntry("user:cust-2002", "profile", {"name": "Bob Okafor", "language": "en", "tier": "standard"}),
+    DemoEntry("user:cust-2002", "preferences", "Prefers phone calls in the afternoon; no marketing email."),
+    DemoEntry(
+        "user:cust-2002",
+        "refund_in_progress",
+        {"order_id": "B-11870", "amount_pounds": 89.5},
+        ttl=DAY,
+        written_ago=4 * DAY,
+    ),
+    DemoEntry(
+        "agent:scratch",
+        "last_tool_error",
+        "lookup_order timed out after 10 s",
+        ttl=HOUR,
+        written_ago=30 * HOUR,
+    ),
     DemoEntry("agent:scratch", "rate_limit_reset", 1_700_000_000, ttl=15 * 60, written_ago=10 * 60),
     DemoEntry("agent:scratch", "model_hint", "Answer in the customer's language when it is known."),
 )
 
+# Entries rewritten once the conversations are loaded, so earlier turns were given an older value.
+CHANGED_AFTERWARDS = (
+    (
+        "default",
+        "shipping_policy",
+        "Orders ship within 1 business day from the Leeds warehouse; "
+        "express delivery arrives the next working day.",
+    ),
+)
+
 # (title, opening line with {name}, assistant reply, tool call or None, follow-up, closing reply)
 TOPICS: tuple[tuple[str, str, str, dict[str, Any] | None, str, str], ...] = (
-    ("Where is my order?", "Hi, this is {name}. My order {order} still hasn't arrived, where is it?",
-     "Let me look that order up for you.",
-     {"name": "lookup_order", "input": {"order_id": "{order}"},
-      "result": '{{"status": "in transit", "eta": "tomorrow"}}'},
-     "Will it come before the weekend?", "It is in transit and due tomorrow, well before the weekend."),
-    ("Returning a jacket", "Hello, {name} here. The rain jacket is too small, can I return it?",
-     "Yes: returns are accepted within 30 days with the receipt.", None,
-     "Do I get my money back or a voucher?", "The refund goes back to your original payment method."),
-    ("Express delivery", "Can I get express delivery to Leeds? It's {name}.",
-     "Express delivery arrives the next working day.", None,
-     "And if I order on Friday evening?", "Then it ships Monday and arrives Tuesday."),
-    ("Damaged parcel", "My parcel arrived damaged, the box was crushed. {name}, order {order}.",
-     "I'm sorry to hear that. I'll open a claim for you.",
-     {"name": "open_claim", "input": {"order_id": "{order}", "reason": "damaged"},
-      "result": '{{"claim": "C-5521"}}'},
-     "Do you need photos?", "Yes please: a photo of the damage and the order number are enough."),
-    ("Warranty question", "Is my kettle still under warranty? I'm {name}.",
-     "Electronics have a 24-month warranty.", None,
-     "It's 20 months old and stopped heating.",
-     "Then it is covered; send a photo of the fault and the order."),
-    ("Loyalty points", "How many loyalty points do I have? {name} speaking.",
-     "Let me check your account.",
-     {"name": "loyalty_balance", "input": {"customer": "{subject}"}, "result": '{{"points": 640}}'},
-     "Can I use them today?", "Yes, 500 points give you a 5 pound voucher at checkout."),
+    (
+        "Where is my order?",
+        "Hi, this is {name}. My order {order} still hasn't arrived, where is it?",
+        "Let me look that order up for you.",
+        {
+            "name": "lookup_order",
+            "input": {"order_id": "{order}"},
+            "result": '{{"status": "in transit", "eta": "tomorrow"}}',
+        },
+        "Is the warehouse backlog slowing it down?",
+        "It is in transit and due tomorrow, well before the weekend.",
+    ),
+    (
+        "Returning a jacket",
+        "Hello, {name} here. The rain jacket is too small, can I return it?",
+        "Yes: returns are accepted within 30 days with the receipt.",
+        None,
+        "Do I get my money back or a voucher?",
+        "The refund goes back to your original payment method.",
+    ),
+    (
+        "Express delivery",
+        "Can I get express delivery to Leeds? It's {name}.",
+        "Express delivery arrives the next working day.",
+        None,
+        "And if I order on Friday evening?",
+        "Then it ships Monday and arrives Tuesday.",
+    ),
+    (
+        "Damaged parcel",
+        "My parcel arrived damaged, the box was crushed. {name}, order {order}.",
+        "I'm sorry to hear that. I'll open a claim for you.",
+        {
+            "name": "open_claim",
+            "input": {"order_id": "{order}", "reason": "damaged"},
+            "result": '{{"claim": "C-5521"}}',
+        },
+        "Do you need photos?",
+        "Yes please: a photo of the damage and the order number are enough.",
+    ),
+    (
+        "Warranty question",
+        "Is my kettle still under warranty? I'm {name}.",
+        "Electronics have a 24-month warranty.",
+        None,
+        "It's 20 months old and stopped heating.",
+        "Then it is covered; send a photo of the fault and the order.",
+    ),
+    (
+        "Loyalty points",
+        "How many loyalty points do I have? {name} speaking.",
+        "Let me check your account.",
+        {"name": "loyalty_balance", "input": {"customer": "{subject}"}, "result": '{{"points": 640}}'},
+        "Can I use them today?",
+        "Yes, 500 points give you a 5 pound voucher at checkout.",
+    ),
 )
 
 
@@ -152,8 +252,11 @@ def _long_turns(values: dict[str, str], count: int) -> Iterator[list[dict[str, A
     for number in range(count):
         yield [
             {"role": "assistant", "content": f"Noted item {number + 1}. Shall I check stock for it?"},
-            {"role": "user", "content": f"Yes, and add item {number + 2}: a set of {number + 2} oak chairs, "
-                                        "delivered to the Leeds office before the end of the month."},
+            {
+                "role": "user",
+                "content": f"Yes, and add item {number + 2}: a set of {number + 2} oak chairs, "
+                "delivered to the Leeds office before the end of the month.",
+            },
         ]
 
 
@@ -180,14 +283,17 @@ def load_demo(
     """
     report = DemoReport()
     chooser = random.Random(seed)
+    recall = MessageAugmenter(memory, announce=False)
+    start = now - 21 * DAY
     for entry in ENTRIES:
-        clock.now = now - entry.written_ago
+        # Facts that never expire were there before the first conversation; the others were
+        # written when their TTL needs them to be live, expiring or expired now.
+        clock.now = start - DAY if entry.ttl is None else now - entry.written_ago
         namespace = _namespace(entry, subject_template)
         memory.set(entry.key, entry.value, namespace, ttl=entry.ttl)
         report.entries += 1
         report.namespaces.add(namespace)
     subjects = [*SUBJECTS, *SUBJECTS, *OTHER_SUBJECTS]
-    start = now - 21 * DAY
     for number in range(30):
         subject = subjects[number % len(subjects)]
         name = SUBJECTS.get(subject, "a customer")
@@ -200,12 +306,27 @@ def load_demo(
         conversation_id = new_id()
         metadata = {"channel": chooser.choice(["web", "email", "app"]), DEMO_MARKER: True}
         for turn in turns:
-            conversations.append(conversation_id, turn, user_id=subject, title=title, metadata=metadata)
-            report.messages += len(turn)
+            said = [_with_recall(recall, message, subject, subject_template) for message in turn]
+            added = [message for pair in said for message in pair]
+            conversations.append(conversation_id, added, user_id=subject, title=title, metadata=metadata)
+            report.messages += len(added)
             clock.advance(chooser.randint(40, 400))
         report.conversations += 1
     clock.now = now
+    # Changed since the turns that were given it: the conversation page marks it so.
+    for namespace, key, value in CHANGED_AFTERWARDS:
+        memory.set(key, value, namespace)
     return report
+
+
+def _with_recall(
+    recall: MessageAugmenter, message: dict[str, Any], subject: str, template: str
+) -> list[dict[str, Any] | Message]:
+    """Return a user message preceded by the recall record a turn would have stored for it."""
+    if message["role"] != "user":
+        return [message]
+    augment = recall.augment(message["content"], subject_namespace(subject, template) if subject else None)
+    return [recall_record(augment), message]
 
 
 def remove_demo(memory: MemoryInterface, conversations: ConversationLog, subject_template: str) -> DemoReport:

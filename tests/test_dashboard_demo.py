@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -46,8 +47,11 @@ def test_demo_keeps_each_customers_facts_in_their_subject_namespace(app: Flask, 
     client = app.test_client()
     sign_in(client)
     index = page_text(client.get("/memory/"))
-    assert re.search(r'<a href="/memory/user:cust-1001/"><code>user:cust-1001</code></a>\s*'
-                     r'<span class="subject">subject cust-1001</span>', index)
+    assert re.search(
+        r'<a href="/memory/user:cust-1001/"><code>user:cust-1001</code></a>\s*'
+        r'<span class="subject">subject cust-1001</span>',
+        index,
+    )
     assert "subject cust-2002" in index
     assert "<code>default</code></a></td>" in index, "a namespace that is no subject's names none"
     listing = page_text(client.get("/memory/user:cust-1001/"))
@@ -76,7 +80,10 @@ def test_demo_has_thirty_conversations_with_tool_rows_and_two_subjects(app: Flas
         bob = conversations.list(user_id="cust-2002", limit=100).items
         alice_text = [m.content or "" for c in alice for m in conversations.messages(c.id).items]
     assert len(listed) == 30
-    assert {m.role for m in messages} == {"system", "user", "assistant", "tool"}
+    assert {m.role for m in messages} == {"system", "user", "assistant", "tool", "recall"}
+    users = [m for m in messages if m.role == "user"]
+    recalls = [m for m in messages if m.role == "recall"]
+    assert len(recalls) == len(users), "every user turn has its recall record"
     assert any(m.tool_input for m in messages if m.role == "assistant")
     assert len(alice) >= 4 and len(bob) >= 4
     assert any("Alice Moreau" in text for text in alice_text)
@@ -110,8 +117,12 @@ def test_demo_reset_replaces_only_demo_data(app: Flask, demo: None) -> None:
     with app.app_context():
         state.memory().set("operator_fact", "kept", "default")
         state.memory().set("profile", {"name": "Carol"}, "user:cust-3003")
-        state.conversations().append("01OWNCONVERSATION00000000", [Message("user", "a real question")],
-                                     user_id="cust-3003", title="real")
+        state.conversations().append(
+            "01OWNCONVERSATION00000000",
+            [Message("user", "a real question")],
+            user_id="cust-3003",
+            title="real",
+        )
     runner = app.test_cli_runner()
     refused = runner.invoke(args=["claw", "demo", "--reset"])
     assert refused.exit_code == 1 and "--yes" in refused.output
@@ -151,10 +162,33 @@ def test_a_file_with_other_content_is_not_taken_for_htmx(tmp_path: Path) -> None
     assert not vendor.is_current(target)
 
 
-def test_the_fetch_step_warns_but_succeeds_unless_strict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_fetch_step_warns_but_succeeds_unless_strict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(vendor, "DESTINATION", tmp_path / "htmx.min.js")
     monkeypatch.setenv("PATH", str(tmp_path))
     assert vendor.main([]) == 0
     assert "works without JavaScript" in capsys.readouterr().err
     assert vendor.main(["--strict"]) == 1
+
+
+def test_demo_turns_show_what_they_were_given_with_one_entry_changed_and_one_expired_since(
+    app: Flask, demo: None, signed_in: Any
+) -> None:
+    with app.app_context():
+        conversations = state.conversations()
+        listed = conversations.list(limit=100).items
+        records = [
+            m for c in listed for m in conversations.messages(c.id, limit=1000).items if m.role == "recall"
+        ]
+    given = {entry["key"] for record in records for entry in json.loads(record.content)}
+    assert {"shipping_policy", "warehouse_backlog"} <= given
+    states: dict[str, set[str]] = {}
+    for conversation in listed:
+        body = signed_in.get(f"/conversations/{conversation.id}").get_data(as_text=True)
+        for now_state, key in re.findall(
+            r'<li class="now-(\w+)">(?:<a href="[^"]+">)?<code>([^<]+)</code>', body
+        ):
+            states.setdefault(key, set()).add(now_state)
+    assert states["shipping_policy"] == {"changed"}
+    assert states["warehouse_backlog"] == {"expired"}

@@ -176,6 +176,29 @@ def covered_until(summary: StoredMessage) -> str | None:
     return last if isinstance(last, str) else None
 
 
+def turn(conn: Connection, prefix: str, conversation_id: str, message_id: str) -> list[StoredMessage]:
+    """Return one ``user`` message of a conversation, preceded by its ``recall`` record when
+    the message just before it is one; ``[]`` when there is no such user message."""
+    table = tables(prefix).messages
+    of_conversation = table.c.conversation_id == conversation_id
+    row = conn.execute(
+        sa.select(table).where(of_conversation, table.c.id == message_id, table.c.role == "user")
+    ).first()
+    if row is None:
+        return []
+    before = conn.execute(
+        sa.select(table)
+        .where(
+            of_conversation,
+            after([table.c.created_at, table.c.id], [row.created_at, row.id], descending=True),
+        )
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(1)
+    ).first()
+    found = [_message(row)]
+    return [_message(before), *found] if before is not None and before.role == "recall" else found
+
+
 def message_page(
     conn: Connection, prefix: str, conversation_id: str, limit: int, cursor: str | None
 ) -> list[StoredMessage]:

@@ -14,6 +14,7 @@ from clawmem.pipeline import provider_history
 from clawmem.sql.conversations import ConversationSummary, StoredMessage
 from dashboard import state
 from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
+from dashboard.views.turns import recall_rows, turn_preview
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 
@@ -69,8 +70,9 @@ def index() -> str:
         until=datetime.combine(until + timedelta(days=1), datetime.min.time()) if until else None,
         query=filters.get("q"),
     )
-    more_url = url_for("conversations.index", **filters, cursor=page.next_cursor) \
-        if page.next_cursor else None
+    more_url = (
+        url_for("conversations.index", **filters, cursor=page.next_cursor) if page.next_cursor else None
+    )
     return render_page(
         "conversations/index.html",
         {
@@ -108,7 +110,10 @@ def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, 
 
 
 def _message_row(
-    message: StoredMessage, analysis: dict[str, Any] | None, positions: dict[str, int]
+    message: StoredMessage,
+    analysis: dict[str, Any] | None,
+    positions: dict[str, int],
+    given: dict[str, list[dict[str, Any]]],
 ) -> dict[str, Any]:
     summarised = analysis is not None and message.id in analysis["summarised_ids"]
     analysed = analysis is not None and analysis["reason"] and message.role not in NOT_SAID
@@ -125,6 +130,12 @@ def _message_row(
         "tokens": estimate_tokens(provider_history([message])),  # what a turn would send of it
         "fate": ("summarised" if summarised else "kept") if analysed else "",
         "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
+        "given": given.get(message.id) if message.role == "recall" else None,
+        "preview_url": url_for(
+            "conversations.turn", conversation_id=message.conversation_id, message_id=message.id
+        )
+        if message.role == "user"
+        else None,
     }
 
 
@@ -171,20 +182,21 @@ def detail(conversation_id: str) -> str:
         history = _full_history(store, conversation_id, conversation.message_count)
     analysis = _analysis(history, max_messages, max_tokens) if history is not None else None
     positions = {message.id: index for index, message in enumerate(history or [], start=1)}
-    what_if = {
-        name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)
-    }
+    given = recall_rows([message for message in page.items if message.role == "recall"])
+    what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
     more_url = (
         url_for("conversations.detail", conversation_id=conversation_id, cursor=page.next_cursor, **what_if)
-        if page.next_cursor else None
+        if page.next_cursor
+        else None
     )
     return render_page(
         "conversations/detail.html",
         {"messages-more": "conversations/_messages.html"},
         conversation=_summary_row(conversation),
         metadata=preview_text(json.dumps(conversation.metadata, ensure_ascii=False), 400)
-        if conversation.metadata else "",
-        messages=[_message_row(message, analysis, positions) for message in page.items],
+        if conversation.metadata
+        else "",
+        messages=[_message_row(message, analysis, positions, given) for message in page.items],
         more_url=more_url,
         analysis=analysis,
         analysis_limit=ANALYSIS_LIMIT,
@@ -192,3 +204,10 @@ def detail(conversation_id: str) -> str:
         checkpoints=settings.compact_persist,
         what_if=bool(what_if),
     )
+
+
+@bp.get("/<conversation_id>/turns/<message_id>")
+def turn(conversation_id: str, message_id: str) -> str:
+    """One user turn: the memory it was given then, what the same message would be given now,
+    and what changed (an htmx fragment in the conversation page, or a page of its own)."""
+    return turn_preview(conversation_id, message_id)

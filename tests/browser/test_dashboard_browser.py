@@ -179,3 +179,21 @@ def test_load_more_appends_conversations_in_place(app: Flask, page: Any, server:
     assert page.evaluate("window.stillTheSamePage") is True
     titles = page.locator(f"{body_rows} td:first-child").all_inner_texts()
     assert len(set(titles[30:])) == 100 and titles[30] == "Older #99" and titles[-1] == "Older #0"
+
+
+def test_a_turn_shows_what_it_was_given_and_its_preview_opens_in_place(page: Any, server: str) -> None:
+    page.click("nav >> text=Conversations")
+    page.wait_for_url(f"{server}/conversations/")
+    page.fill("input[name=q]", "Express delivery")
+    page.wait_for_selector("text=Express delivery")
+    page.click("text=Express delivery")
+    page.wait_for_selector("ol.messages")
+    given = page.locator("li.message.role-recall ul.given li").first
+    expect(given.locator("code").first).to_have_text("shipping_policy")
+    expect(given.locator("span.tag")).to_have_text("changed since")
+    page.evaluate("window.stillTheSamePage = true")
+    first_user = page.locator("li.message.role-user").first
+    first_user.locator("p.turn-preview a").click()
+    expect(first_user.locator("div.turn-result")).to_contain_text("Given now")
+    assert page.evaluate("window.stillTheSamePage") is True, "the preview opens without a page load"
+    _shot(page, "conversation-turn-preview")
