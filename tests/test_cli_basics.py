@@ -27,6 +27,7 @@ from clawmem.ids import new_id
 from clawmem.memory.file import FileMemory
 from clawmem.sql.schema import tables
 from dashboard import create_app
+from tests.conftest import backend_url
 
 ROOT = Path(__file__).resolve().parent.parent
 FLASK = ROOT / ".venv" / "bin" / "flask"
@@ -52,12 +53,80 @@ def build_app(url: str, prefix: str, clock: FakeClock, instance: Path, **config:
 def build_file_app(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
 ) -> tuple[Flask, FileMemory]:
-    """Return an app whose key/value driver is ``file``, and a FileMemory on the same directory."""
+    """Return an app whose key/value driver is ``file``, and a FileMemory on the same site's directory."""
     directory = tmp_path / "files"
     app = build_app(
         url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
     )
-    return app, FileMemory(directory, clock=clock)
+    return app, FileMemory(directory, clock=clock, site=prefix)
+
+
+# Every key/value driver an app can run on, each with the SQL backend that holds conversations.
+KV_DRIVERS = [
+    pytest.param("sqlite", "sql", id="sql-sqlite"),
+    pytest.param("mysql", "sql", id="sql-mysql"),
+    pytest.param("postgres", "sql", id="sql-postgres"),
+    pytest.param("sqlite", "file", id="file"),
+    pytest.param("sqlite", "redis", id="redis"),
+]
+
+
+def build_driver_app(
+    request: pytest.FixtureRequest, url: str, prefix: str, clock: FakeClock, tmp_path: Path, driver: str
+) -> Flask:
+    """Return the app of site ``prefix`` with key/value driver ``driver`` (conversations on ``url``).
+
+    Every site of a test shares ``tmp_path/files`` and the test Redis database, as sites of one
+    install do; each has its own instance folder. The site's Redis keys go at teardown.
+    """
+    config = {"MEMORY_DRIVER": driver, "FILE_DIR": str(tmp_path / "files")}
+    if driver == "redis":
+        import redis
+
+        client = redis.Redis.from_url(backend_url("redis"))
+        config["REDIS_URL"] = backend_url("redis")
+        request.addfinalizer(
+            lambda: [client.delete(key) for key in client.scan_iter(match=f"{prefix}phpclaw:*")]
+        )
+    return build_app(url, prefix, clock, tmp_path / f"instance-{prefix}", **config)
+
+
+def stored_entries(app: Flask) -> dict[tuple[str, str], Any]:
+    """Return every key/value entry of the app's site as its driver stores it, by (namespace, key):
+    the SQL row, the file's line, the Redis DUMP with index score and absolute expiry."""
+    from clawmem.memory.file import namespace_of_stem
+    from clawmem.memory.redis import RedisMemory
+    from clawmem.memory.sql import SqlMemory
+    from dashboard import state
+
+    site = state.site_of(app)
+    driver = site.driver
+    found: dict[tuple[str, str], Any] = {}
+    if isinstance(driver, SqlMemory):
+        table = tables(site.prefix).memory
+        with site.engine.connect() as conn:
+            for row in conn.execute(sa.select(table)):
+                found[(row.namespace, row.lookup_key)] = tuple(row)
+    elif isinstance(driver, FileMemory):
+        for path in sorted(driver.directory.glob("*.json")):
+            namespace = namespace_of_stem(path.stem)
+            assert namespace is not None, f"{path} is not a namespace file"
+            # One entry per line between "{" and "}" (see clawmem.memory.file.dump_store).
+            for line in path.read_bytes().split(b"\n")[1:-2]:
+                entry = line.removesuffix(b",")
+                (key,) = json.loads(b"{" + entry + b"}")
+                found[(namespace, key)] = entry
+    elif isinstance(driver, RedisMemory):
+        client = driver.client
+        for namespace in driver.namespaces():
+            for member, score in client.zrange(driver.index_key(namespace), 0, -1, withscores=True):
+                key = member.decode()
+                redis_key = driver.entry_key(key, namespace)
+                found[(namespace, key)] = (client.dump(redis_key), score, client.expiretime(redis_key))
+    else:
+        for namespace in driver.namespaces():
+            found.update({(namespace, row.key): row for row in driver.records(namespace)})
+    return found
 
 
 def claw(app: Flask, *args: str, stdin: str | None = None) -> Result:
@@ -73,13 +142,14 @@ def add_conversation(
     updated_at: datetime | None = None,
     user_id: str = "",
     title: str | None = None,
-    namespace: str = "conversations",
+    namespace: str = "default",
     metadata: str | None = None,
     messages: list[dict[str, Any]] | int = 2,
+    conversation_id: str | None = None,
 ) -> str:
-    """Insert a conversation and its messages directly; return its id."""
+    """Insert a conversation and its messages directly, at chosen times; return its id."""
     schema = tables(prefix)
-    conversation_id = new_id()
+    conversation_id = conversation_id or new_id()
     if isinstance(messages, int):
         messages = [{"role": "user", "content": f"message {n}"} for n in range(messages)]
     with engine.begin() as conn:
@@ -192,6 +262,9 @@ def sqlite_app(tmp_path: Path, prefix: str, clock: FakeClock) -> Iterator[Flask]
     yield app
 
 
+STOCKED_CONVERSATION = "conv-alice"
+
+
 def _stocked(app: Flask, clock: FakeClock) -> None:
     """One old conversation, one memory entry, one expired entry."""
     from dashboard import state
@@ -202,6 +275,7 @@ def _stocked(app: Flask, clock: FakeClock) -> None:
             state.settings().table_prefix,
             utc_datetime(clock) - timedelta(days=400),
             user_id="alice",
+            conversation_id=STOCKED_CONVERSATION,
         )
         state.memory().set("user:alice", "likes tea")
         state.memory().set("soon", 1, ttl=10)
@@ -220,12 +294,15 @@ def test_every_command_explains_itself(sqlite_app: Flask, command: str) -> None:
     assert "Usage: claw " + command in result.output or f"claw {command}" in result.output
     if command not in ("stats", "export"):
         assert "--dry-run" in result.output and "--yes" in result.output
+    if command == "forget":
+        assert "--conversation" in result.output
 
 
 # -- refusing without a terminal ---------------------------------------------------------------
 
 DELETING = {
     "forget": ["forget", "user:alice"],
+    "forget-conversation": ["forget", "--conversation", STOCKED_CONVERSATION],
     "flush": ["flush", "--namespace", "default"],
     "sweep": ["sweep"],
     "prune": ["prune", "--older-than", "30d"],
@@ -248,7 +325,7 @@ def test_deleting_without_yes_and_without_a_terminal_is_refused(
     with sqlite_app.app_context():
         assert dump(state.engine(), prefix) == before
     (line,) = audit_lines(sqlite_app)
-    assert (line["command"], line["outcome"], line["dry_run"]) == (command, "refused", False)
+    assert (line["command"], line["outcome"], line["dry_run"]) == (DELETING[command][0], "refused", False)
 
 
 @pytest.mark.parametrize("command", list(DELETING))
@@ -370,6 +447,10 @@ def test_a_configured_window_beyond_the_calendar_is_refused(tmp_path: Path, cloc
         ["flush", "--namespace", "x" * 101, "--yes"],
         ["forget", "bad\x01key", "--yes"],
         ["flush", "--yes"],
+        ["forget", "--yes"],
+        ["forget", "k", "--conversation", STOCKED_CONVERSATION, "--yes"],
+        ["forget", "--conversation", "not a conversation id", "--yes"],
+        ["forget", "--conversation", "x" * 27, "--yes"],
         ["export"],
         ["export", "--user-id", "a", "--match", "b"],
         ["erase", "--yes"],
@@ -396,7 +477,8 @@ UNREACHABLE_RUNS = [
     ["prune", "--older-than", "9d", "--yes"],
     ["sweep", "--yes"],
     ["forget", "k", "--yes"],
-    ["flush", "--namespace", "conversations", "--yes"],
+    ["forget", "--conversation", "c1", "--yes"],
+    ["flush", "--namespace", "crm", "--yes"],
     ["erase", "--user-id", "alice", "--yes"],
     ["export", "--user-id", "alice"],
     ["stats"],

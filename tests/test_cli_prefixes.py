@@ -1,6 +1,6 @@
-"""The three tables of a prefix: ``stats``, ``uninstall``, and multi-site. With two prefixes in
-one database, like ``wp_`` and ``wp_2_``, every data command run with one prefix leaves the other
-prefix's three tables byte-identical."""
+"""The three tables of a prefix: ``stats``, ``uninstall``, and multi-site. With two sites in one
+install, like ``wp_`` and ``wp_2_``, every data command run on one site leaves the other site's
+data byte-identical: its three tables, and on the file and Redis drivers its directory and keys."""
 
 from __future__ import annotations
 
@@ -8,16 +8,27 @@ import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
 
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.memory.file import FileMemory
+from clawmem.memory.file import FileMemory, site_directory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import create_tables, drop_tables
-from tests.test_cli_basics import add_conversation, audit_lines, build_app, claw, counts, dump, url_of
+from tests.test_cli_basics import (
+    KV_DRIVERS,
+    add_conversation,
+    audit_lines,
+    build_app,
+    build_driver_app,
+    claw,
+    counts,
+    dump,
+    url_of,
+)
 
 
 @pytest.fixture
@@ -49,6 +60,7 @@ def _stock(engine: sa.engine.Engine, prefix: str, clock: FakeClock) -> list[str]
     memory.set("user:alice", "likes tea")
     memory.set("bob", {"likes": "coffee"}, "crm")
     memory.set("soon", 1, "crm", ttl=5)
+    memory.set("carol", "prefers email", "crm")
     return conversation_ids
 
 
@@ -60,19 +72,20 @@ def site(engine: sa.engine.Engine, prefix: str, second_site: str, clock: FakeClo
 def test_every_command_on_one_prefix_leaves_the_other_byte_identical(
     site: Flask, engine: sa.engine.Engine, prefix: str, second_site: str, clock: FakeClock
 ) -> None:
-    _stock(engine, prefix, clock)
+    own = _stock(engine, prefix, clock)
     others = _stock(engine, second_site, clock)
     clock.advance(10)
     untouched = dump(engine, second_site)
     runs = [
-        ["forget", others[0], "--namespace", "conversations", "--yes"],
+        ["forget", "--conversation", others[0], "--yes"],  # the other site's id is nothing here
         ["export", "--user-id", "alice"],
         ["sweep", "--yes"],
         ["prune", "--older-than", "300d", "--yes"],
         ["prune", "--older-than", "1d", "--by", "updated_at", "--yes"],
         ["erase", "--match", "tea", "--yes"],
         ["forget", "bob", "--namespace", "crm", "--yes"],
-        ["flush", "--namespace", "conversations", "--yes"],
+        ["forget", "--conversation", own[2], "--yes"],
+        ["flush", "--namespace", "crm", "--yes"],
         ["stats", "--json"],
         ["uninstall", "--yes"],
     ]
@@ -93,7 +106,7 @@ def test_every_command_on_one_prefix_leaves_the_other_byte_identical(
                 c["id"] for c in exported["conversations"]
             }
     # Each deleting run did delete something from its own prefix, so the check above means something.
-    assert changed == [False, False, True, True, True, True, True, True, False]
+    assert changed == [False, False, True, True, True, True, True, True, True, False]
     assert f"{prefix}phpclaw_memory" not in sa.inspect(engine).get_table_names()
     assert f"{second_site}phpclaw_memory" in sa.inspect(engine).get_table_names()
 
@@ -131,7 +144,7 @@ def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
     app = build_app(
         url_of(engine), prefix, clock, tmp_path / "instance", MEMORY_DRIVER="file", FILE_DIR=str(directory)
     )
-    FileMemory(directory, clock=clock).set("k", "v", "a:b")
+    FileMemory(directory, clock=clock, site=prefix).set("k", "v", "a:b")
     add_conversation(engine, prefix, utc_datetime(clock), messages=2)
 
     preview = claw(app, "uninstall", "--files", "--dry-run", "-v")
@@ -162,14 +175,140 @@ def test_uninstall_names_only_the_tables_that_exist_and_init_db_names_all_three(
     assert "would drop 3 tables holding 0 rows" in claw(app, "uninstall", "--dry-run").output
 
 
-def test_uninstall_refuses_a_file_directory_holding_foreign_files(
+def test_uninstall_refuses_a_site_directory_holding_foreign_files(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
 ) -> None:
     directory = tmp_path / "files"
-    directory.mkdir()
-    (directory / "notes.txt").write_text("mine")
+    FileMemory(directory, clock=clock, site=prefix).set("k", "v")
+    mine = site_directory(directory, prefix) / "notes.txt"
+    mine.write_text("mine")
     app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", FILE_DIR=str(directory))
     result = claw(app, "uninstall", "--files", "--yes")
     assert result.exit_code == 1 and "notes.txt" in result.output
-    assert (directory / "notes.txt").exists()
+    assert mine.read_text() == "mine"
+    assert FileMemory(directory, clock=clock, site=prefix).get("k") == "v"  # nothing was removed
     assert f"{prefix}phpclaw_memory" in sa.inspect(engine).get_table_names()
+
+
+def test_uninstall_files_leaves_whatever_else_is_in_the_file_directory(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = tmp_path / "files"
+    FileMemory(directory, clock=clock, site=prefix).set("k", "v")
+    (directory / "notes.txt").write_text("mine")
+    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", FILE_DIR=str(directory))
+    result = claw(app, "uninstall", "--files", "--yes")
+    assert result.exit_code == 0, result.output
+    assert not site_directory(directory, prefix).exists()
+    assert [path.name for path in directory.iterdir()] == ["notes.txt"]
+    assert (directory / "notes.txt").read_text() == "mine"
+
+
+# -- two sites on every key/value driver --------------------------------------------------------
+
+TTL = 3600  # long enough that the real Redis never expires an entry while a test runs
+
+
+def _site_state(engine: sa.engine.Engine, app: Flask) -> tuple[Any, Any, Any]:
+    """Return everything a site has stored, as stored: its three tables' rows (``None`` once they
+    are dropped), its file directory's bytes and mtimes, and its Redis keys (DUMP and absolute
+    expiry)."""
+    from dashboard import state
+
+    site = state.site_of(app)
+    rows = (
+        dump(engine, site.prefix)
+        if f"{site.prefix}phpclaw_memory" in sa.inspect(engine).get_table_names()
+        else None
+    )
+    directory = site_directory(site.settings.file_dir, site.prefix)
+    files = (
+        {
+            str(path.relative_to(directory)): (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted(directory.rglob("*"))
+        }
+        if directory.exists()
+        else None
+    )
+    keys = None
+    if site.settings.memory_driver == "redis":
+        client = site.driver.client
+        names = sorted(client.scan_iter(match=f"{site.prefix}phpclaw:*", count=1000))
+        keys = {name: (client.dump(name), client.expiretime(name)) for name in names}
+    return rows, files, keys
+
+
+def _stock_site(app: Flask, engine: sa.engine.Engine, clock: FakeClock) -> str:
+    """Give a site conversations (old and new, of cust-42 and of others) and entries (the
+    subject's namespace, mentions, one expiring); values name the site. Return the id of a
+    recent conversation of nobody in particular."""
+    from dashboard import state
+
+    site = state.site_of(app)
+    now = utc_datetime(clock)
+    for user_id in ("cust-42", "cust-7"):
+        add_conversation(engine, site.prefix, now - timedelta(days=400), user_id=user_id, messages=3)
+        add_conversation(engine, site.prefix, now, user_id=user_id, messages=1)
+    recent = add_conversation(engine, site.prefix, now, messages=2)
+    memory = site.memory
+    memory.set("name", {"site": site.prefix}, "user:cust-42")
+    memory.set("ticket:cust-42", site.prefix, "crm")
+    memory.set("plan", {"site": site.prefix, "tier": "gold"}, "crm")
+    memory.set("soon", site.prefix, "default", ttl=TTL)
+    memory.set("keep", [site.prefix, 1.0], "default")
+    return recent
+
+
+@pytest.mark.parametrize("acting", ["shorter", "longer"])
+@pytest.mark.parametrize(("sql_backend", "kv_driver"), KV_DRIVERS)
+def test_erase_prune_and_uninstall_of_one_site_leave_the_other_site_byte_identical(
+    request: pytest.FixtureRequest,
+    engine: sa.engine.Engine,
+    prefix: str,
+    second_site: str,
+    clock: FakeClock,
+    tmp_path: Path,
+    kv_driver: str,
+    acting: str,
+) -> None:
+    # One database, one CLAW_FILE_DIR, one Redis database; wp_ and wp_2_ are string prefixes.
+    shorter, longer = (
+        build_driver_app(request, url_of(engine), site, clock, tmp_path, kv_driver)
+        for site in (prefix, second_site)
+    )
+    app, other = (shorter, longer) if acting == "shorter" else (longer, shorter)
+    own_recent = _stock_site(app, engine, clock)
+    others_recent = _stock_site(other, engine, clock)
+    clock.advance(2 * TTL)  # "soon" is expired on both sites
+    other_export = claw(other, "export", "--user-id", "cust-42").stdout
+    untouched = _site_state(engine, other)
+    rows, files, keys = untouched
+    conversations, messages, memory = rows.values()
+    assert conversations and messages and bool(memory) == (kv_driver == "sql")
+    assert (files is not None) == (kv_driver == "file") and (keys is not None) == (kv_driver == "redis")
+    assert files or keys or memory, "the other site has key/value data to lose"
+
+    runs = [
+        (
+            ["erase", "--user-id", "cust-42", "--yes"],
+            "deleted 2 conversations, 4 messages and 2 memory entries",
+        ),
+        (["sweep", "--yes"], "deleted 1 expired entry"),
+        (["forget", "--conversation", others_recent, "--yes"], "nothing to delete"),  # not this site's
+        (["forget", "--conversation", own_recent, "--yes"], "and its 2 messages"),
+        (["flush", "--namespace", "crm", "--yes"], "deleted 1 entry of namespace 'crm'"),
+        (["prune", "--older-than", "30d", "--yes"], "deleted 1 conversation and 3 messages"),
+        (["uninstall", "--files", "--yes"], "dropped 3 tables"),
+    ]
+    changed = []
+    for args, said in runs:
+        before = _site_state(engine, app)
+        result = claw(app, *args)
+        assert result.exit_code == 0 and said in result.output, (args, result.output)
+        assert _site_state(engine, other) == untouched, args
+        changed.append(_site_state(engine, app) != before)
+    # Each run but the foreign forget did change its own site, so the checks above mean something.
+    assert changed == [True, True, False, True, True, True, True]
+    rows, files, _ = _site_state(engine, app)
+    assert rows is None and files is None
+    assert claw(other, "export", "--user-id", "cust-42").stdout == other_export

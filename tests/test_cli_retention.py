@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock, utc_datetime
+from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
-from clawmem.memory.conversations import SqlConversationMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import tables
 from tests.test_cli_basics import (
@@ -111,17 +111,11 @@ def test_prune_dry_run_reports_what_the_real_run_then_deletes(
 def test_prune_racing_a_writer_that_appends_messages_leaves_no_orphans(
     app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:
-    conversations = SqlConversationMemory(engine, prefix, clock=clock)
-    started = (utc_datetime(clock) - timedelta(days=100)).isoformat()
+    # The agent's clock is 100 days behind, so whatever it writes is old enough to prune.
+    conversations = ConversationLog(engine, prefix, clock=FakeClock(clock() - 100 * 86400))
     ids = [new_id() for _ in range(120)]
     for conversation_id in ids:
-        payload = {
-            "title": "t",
-            "user_id": "u",
-            "created_at": started,
-            "history": [{"role": "user", "content": "0"}],
-        }
-        conversations.set(conversation_id, payload, "conversations")
+        conversations.append(conversation_id, [{"role": "user", "content": "0"}], user_id="u", title="t")
     stop, appended = threading.Event(), [0]
 
     def append() -> None:
@@ -129,14 +123,7 @@ def test_prune_racing_a_writer_that_appends_messages_leaves_no_orphans(
         n = 0
         while not stop.is_set() or n < 30:
             conversation_id = ids[(n * 7) % len(ids)]
-            payload = conversations.get(conversation_id, "conversations") or {
-                "title": "t",
-                "user_id": "u",
-                "created_at": started,
-                "history": [],
-            }
-            payload["history"].append({"role": "assistant", "content": str(n)})
-            conversations.set(conversation_id, payload, "conversations")
+            conversations.append(conversation_id, [{"role": "assistant", "content": str(n)}], user_id="u")
             appended[0] += 1
             n += 1
 
@@ -151,8 +138,8 @@ def test_prune_racing_a_writer_that_appends_messages_leaves_no_orphans(
     assert appended[0] >= 30 and orphans(engine, prefix) == 0
     # Whatever the writer saved after its conversation went is a whole conversation again.
     for conversation_id in _ids(engine, prefix):
-        stored = conversations.get(conversation_id, "conversations")
-        assert stored is not None and stored["history"]
+        stored = conversations.load(conversation_id)
+        assert stored is not None and stored.messages and stored.user_id == "u"
     assert claw(app, "prune", "--older-than", "30d", "--yes").exit_code == 0
     assert counts(engine, prefix)[:2] == (0, 0)
 
@@ -222,7 +209,7 @@ def test_prune_killed_mid_batch_leaves_no_orphans_and_a_second_run_finishes(
             [
                 {
                     "id": cid,
-                    "namespace": "conversations",
+                    "namespace": "default",
                     "user_id": "",
                     "created_at": start + timedelta(seconds=n),
                     "updated_at": start + timedelta(seconds=n),
@@ -248,33 +235,34 @@ def test_prune_killed_mid_batch_leaves_no_orphans_and_a_second_run_finishes(
         engine, prefix, datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1), messages=5
     )
 
-    # Hold a lock on one message of the fourth batch (batches of 50, oldest first): the prune
-    # commits three batches, then waits inside the fourth batch's transaction.
-    blocker = engine.connect()
-    blocker.begin()
-    blocker.execute(
-        sa.select(schema.messages.c.id)
-        .where(schema.messages.c.conversation_id == old_ids[170])
-        .with_for_update()
-    ).all()
-
     instance = tmp_path / "instance"
     write_app_module(tmp_path, instance)
     env = subprocess_env(tmp_path, DATABASE_URL=url_of(engine), TABLE_PREFIX=prefix)
-    process = subprocess.Popen(
-        [str(FLASK), "claw", "prune", "--older-than", "1d", "--batch-size", "50", "--yes"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # Hold a lock on one message of the fourth batch (batches of 50, oldest first): the prune
+    # commits three batches, then waits inside the fourth batch's transaction.
+    blocker = engine.connect()
+    process = None
     try:
+        blocker.begin()
+        blocker.execute(
+            sa.select(schema.messages.c.id)
+            .where(schema.messages.c.conversation_id == old_ids[170])
+            .with_for_update()
+        ).all()
+        process = subprocess.Popen(
+            [str(FLASK), "claw", "prune", "--older-than", "1d", "--batch-size", "50", "--yes"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         session = _wait_for_lock_wait(engine, sql_backend, schema.messages.name, process)
         process.send_signal(signal.SIGKILL)
         output = process.communicate(timeout=30)[0]
     finally:
-        if process.poll() is None:
+        # Whatever failed, the lock goes: a held lock would hang the teardown's DROP TABLE.
+        if process is not None and process.poll() is None:
             process.kill()
         blocker.rollback()
         blocker.close()
@@ -458,20 +446,51 @@ def test_forget_deletes_one_key_and_says_whether_it_existed(
     ]
 
 
-def test_forget_in_conversations_deletes_the_conversation_and_its_messages(
+def test_forget_conversation_deletes_it_with_its_messages_in_any_conversation_namespace(
     app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:
     now = utc_datetime(clock)
     gone = add_conversation(engine, prefix, now, messages=4)
     kept = add_conversation(engine, prefix, now, messages=2)
-    elsewhere = add_conversation(engine, prefix, now, messages=1, namespace="archive")
+    archived = add_conversation(engine, prefix, now, messages=1, namespace="archive")
 
-    result = claw(app, "forget", gone, "--namespace", "conversations", "--yes")
-    other_namespace = claw(app, "forget", elsewhere, "--namespace", "conversations", "--yes")
+    preview = claw(app, "forget", "--conversation", gone, "--dry-run")
+    result = claw(app, "forget", "--conversation", gone, "--yes")
+    again = claw(app, "forget", "--conversation", gone, "--yes")
+    other_namespace = claw(app, "forget", "--conversation", archived, "--yes")
 
-    assert f"deleted conversation {gone} in namespace 'conversations' and its 4 messages" in result.output
-    assert "nothing to delete" in other_namespace.output
-    assert _ids(engine, prefix) == {kept, elsewhere} and counts(engine, prefix)[:2] == (2, 3)
+    assert f"would delete conversation {gone} and its 4 messages (dry run" in preview.output
+    assert result.exit_code == again.exit_code == other_namespace.exit_code == 0
+    assert f"deleted conversation {gone} and its 4 messages" in result.output
+    assert f"nothing to delete: no conversation {gone}" in again.output
+    assert f"deleted conversation {archived} and its 1 message" in other_namespace.output
+    assert _ids(engine, prefix) == {kept} and counts(engine, prefix)[:2] == (1, 2)
+    assert orphans(engine, prefix) == 0
+    assert [(line["command"], line["counts"]) for line in audit_lines(app)] == [
+        ("forget", {"conversations": 1, "messages": 4}),
+        ("forget", {"conversations": 1, "messages": 4}),
+        ("forget", {"conversations": 0, "messages": 0}),
+        ("forget", {"conversations": 1, "messages": 1}),
+    ]
+    assert all(line["arguments"]["key"] is None for line in audit_lines(app))
+
+
+def test_forget_key_in_a_namespace_named_conversations_never_reaches_a_conversation(
+    app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    # Conversations are not key/value entries any more: the old `forget ID --namespace
+    # conversations` now names a key of a key/value namespace, and only that.
+    conversation_id = add_conversation(engine, prefix, utc_datetime(clock), messages=3)
+    memory = SqlMemory(engine, prefix, clock=clock)
+    memory.set(conversation_id, "a key that happens to look like a conversation id", "conversations")
+
+    first = claw(app, "forget", conversation_id, "--namespace", "conversations", "--yes")
+    second = claw(app, "forget", conversation_id, "--namespace", "conversations", "--yes")
+
+    assert f"deleted key '{conversation_id}' in namespace 'conversations'" in first.output
+    assert f"nothing to delete: no key '{conversation_id}'" in second.output
+    assert not memory.has(conversation_id, "conversations")
+    assert _ids(engine, prefix) == {conversation_id} and counts(engine, prefix) == (1, 3, 0)
 
 
 def test_flush_empties_one_namespace_and_counts_expired_rows_too(
@@ -507,13 +526,21 @@ def test_flush_preview_on_the_file_driver_lists_every_key_it_counts(
     assert len(files.all("crm")) == 3
 
 
-def test_flush_of_conversations_goes_in_batches_and_leaves_other_namespaces(
+def test_flush_of_a_namespace_named_conversations_deletes_no_conversation(
     app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:
     now = utc_datetime(clock)
-    for _ in range(3):
-        add_conversation(engine, prefix, now, messages=2)
-    archived = add_conversation(engine, prefix, now, messages=1, namespace="archive")
+    kept = {add_conversation(engine, prefix, now, messages=2, namespace="conversations") for _ in range(3)}
+    SqlMemory(engine, prefix, clock=clock).set("k", "v", "conversations")
+    before = dump(engine, prefix)
+
     result = claw(app, "flush", "--namespace", "conversations", "--yes")
-    assert "deleted 3 conversations and 6 messages of namespace 'conversations'" in result.output
-    assert _ids(engine, prefix) == {archived} and orphans(engine, prefix) == 0
+
+    assert result.exit_code == 0, result.output
+    assert "deleted 1 entry of namespace 'conversations'" in result.output
+    assert _ids(engine, prefix) == kept and counts(engine, prefix) == (3, 6, 0)
+    after = dump(engine, prefix)
+    schema = tables(prefix)
+    for table in (schema.conversations, schema.messages):
+        assert after[table.name] == before[table.name], table.name
+    assert "forget --conversation" in claw(app, "flush", "--help").output

@@ -1,13 +1,22 @@
-"""Subject access and erasure: ``flask claw export`` and ``erase`` on every SQL backend.
+"""Subject access and erasure: ``flask claw export`` and ``erase`` on every SQL backend and every
+key/value driver, and the same through the installed ``clawmem`` console script.
 
-For a subject, the export holds every one of their conversations (messages in order, tool rows
-included) and every memory entry mentioning them, and nothing of anyone else; after an erase a
-fresh export is empty and everyone else's rows are byte-identical.
+For a user id, the export holds every conversation of exactly that id (messages in order, tool
+rows included), their whole subject namespace, and entries elsewhere that mention the id as a
+whole token, expired-but-unswept ones included; nothing of anyone else, not even of a subject
+whose id extends theirs. After an erase a fresh export is empty and everyone else's data is
+byte-identical where it is stored.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,11 +27,27 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clawmem.cli.audit import subject_hash
 from clawmem.clock import FakeClock, utc_datetime
+from clawmem.conversations import ConversationLog
+from clawmem.ids import new_id
+from clawmem.memory.base import MemoryRow, contains_text
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import tables
-from clawmem.sql.subjects import entry_matches
-from tests.test_cli_basics import add_conversation, audit_lines, build_app, build_file_app, claw, dump, url_of
+from clawmem.subjects import subject_namespace
+from tests.test_cli_basics import (
+    KV_DRIVERS,
+    ROOT,
+    add_conversation,
+    audit_lines,
+    build_app,
+    build_driver_app,
+    build_file_app,
+    claw,
+    dump,
+    stored_entries,
+    url_of,
+)
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 
@@ -77,6 +102,10 @@ def _people(engine: sa.engine.Engine, prefix: str, clock: FakeClock) -> dict[str
     memory.set(f"visit:{ALICE}", 1, "crm", ttl=1)
     memory.set("bob", f"{BOB} likes coffee")
     memory.set("capitals", "ALICE@EXAMPLE.COM shouts")
+    # Their own namespaces (an e-mail address is not a plain id, so its name is encoded): taken
+    # whole, whether or not an entry mentions them.
+    memory.set("tea", "green", subject_namespace(ALICE))
+    memory.set("tea", "black", subject_namespace(BOB))
     clock.advance(5)
     return people
 
@@ -95,6 +124,7 @@ def test_export_holds_everything_about_the_subject_and_nothing_else(
     document = _export(app, "--user-id", ALICE)
 
     assert document["format"] == "clawmem-export/1" and document["subject"] == {"user_id": ALICE}
+    assert document["subject_namespace"] == subject_namespace(ALICE) != f"user:{ALICE}"
     assert document["generated_at"] == "2023-11-14T22:13:25.250000+00:00"
     assert [c["id"] for c in document["conversations"]] == people["alice"]  # oldest first
     first = document["conversations"][0]
@@ -112,11 +142,12 @@ def test_export_holds_everything_about_the_subject_and_nothing_else(
         ("default", f"customer:{ALICE}:address"),
         ("crm", "prefs"),
         ("crm", f"visit:{ALICE}"),
+        (subject_namespace(ALICE), "tea"),
     }
     assert entries[("crm", "prefs")]["value"] == {"contact": {"email": ALICE}, "tea": True}
     assert entries[("crm", f"visit:{ALICE}")]["expired"] is True
     assert entries[("crm", "prefs")]["expires_at"] is None and not entries[("crm", "prefs")]["expired"]
-    assert document["counts"] == {"conversations": 2, "messages": 6, "memory": 3}
+    assert document["counts"] == {"conversations": 2, "messages": 6, "memory": 4}
     text = json.dumps(document)
     assert "bob" not in text.lower() and "ALICE@EXAMPLE.COM" not in text and "Alice@example.com" not in text
 
@@ -133,9 +164,9 @@ def test_erase_leaves_nothing_to_export_and_everyone_else_intact(
     result = claw(app, "erase", "--user-id", ALICE, "--yes", "--batch-size", "1")
     again = claw(app, "erase", "--user-id", ALICE, "--yes")
 
-    assert "would delete 2 conversations, 6 messages and 3 memory entries" in preview.output
+    assert "would delete 2 conversations, 6 messages and 4 memory entries" in preview.output
     assert all(f"conversation {cid}" in preview.output for cid in people["alice"])
-    assert "deleted 2 conversations, 6 messages and 3 memory entries" in result.output
+    assert "deleted 2 conversations, 6 messages and 4 memory entries" in result.output
     assert again.exit_code == 0 and "deleted 0 conversations, 0 messages and 0 memory entries" in again.output
     document = _export(app, "--user-id", ALICE)
     assert document["conversations"] == [] and document["memory"] == []
@@ -145,7 +176,11 @@ def test_erase_leaves_nothing_to_export_and_everyone_else_intact(
         row for row in before[conversations.name] if row[0].rstrip() in kept_ids
     ]
     assert after[messages.name] == [row for row in before[messages.name] if row[1].rstrip() in kept_ids]
-    assert {row[2] for row in after[memory.name]} == {"bob", "capitals"}
+    assert {(row[1], row[2]) for row in after[memory.name]} == {
+        ("default", "bob"),
+        ("default", "capitals"),
+        (subject_namespace(BOB), "tea"),
+    }
     lines = audit_lines(app)
     assert [(line["command"], line["dry_run"], line["counts"]["conversations"]) for line in lines] == [
         ("erase", True, 2),
@@ -203,7 +238,7 @@ def test_export_to_a_file_is_private_and_never_overwrites_by_accident(
     written = claw(app, "export", "--user-id", ALICE, "--output", str(target))
     assert (
         written.exit_code == 0
-        and f"wrote {target}: 2 conversations, 6 messages, 3 memory entries" in written.output
+        and f"wrote {target}: 2 conversations, 6 messages, 4 memory entries" in written.output
     )
     assert target.stat().st_mode & 0o777 == 0o600
     assert json.loads(target.read_text())["counts"]["conversations"] == 2
@@ -227,9 +262,10 @@ def test_subjects_on_the_file_driver_are_found_by_scanning_every_namespace(
     add_conversation(engine, prefix, utc_datetime(clock), user_id=ALICE, messages=1)
 
     document = _export(app, "--user-id", ALICE)
-    assert {(e["namespace"], e["key"], e["driver"]) for e in document["memory"]} == {
-        ("default", f"customer:{ALICE}", "file"),
-        ("crm", "prefs", "file"),
+    # One shape on every driver (SQL's created_at/updated_at are null here: files keep no times).
+    assert {(e["namespace"], e["key"], e["expired"], e["created_at"]) for e in document["memory"]} == {
+        ("default", f"customer:{ALICE}", False, None),
+        ("crm", "prefs", False, None),
     }
     preview = claw(app, "erase", "--user-id", ALICE, "--dry-run", "-v")
     listed = sorted(line.strip() for line in preview.output.splitlines() if line.startswith("  memory "))
@@ -280,5 +316,284 @@ def test_match_is_an_exact_substring_test_on_every_database(
     assert {c["id"] for c in document["conversations"]} == expected
     # The SQL query and the scan that other drivers use apply one rule.
     assert {e["key"] for e in document["memory"]} == {
-        key for key in keys if entry_matches(key, {"note": key[::-1]}, needle)
+        key for key in keys if contains_text(MemoryRow("default", key, {"note": key[::-1]}, None, 0), needle)
     }
+
+
+# -- one subject in all three places, beside a subject whose id extends theirs ------------------
+
+SUBJECT, NEIGHBOUR = "cust-42", "cust-420"  # the neighbour's id has the subject's as a prefix
+TTL = 3600  # long enough that the real Redis never expires an entry while a test runs
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a subject was given: conversation ids (oldest first), their message counts, and the
+    (namespace, key) of every key/value entry that concerns them."""
+
+    conversations: list[str]
+    messages: list[int]
+    entries: set[tuple[str, str]]
+    expired: set[tuple[str, str]]
+
+
+def seed_subject(memory: Any, log: ConversationLog, clock: FakeClock, user_id: str, tag: str) -> Held:
+    """Give ``user_id`` conversations, a subject namespace (one entry about to expire) and
+    mentions elsewhere, in the key and in the value. ``tag`` keeps two subjects' keys apart."""
+    order = [new_id(), new_id()]
+    log.append(
+        order[0],
+        [
+            {"role": "user", "content": "Where is my order?"},
+            {"role": "assistant", "content": None, "tool_name": "orders", "tool_input": {"id": user_id}},
+            {"role": "tool", "content": "shipped", "tool_name": "orders"},
+        ],
+        user_id=user_id,
+        title="Order",
+    )
+    clock.advance(1)
+    log.append(
+        order[1],
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        user_id=user_id,
+    )
+    own = subject_namespace(user_id)
+    memory.set("name", "Ada", own)
+    memory.set("plan", {"tier": "gold"}, own)  # mentions nobody: the namespace is theirs
+    memory.set("visit", {"at": "shop"}, own, ttl=TTL)
+    memory.set(f"ticket:{user_id}", "open", "crm")  # the key mentions them
+    memory.set(f"note-{tag}", {"text": f"call {user_id} tomorrow"}, "default")  # the value does
+    memory.set(f"ref-{tag}", f"order_{user_id}_2024", "crm")  # "_" is neither letter nor digit
+    memory.set(f"callback:{user_id}", "9am", f"visits-{tag}", ttl=TTL)
+    entries = {
+        (own, "name"),
+        (own, "plan"),
+        (own, "visit"),
+        ("crm", f"ticket:{user_id}"),
+        ("default", f"note-{tag}"),
+        ("crm", f"ref-{tag}"),
+        (f"visits-{tag}", f"callback:{user_id}"),
+    }
+    expired = {(own, "visit"), (f"visits-{tag}", f"callback:{user_id}")}
+    return Held(order, [3, 2], entries, expired)
+
+
+def seed_lookalikes(memory: Any, log: ConversationLog) -> None:
+    """Conversations and entries that look like cust-42 but are nobody's above."""
+    for user_id in ("CUST-42", "cust-42 ", "cust-4", "xcust-42"):
+        log.append(new_id(), [{"role": "user", "content": "cust-42"}], user_id=user_id)
+    for key, value in {
+        "decoy-1": "xcust-42y",
+        "decoy-2": "cust-4200 and écust-42 and cust-42٣",
+        "decoy-3": "CUST-42",
+        "acct:cust-42a": "n/a",
+    }.items():
+        memory.set(key, value, "default")
+    memory.set("x", 1, "user:CUST-42")  # another subject's namespace
+
+
+def seed_both(memory: Any, log: ConversationLog, clock: FakeClock) -> tuple[Held, Held]:
+    """Seed the subject, the neighbour and the lookalikes; then let the TTLs run out."""
+    held = seed_subject(memory, log, clock, SUBJECT, "a"), seed_subject(memory, log, clock, NEIGHBOUR, "b")
+    seed_lookalikes(memory, log)
+    clock.advance(2 * TTL)  # the entries with a TTL are expired now, and nothing swept them
+    return held
+
+
+def check_export(document: dict[str, Any], held: Held) -> None:
+    """Assert that an export by user id lists exactly what ``held`` says, and nothing else."""
+    assert [c["id"] for c in document["conversations"]] == held.conversations
+    assert [len(c["messages"]) for c in document["conversations"]] == held.messages
+    assert _memory_pairs(document) == held.entries
+    assert {(e["namespace"], e["key"]) for e in document["memory"] if e["expired"]} == held.expired
+    assert document["counts"] == {"conversations": 2, "messages": 5, "memory": 7}
+
+
+def _memory_pairs(document: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(entry["namespace"], entry["key"]) for entry in document["memory"]}
+
+
+def _rows_without(
+    rows: dict[str, list[tuple[Any, ...]]], prefix: str, conversation_ids: set[str]
+) -> dict[str, list[tuple[Any, ...]]]:
+    conversations, messages = tables(prefix).conversations.name, tables(prefix).messages.name
+    return {
+        conversations: [row for row in rows[conversations] if row[0] not in conversation_ids],
+        messages: [row for row in rows[messages] if row[1] not in conversation_ids],
+    }
+
+
+EVERY_DRIVER = [*KV_DRIVERS, pytest.param("sqlite", "array", id="array")]
+
+
+@pytest.mark.parametrize(("sql_backend", "kv_driver"), EVERY_DRIVER)
+def test_a_subject_in_all_three_places_is_exported_and_erased_exactly(
+    request: pytest.FixtureRequest,
+    engine: sa.engine.Engine,
+    prefix: str,
+    clock: FakeClock,
+    tmp_path: Path,
+    kv_driver: str,
+) -> None:
+    from dashboard import state
+
+    app = build_driver_app(request, url_of(engine), prefix, clock, tmp_path, kv_driver)
+    site = state.site_of(app)
+    subject, neighbour = seed_both(site.memory, site.conversations, clock)
+
+    check_export(_export(app, "--user-id", SUBJECT), subject)
+    neighbour_export = _export(app, "--user-id", NEIGHBOUR)
+    check_export(neighbour_export, neighbour)
+    rows, entries = dump(engine, prefix), stored_entries(app)
+    assert subject.entries | neighbour.entries <= set(entries)
+
+    preview = claw(app, "erase", "--user-id", SUBJECT, "--dry-run", "-v")
+    assert "would delete 2 conversations, 5 messages and 7 memory entries" in preview.output
+    assert (dump(engine, prefix), stored_entries(app)) == (rows, entries)
+    result = claw(app, "erase", "--user-id", SUBJECT, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 conversations, 5 messages and 7 memory entries" in result.output
+
+    after = _export(app, "--user-id", SUBJECT)
+    assert (after["conversations"], after["memory"]) == ([], [])
+    assert _export(app, "--user-id", NEIGHBOUR) == neighbour_export
+    # Everything else, the neighbour and the lookalikes, is byte-identical where it is stored.
+    left = dump(engine, prefix)
+    for name, kept in _rows_without(rows, prefix, set(subject.conversations)).items():
+        assert left[name] == kept, name
+    assert stored_entries(app) == {pair: raw for pair, raw in entries.items() if pair not in subject.entries}
+    erased = [line for line in audit_lines(app) if line["command"] == "erase" and not line["dry_run"]]
+    assert [line["counts"] for line in erased] == [{"conversations": 2, "messages": 5, "memory": 7}]
+
+
+def test_the_subject_namespace_follows_the_configured_template(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    template = "people.{user_id}.facts"
+    app = build_app(url_of(engine), prefix, clock, tmp_path / "instance", SUBJECT_NAMESPACE=template)
+    memory = SqlMemory(engine, prefix, clock=clock)
+    memory.set("name", "Ada", "people.cust-42.facts")
+    memory.set("name", "Eve", "people.cust-420.facts")
+    memory.set("name", "Bob", "user:cust-42")  # the default's namespace is an ordinary one here
+
+    document = _export(app, "--user-id", SUBJECT)
+    assert document["subject_namespace"] == "people.cust-42.facts"
+    assert _memory_pairs(document) == {("people.cust-42.facts", "name")}
+    assert claw(app, "erase", "--user-id", SUBJECT, "--yes").exit_code == 0
+    assert memory.all("people.cust-42.facts") == {}
+    assert (
+        memory.get("name", "people.cust-420.facts") == "Eve" and memory.get("name", "user:cust-42") == "Bob"
+    )
+
+
+# -- the same through the installed ``clawmem`` console script -----------------------------------
+
+
+def install_clawmem(tmp_path: Path) -> Path:
+    """Install the working tree into a fresh virtualenv as `pip install .[mysql]` would; return
+    the ``clawmem`` script. The tree is copied first, because building in place would leave
+    ``build/`` and ``*.egg-info`` in the checkout."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "clawmem", source / "clawmem", ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    # The venv gets no pip of its own (ensurepip is the slow part); this pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet"]
+        + [f"{source}[mysql]"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return venv / "bin" / "clawmem"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql_backend", ["mysql"])
+def test_the_console_script_exports_and_erases_a_subject_unattended(
+    engine: sa.engine.Engine, prefix: str, tmp_path: Path
+) -> None:
+    script = install_clawmem(tmp_path)
+    python = script.parent / "python"
+    # What is installed is the package alone: the copy in the venv, and no Flask.
+    probe = "import importlib.util, clawmem; print(clawmem.__file__, importlib.util.find_spec('flask'))"
+    found = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert found.stdout.startswith(str(tmp_path / "venv")) and found.stdout.endswith(" None\n"), found
+
+    # The script runs on the real clock; seeding a day behind it leaves the TTLs run out.
+    clock = FakeClock(time.time() - 86_400)
+    memory, log = SqlMemory(engine, prefix, clock=clock), ConversationLog(engine, prefix, clock=clock)
+    subject, neighbour = seed_both(memory, log, clock)
+    instance = tmp_path / "instance"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("CLAW_", "PYTHON"))}
+    env.update(CLAW_DATABASE_URL=url_of(engine), CLAW_TABLE_PREFIX=prefix, CLAW_INSTANCE_PATH=str(instance))
+
+    def clawmem(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), *args],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,  # as under CI or cron: nobody to answer a question
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def export(user_id: str) -> dict[str, Any]:
+        done = clawmem("export", "--user-id", user_id)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    usage = clawmem("--help")
+    assert usage.returncode == 0 and "export" in usage.stdout, (
+        "the installed clawmem script does not start; does it import a package that pyproject.toml "
+        f"does not declare? {usage.stderr.strip().splitlines()[-1:]}"
+    )
+    check_export(export(SUBJECT), subject)
+    neighbour_export = export(NEIGHBOUR)
+    check_export(neighbour_export, neighbour)
+    rows = dump(engine, prefix)
+
+    refused = clawmem("erase", "--user-id", SUBJECT)
+    assert refused.returncode == 1, refused
+    assert (
+        refused.stderr.startswith("Error: refusing to delete without --yes")
+        and "Traceback" not in refused.stderr
+    )
+    assert dump(engine, prefix) == rows
+    erased = clawmem("erase", "--user-id", SUBJECT, "--yes")
+    assert erased.returncode == 0, erased.stderr
+    assert "deleted 2 conversations, 5 messages and 7 memory entries" in erased.stdout
+
+    after = export(SUBJECT)
+    assert (after["conversations"], after["memory"]) == ([], [])
+    neighbour_after = export(NEIGHBOUR)
+    assert neighbour_after.pop("generated_at") and neighbour_export.pop("generated_at")
+    assert neighbour_after == neighbour_export
+    left, memory_table = dump(engine, prefix), tables(prefix).memory.name
+    for name, kept in _rows_without(rows, prefix, set(subject.conversations)).items():
+        assert left[name] == kept, name
+    assert left[memory_table] == [
+        row for row in rows[memory_table] if (row[1], row[2]) not in subject.entries
+    ]
+
+    log_file = instance / "audit.log"
+    assert log_file.stat().st_mode & 0o777 == 0o600
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(line["command"], line["outcome"]) for line in lines] == [
+        ("export", "ok"),
+        ("export", "ok"),
+        ("erase", "refused"),
+        ("erase", "ok"),
+        ("export", "ok"),
+        ("export", "ok"),
+    ]
+    assert lines[3]["arguments"]["user_id"] == subject_hash(SUBJECT) != lines[1]["arguments"]["user_id"]
+    assert lines[3]["counts"] == {"conversations": 2, "messages": 5, "memory": 7}
+    assert SUBJECT not in log_file.read_text()
