@@ -4,7 +4,8 @@ Loads 1,000,000 messages in 50,000 conversations and 100,000 memory entries (``-
 all three) with bulk inserts into the three tables of a prefix of its own, then times, with the
 Flask test client and a signed-in session: the conversations list (first page and a page deep
 in the keyset), one conversation, a namespace's memory list, and the injection preview. Prints
-the median and p95 milliseconds of each. Memory entries spread over 20 namespaces, so the
+the median and p95 milliseconds of each, and of one conversation of 500 turns that carry
+recall records. Memory entries spread over 20 namespaces, so the
 preview's namespace (``default``) holds a twentieth of them.
 
     .venv/bin/python -m bench.dashboard [--backends sqlite,mysql] [--scale 1.0] [--runs 30] [--depth 100]
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import os
 import random
 import re
@@ -41,6 +43,7 @@ from dashboard import accounts, create_app
 DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 CONVERSATIONS, MESSAGES_PER_CONVERSATION, ENTRIES = 50_000, 20, 100_000
 NAMESPACES = 20
+LONG_TURNS = 500
 BATCH = 10_000
 PASSWORD = "bench password long enough"
 PREVIEW_MESSAGE = "my+parcel+is+late+where+is+my+refund"
@@ -116,6 +119,30 @@ def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> 
     return conversations, conversations * MESSAGES_PER_CONVERSATION, entries
 
 
+def load_long_conversation(engine: sa.engine.Engine, prefix: str, turns: int, now: datetime) -> str:
+    """Insert one conversation of ``turns`` turns (a recall record, the user message and the reply
+    each, as Claw.send stores them); return its id."""
+    schema = tables(prefix)
+    chooser = random.Random(5)
+    conversation_id, created = new_id(), now - timedelta(days=2)
+    rows = []
+    for turn in range(turns):
+        moment = created + timedelta(seconds=turn * 60)
+        given = [{"namespace": "default", "key": f"fact_{chooser.randrange(0, 1000) * NAMESPACES:07}",
+                  "score": 2, "bytes": 80, "status": "injected"} for _ in range(3)]
+        for role, content in (("recall", json.dumps(given)), ("user", _sentence(chooser, 12)),
+                              ("assistant", _sentence(chooser, 30))):
+            rows.append({"id": new_id(), "conversation_id": conversation_id, "role": role, "content": content,
+                         "tool_name": None, "tool_input": None, "created_at": moment})
+    with engine.begin() as conn:
+        conn.execute(sa.insert(schema.conversations).values(
+            id=conversation_id, namespace="default", user_id="cust-long", title="A long conversation",
+            metadata=None, created_at=created, updated_at=created))
+        for batch in _batches(iter(rows)):
+            conn.execute(sa.insert(schema.messages), batch)
+    return conversation_id
+
+
 def _signed_in(app: Flask) -> FlaskClient:
     client = app.test_client()
     with app.app_context():
@@ -179,10 +206,12 @@ def run(backend: str, scale: float, runs: int, depth: int, report: Callable[[str
             first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
             assert first_conversation
             deep = _deep_url(client, depth)
+            long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
             pages = {
                 "conversations, first page": "/conversations/",
                 f"conversations, page {depth + 1} (keyset)": deep,
                 "one conversation (20 messages)": first_conversation.group(1),
+                f"one conversation ({LONG_TURNS} turns with recall records)": f"/conversations/{long_id}",
                 "memory list, namespace default": "/memory/default/",
                 "injection preview, namespace default": f"/preview?message={PREVIEW_MESSAGE}",
             }

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +115,7 @@ class AugmentResult:
     @property
     def injected_keys(self) -> list[str]:
         """Return the keys that reached the augmented text, in injection order."""
-        return [decision.key for decision in self.decisions if decision.injected]
+        return [decision.key for decision in self.decisions[: self.top_k] if decision.injected]
 
     @property
     def changed(self) -> bool:
@@ -205,6 +205,8 @@ class Decisions(Sequence[EntryDecision]):
         if stop <= len(self._known) or self._ranking is None:
             return
         start = len(self._known)
+        # Read ahead: reading one by one would rank the first n again for every n.
+        stop = min(max(stop, 2 * start, 50), self._hits)
         more = self._ranking.first(stop)[start:]
         for position, (candidate, words) in enumerate(
             zip(more, self._ranking.matched(more), strict=True), start
@@ -232,6 +234,10 @@ class Decisions(Sequence[EntryDecision]):
             raise IndexError("decision index out of range")
         self._extend(position + 1)
         return self._known[position]
+
+    def __iter__(self) -> Iterator[EntryDecision]:
+        self._extend(self._hits)
+        return iter(self._known[: self._hits])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):

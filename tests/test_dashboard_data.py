@@ -37,10 +37,14 @@ def _more(body: str, target: str) -> str | None:
 def _insert_conversations(app: Flask, count: int, start: datetime) -> list[tuple[datetime, str]]:
     # Three conversations share each timestamp, so the id must break ties in the keyset.
     rows = [
-        {"id": new_id(), "namespace": "web" if number % 4 else "support",
-         "user_id": f"cust-{number % 5}", "title": f"{'refund' if number % 2 else 'delivery'} #{number}",
-         "created_at": start + timedelta(seconds=number // 3),
-         "updated_at": start + timedelta(seconds=number // 3)}
+        {
+            "id": new_id(),
+            "namespace": "web" if number % 4 else "support",
+            "user_id": f"cust-{number % 5}",
+            "title": f"{'refund' if number % 2 else 'delivery'} #{number}",
+            "created_at": start + timedelta(seconds=number // 3),
+            "updated_at": start + timedelta(seconds=number // 3),
+        }
         for number in range(count)
     ]
     with app.app_context(), state.engine().begin() as conn:
@@ -89,15 +93,19 @@ def test_a_forged_cursor_is_a_clear_400(signed_in: FlaskClient) -> None:
     assert "start again from the first page" in page_text(response)
 
 
-@pytest.mark.parametrize("path", [
-    "/conversations/?cursor=WyIxIl0",  # ["1"]: a cursor of another list's shape
-    "/conversations/?cursor=WyJ4IiwgInkiXQ",  # ["x", "y"]: the right shape but no time
-    "/memory/prefs/?cursor=WyJhIiwiYiJd",
-    "/preview?message=order&cursor=WyItNTAiXQ",  # ["-50"]: a negative offset
-    "/cold?cursor=WyJ0ZW4iXQ",  # ["ten"]
-])
-def test_every_list_answers_a_foreign_cursor_with_the_same_400(app: Flask, demo: None,
-                                                               signed_in: FlaskClient, path: str) -> None:
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/conversations/?cursor=WyIxIl0",  # ["1"]: a cursor of another list's shape
+        "/conversations/?cursor=WyJ4IiwgInkiXQ",  # ["x", "y"]: the right shape but no time
+        "/memory/prefs/?cursor=WyJhIiwiYiJd",
+        "/preview?message=order&cursor=WyItNTAiXQ",  # ["-50"]: a negative offset
+        "/cold?cursor=WyJ0ZW4iXQ",  # ["ten"]
+    ],
+)
+def test_every_list_answers_a_foreign_cursor_with_the_same_400(
+    app: Flask, demo: None, signed_in: FlaskClient, path: str
+) -> None:
     response = signed_in.get(path)
     assert response.status_code == 400
     assert "this cursor did not come from this list; start again from the first page" in page_text(response)
@@ -152,8 +160,9 @@ def _three_states(app: Flask) -> None:
 
 
 @pytest.mark.parametrize(("dashboard_backend", "memory_driver"), DRIVER_CASES, indirect=["dashboard_backend"])
-def test_ttl_state_follows_the_fake_clock(driver_app: Flask, driver_client: FlaskClient,
-                                          clock: FakeClock, memory_driver: str) -> None:
+def test_ttl_state_follows_the_fake_clock(
+    driver_app: Flask, driver_client: FlaskClient, clock: FakeClock, memory_driver: str
+) -> None:
     _three_states(driver_app)
     clock.advance(120)
     body = page_text(driver_client.get("/memory/ttl/"))
@@ -173,18 +182,25 @@ def test_ttl_state_follows_the_fake_clock(driver_app: Flask, driver_client: Flas
     assert ("<dt>Updated</dt><dd>2023-11-14 22:13:20 UTC</dd>" in detail) == (memory_driver == "sql")
     assert ("<dt>Created</dt>" in detail) == (memory_driver == "sql")
     index = page_text(driver_client.get("/memory/"))
-    assert re.search(r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">2</td>"
-                     r"\s*<td class=\"num\">1</td>", index)
+    assert re.search(
+        r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">2</td>"
+        r"\s*<td class=\"num\">1</td>",
+        index,
+    )
     assert "read through the memory contract" not in index
     clock.advance(7100)
     assert "expired 20 s ago (not yet swept)" in page_text(driver_client.get("/memory/ttl/entry?key=soon"))
-    assert re.search(r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">1</td>"
-                     r"\s*<td class=\"num\">2</td>", page_text(driver_client.get("/memory/")))
+    assert re.search(
+        r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">1</td>"
+        r"\s*<td class=\"num\">2</td>",
+        page_text(driver_client.get("/memory/")),
+    )
 
 
 @pytest.mark.parametrize(("dashboard_backend", "memory_driver"), DRIVER_CASES, indirect=["dashboard_backend"])
-def test_state_filters_tell_permanent_from_live(driver_app: Flask, driver_client: FlaskClient,
-                                                clock: FakeClock) -> None:
+def test_state_filters_tell_permanent_from_live(
+    driver_app: Flask, driver_client: FlaskClient, clock: FakeClock
+) -> None:
     _three_states(driver_app)
     clock.advance(120)
 
@@ -209,8 +225,9 @@ def test_state_filters_tell_permanent_from_live(driver_app: Flask, driver_client
 
 
 @pytest.mark.parametrize(("dashboard_backend", "memory_driver"), DRIVER_CASES, indirect=["dashboard_backend"])
-def test_memory_search_and_detail_on_every_driver(driver_app: Flask, driver_client: FlaskClient,
-                                                  clock: FakeClock) -> None:
+def test_memory_search_and_detail_on_every_driver(
+    driver_app: Flask, driver_client: FlaskClient, clock: FakeClock
+) -> None:
     with driver_app.app_context():
         state.memory().set("greeting", {"text": "hello"}, "notes")
         state.memory().set("brief", "short-lived", "notes", ttl=60)
@@ -230,19 +247,23 @@ def test_preview_shows_exactly_what_augment_returns(app: Flask, demo: None, sign
     message = "My parcel arrived damaged, who handles delivery complaints and returns?"
     with app.app_context():
         settings = state.settings()
-        expected = MessageAugmenter(state.memory(), top_k=settings.recall_top_k,
-                                    namespace=settings.recall_namespace).augment(message)
+        expected = MessageAugmenter(
+            state.memory(), top_k=settings.recall_top_k, namespace=settings.recall_namespace
+        ).augment(message)
     body = page_text(signed_in.get("/preview", query_string={"message": message}))
     shown = re.search(r'<pre class="augmented">(.*?)</pre>', body, re.S)
     assert shown and html.unescape(shown.group(1)) == expected.text
-    rows = re.findall(r'<tr class="decision (\w+)">\s*<td><a href="[^"]+"><code>([^<]+)</code></a></td>\s*'
-                      r'<td class="num">(\d+)</td>\s*<td class="matched">([^<]*)</td>\s*'
-                      r'<td class="num">(\d+)</td>.*?<td>([^<]*)</td>\s*</tr>',
-                      body, re.S)
-    assert [(status, html.unescape(key), int(score), html.unescape(words), int(size), html.unescape(reason))
-            for status, key, score, words, size, reason in rows] == [
-        (d.status, d.key, d.score, ", ".join(d.matched), d.bytes, d.reason) for d in expected.decisions
-    ]
+    rows = re.findall(
+        r'<tr class="decision (\w+)">\s*<td><a href="[^"]+"><code>([^<]+)</code></a></td>\s*'
+        r'<td class="num">(\d+)</td>\s*<td class="matched">([^<]*)</td>\s*'
+        r'<td class="num">(\d+)</td>.*?<td>([^<]*)</td>\s*</tr>',
+        body,
+        re.S,
+    )
+    assert [
+        (status, html.unescape(key), int(score), html.unescape(words), int(size), html.unescape(reason))
+        for status, key, score, words, size, reason in rows
+    ] == [(d.status, d.key, d.score, ", ".join(d.matched), d.bytes, d.reason) for d in expected.decisions]
     assert expected.decisions[0].matched  # the words that matched are shown
     assert f"<strong>{expected.bytes_used}</strong> of 4096 bytes" in body
     assert "top 3 entries, 4096-byte budget" in body
@@ -252,8 +273,9 @@ def test_preview_shows_exactly_what_augment_returns(app: Flask, demo: None, sign
 
 
 def test_preview_fragment_is_the_result_alone(app: Flask, demo: None, signed_in: FlaskClient) -> None:
-    response = signed_in.get("/preview?message=shipping+express",
-                             headers={**HTMX, "HX-Target": "preview-result"})
+    response = signed_in.get(
+        "/preview?message=shipping+express", headers={**HTMX, "HX-Target": "preview-result"}
+    )
     body = page_text(response)
     assert "<html" not in body and "<textarea" not in body
     assert "shipping_policy" in body and "PII guard" not in body
@@ -268,13 +290,21 @@ def small_memory(app: Flask) -> None:
     """Four entries and three user messages: apples and bananas are asked about, the rest never."""
     with app.app_context():
         memory = state.memory()
-        for key, value in {"apples": "apples and pears", "bananas": "bananas, ripe",
-                           "cherries": "cherries", "dates": "dates from the market"}.items():
+        for key, value in {
+            "apples": "apples and pears",
+            "bananas": "bananas, ripe",
+            "cherries": "cherries",
+            "dates": "dates from the market",
+        }.items():
             memory.set(key, value, "default")
-        state.conversations().append(new_id(), [
-            Message("user", "Do you sell apples?"),
-            Message("assistant", "Yes, cherries and dates too."),
-        ], user_id="cust-1")
+        state.conversations().append(
+            new_id(),
+            [
+                Message("user", "Do you sell apples?"),
+                Message("assistant", "Yes, cherries and dates too."),
+            ],
+            user_id="cust-1",
+        )
     state_clock = app.extensions["clawmem.clock"]
     state_clock.advance(60)
     with app.app_context():
@@ -287,8 +317,9 @@ def _cold_keys(body: str) -> list[str]:
     return re.findall(r'<tr class="cold-entry"><td><a href="[^"]+"><code>([^<]+)</code>', body)
 
 
-def test_cold_memory_counts_entries_no_recent_message_would_inject(small_memory: None,
-                                                                   signed_in: FlaskClient) -> None:
+def test_cold_memory_counts_entries_no_recent_message_would_inject(
+    small_memory: None, signed_in: FlaskClient
+) -> None:
     body = page_text(signed_in.get("/cold"))
     assert '<strong class="cold-count">2</strong> of 4 live entries' in body
     assert '<strong class="cold-share">50.0%</strong>' in body
@@ -312,19 +343,28 @@ def _long_conversation(app: Flask) -> tuple[str, list[dict[str, object]]]:
     with app.app_context():
         store = state.conversations()
         summary = max(store.list(limit=100).items, key=lambda c: c.message_count)
-        history = as_history(store.messages(summary.id, limit=1000).items)
-    return summary.id, history
+        stored = store.messages(summary.id, limit=1000).items
+    # The analysis reads what was said (recall records left out); the page numbers every message.
+    said = [
+        (position, m) for position, m in enumerate(stored, start=1) if m.role not in ("recall", "summary")
+    ]
+    POSITIONS[summary.id] = [position for position, _ in said]
+    return summary.id, as_history([m for _, m in said])
 
 
-def test_compaction_analysis_marks_what_the_compactor_would_summarise(app: Flask, demo: None,
-                                                                      signed_in: FlaskClient) -> None:
+POSITIONS: dict[str, list[int]] = {}  # per conversation, the page's number of each message said
+
+
+def test_compaction_analysis_marks_what_the_compactor_would_summarise(
+    app: Flask, demo: None, signed_in: FlaskClient
+) -> None:
     conversation_id, history = _long_conversation(app)
     start, boundary = split_history(history)
     body = page_text(signed_in.get(f"/conversations/{conversation_id}?max_messages=10"))
     fates = re.findall(r'<li class="message role-\w+ (summarised|kept)"', body)
     assert fates == ["summarised"] * (boundary - start) + ["kept"] * (len(history) - boundary + start)
     assert f"{boundary - start} older messages" in body
-    assert "first exceeded at message 11" in body
+    assert f"first exceeded at message {POSITIONS[conversation_id][10]}" in body
     assert body.count("threshold first exceeded here") == 1
 
 
@@ -333,9 +373,9 @@ def test_compaction_analysis_by_tokens(app: Flask, demo: None, signed_in: FlaskC
     body = page_text(signed_in.get(f"/conversations/{conversation_id}?max_tokens=200"))
     assert "The token estimate threshold is exceeded." in body
     tokens = [int(t) for t in re.findall(r'<span class="tokens">~(\d+) tokens</span>', body)]
-    assert len(tokens) == len(history)
+    assert len(tokens) == POSITIONS[conversation_id][-1]  # every message, recall records at ~0
     running, first = 0, None
-    for position, message in enumerate(history, start=1):
+    for position, message in zip(POSITIONS[conversation_id], history, strict=True):
         running += len((str(message["content"] or "")).encode())
         if first is None and running // 4 > 200:
             first = position
@@ -349,8 +389,9 @@ def test_compaction_off_by_default_says_so(app: Flask, demo: None, signed_in: Fl
     assert "summarised" not in body
 
 
-def test_conversation_shows_roles_times_and_tool_calls(app: Flask, demo: None,
-                                                       signed_in: FlaskClient) -> None:
+def test_conversation_shows_roles_times_and_tool_calls(
+    app: Flask, demo: None, signed_in: FlaskClient
+) -> None:
     body = page_text(signed_in.get("/conversations/?q=Where+is+my+order"))
     conversation_id = CONVERSATION_LINK.findall(body)[0]
     detail = page_text(signed_in.get(f"/conversations/{conversation_id}"))
@@ -371,14 +412,17 @@ def test_demo_on_the_file_driver_fills_the_memory_index(make_app: Callable[..., 
     sign_in(client)
     index = page_text(client.get("/memory/"))
     number = r'\s*<td class="num">(\d+)</td>'
-    listed = re.findall(r'<code>([^<]+)</code></a>(?: <span class="subject">subject ([^<]+)</span>)?</td>'
-                        + number * 3, index)
+    listed = re.findall(
+        r'<code>([^<]+)</code></a>(?: <span class="subject">subject ([^<]+)</span>)?</td>' + number * 3, index
+    )
     assert [(name, int(total), int(live), int(expired)) for name, _, total, live, expired in listed] == [
         (n.namespace, n.total, n.live, n.expired) for n in counts
     ]
     assert {name for name, *_ in listed} == {"agent:scratch", "default", "user:cust-1001", "user:cust-2002"}
     assert {name: subject for name, subject, *_ in listed if subject} == {
-        "user:cust-1001": "cust-1001", "user:cust-2002": "cust-2002"}
+        "user:cust-1001": "cust-1001",
+        "user:cust-2002": "cust-2002",
+    }
     assert sum(n.expired for n in counts) >= 2, "the file driver shows expired-but-unswept entries"
     assert conversations == 30 and "<code>conversations</code>" not in index
 

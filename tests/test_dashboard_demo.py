@@ -182,7 +182,7 @@ def test_demo_turns_show_what_they_were_given_with_one_entry_changed_and_one_exp
             m for c in listed for m in conversations.messages(c.id, limit=1000).items if m.role == "recall"
         ]
     given = {entry["key"] for record in records for entry in json.loads(record.content)}
-    assert {"shipping_policy", "warehouse_backlog"} <= given
+    assert {"last_order", "warehouse_backlog"} <= given
     states: dict[str, set[str]] = {}
     for conversation in listed:
         body = signed_in.get(f"/conversations/{conversation.id}").get_data(as_text=True)
@@ -190,5 +190,5 @@ def test_demo_turns_show_what_they_were_given_with_one_entry_changed_and_one_exp
             r'<li class="now-(\w+)">(?:<a href="[^"]+">)?<code>([^<]+)</code>', body
         ):
             states.setdefault(key, set()).add(now_state)
-    assert states["shipping_policy"] == {"changed"}
+    assert states["last_order"] == {"changed"}
     assert states["warehouse_backlog"] == {"expired"}
