@@ -16,6 +16,12 @@ from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 ENV_PREFIX = "CLAW_"
 # The modes of clawmem.guards.PiiGuard (named here so that settings stand below the guards).
 PII_GUARD_MODES = ("block", "redact", "warn", "off")
+# The shapes of the three tables (SPEC 4.8): ours, and the one phpClaw's WordPress plugin writes.
+CLAWMEM_SCHEMA = "clawmem"
+PHPCLAW_SCHEMA = "phpclaw-wordpress"
+SCHEMAS = (CLAWMEM_SCHEMA, PHPCLAW_SCHEMA)
+# How recall scores (SPEC 5): ours, or phpClaw's own byte for byte (clawmem.ranking.ranker_for).
+RECALL_SCORINGS = ("clawmem", "phpclaw")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -68,6 +74,8 @@ class Settings:
     record_recall: bool = True
     pii_guard: str = "block"
     pii_allow_keys: str = ""
+    schema: str = CLAWMEM_SCHEMA
+    recall_scoring: str = "clawmem"
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
@@ -75,6 +83,13 @@ class Settings:
         if self.pii_guard not in PII_GUARD_MODES:
             raise ConfigError(
                 f"{ENV_PREFIX}PII_GUARD must be one of {', '.join(PII_GUARD_MODES)}, got {self.pii_guard!r}"
+            )
+        if self.schema not in SCHEMAS:
+            raise ConfigError(f"{ENV_PREFIX}SCHEMA must be one of {', '.join(SCHEMAS)}, got {self.schema!r}")
+        if self.recall_scoring not in RECALL_SCORINGS:
+            raise ConfigError(
+                f"{ENV_PREFIX}RECALL_SCORING must be one of {', '.join(RECALL_SCORINGS)}, "
+                f"got {self.recall_scoring!r}"
             )
         instance = Path(self.instance_path)
         if not self.database_url:
@@ -114,7 +129,7 @@ class Settings:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:
                 parsed[attribute] = str(raw)
-        for attribute in ("memory_driver", "pii_guard"):
+        for attribute in ("memory_driver", "pii_guard", "schema", "recall_scoring"):
             if attribute in parsed:
                 parsed[attribute] = parsed[attribute].strip().lower()
         return cls(**parsed)

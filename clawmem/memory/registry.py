@@ -33,12 +33,17 @@ def _file(settings: Settings, clock: Clock) -> MemoryInterface:
 def _sql(settings: Settings, clock: Clock) -> MemoryInterface:
     from clawmem.memory.sql import SqlMemory
     from clawmem.sql.engine import engine_for
+    from clawmem.sql.schema import check_shape
 
+    engine = engine_for(settings.database_url)
+    # Existing tables of the other shape refuse to open, in one line (SPEC 4.8).
+    check_shape(engine, settings.table_prefix, settings.schema)
     return SqlMemory(
-        engine_for(settings.database_url),
+        engine,
         prefix=settings.table_prefix,
         clock=clock,
         max_value_bytes=settings.max_value_bytes,
+        shape=settings.schema,
     )
 
 

@@ -120,13 +120,19 @@ def _check_json(value: Any, key: str, path: str, active: set[int]) -> None:
     )
 
 
+def check_value(key: str, value: Any) -> None:
+    """Raise ``ValueError`` (NaN/infinity, cycles, too deep) or ``TypeError`` (anything JSON
+    cannot hold), naming the key, unless ``value`` is one the memory contract stores."""
+    _check_json(value, key, "value", set())
+
+
 def encode_value(key: str, value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
     """Return ``value`` as compact JSON text.
 
     Raises ``ValueError`` for NaN/infinity or cycles, ``TypeError`` for anything JSON cannot
     hold, and :class:`ValueTooLarge` past ``max_bytes``. Every message names the key.
     """
-    _check_json(value, key, "value", set())
+    check_value(key, value)
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     check_size(f"value for key {key!r}", text, max_bytes)
     return text

@@ -15,14 +15,15 @@ from sqlalchemy.engine import Engine
 from clawmem.clock import Clock
 from clawmem.errors import StorageError
 from clawmem.memory.base import BaseMemory, MemoryRow, NamespaceCount, check_filter
+from clawmem.memory.codecs import UndecodableValue, codec_for
 from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
-    decode_value,
     validate_key,
     validate_namespace,
     validate_prefix,
 )
+from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import kv
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
@@ -48,6 +49,12 @@ class SqlBackedMemory(BaseMemory):
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
+
+    def _call(self, operation: str, function: Any, *args: Any) -> Any:
+        try:
+            return super()._call(operation, function, *args)
+        except UndecodableValue as exc:  # names the key, never the value
+            raise StorageError(self.name, operation, str(exc)) from None
 
 
 # Rows whose updated_at is this much older than the newest one the index has seen are still
@@ -86,33 +93,41 @@ class SqlMemory(SqlBackedMemory):
         prefix: str = "",
         clock: Clock = time.time,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        shape: str = CLAWMEM_SCHEMA,
     ) -> None:
         super().__init__(engine, prefix, clock, max_value_bytes)
+        self.shape = shape  # of the tables: clawmem, or phpclaw-wordpress (SPEC 4.8)
+        self.codec = codec_for(shape)
         self._indexes: dict[str, _IndexState] = {}
         self._index_lock = threading.Lock()
         self._watch: Any = None  # SQLite: a connection of its own, to read data_version
 
+    def _encode(self, key: str, value: Any) -> str:
+        return self.codec.encode(key, value, self.max_value_bytes)
+
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         with self.engine.connect() as conn:
-            encoded = kv.get_entry(conn, self.prefix, namespace, key, now)
-        return (False, None) if encoded is None else (True, decode_value(encoded))
+            encoded = kv.get_entry(conn, self.prefix, namespace, key, now, self.shape)
+        return (False, None) if encoded is None else (True, self.codec.read(namespace, key, encoded))
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
         def upsert() -> None:
             with write_transaction(self.engine) as conn:
-                kv.upsert_entry(conn, self.prefix, namespace, key, encoded, expires_at, self.clock)
+                kv.upsert_entry(
+                    conn, self.prefix, namespace, key, encoded, expires_at, self.clock, self.shape
+                )
 
         retry_deadlocks(upsert)
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
         with write_transaction(self.engine) as conn:
-            kv.delete_entry(conn, self.prefix, namespace, key)
+            kv.delete_entry(conn, self.prefix, namespace, key, self.shape)
         self._indexed(namespace, lambda index: index.remove(key))
 
     def _flush(self, namespace: str) -> int:
         with write_transaction(self.engine) as conn:
-            count = kv.delete_namespace(conn, self.prefix, namespace)
+            count = kv.delete_namespace(conn, self.prefix, namespace, self.shape)
         self._indexed(namespace, WordIndex.clear)
         return count
 
@@ -126,23 +141,34 @@ class SqlMemory(SqlBackedMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
-            return {
-                key: decode_value(value) for key, value in kv.live_entries(conn, self.prefix, namespace, now)
-            }
+            found = kv.live_entries(conn, self.prefix, namespace, now, self.shape)
+            return {key: self.codec.read(namespace, key, value) for key, value in found}
+
+    def entries_in_order(self, namespace: str = "default") -> list[tuple[str, Any]]:
+        """Return every live ``(key, value)`` of ``namespace`` in insertion order (by row id), the
+        order phpClaw's ``all()`` gives and its recall breaks ties in."""
+        validate_namespace(namespace)
+
+        def read() -> list[tuple[str, Any]]:
+            with self.engine.connect() as conn:
+                rows = kv.live_entries_in_order(conn, self.prefix, namespace, self._now(), self.shape)
+            return [(key, self.codec.read(namespace, key, text)) for key, text in rows]
+
+        return self._call("all", read)
 
     def _namespaces(self) -> list[str]:
         with self.engine.connect() as conn:
-            return kv.namespaces(conn, self.prefix)
+            return kv.namespaces(conn, self.prefix, self.shape)
 
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
         with self.engine.connect() as conn:
-            counts = kv.expired_counts(conn, self.prefix, now)
+            counts = kv.expired_counts(conn, self.prefix, now, self.shape)
         if dry_run:
             return counts
         deleted = {}
         for namespace in counts:
             with write_transaction(self.engine) as conn:
-                count = kv.delete_expired(conn, self.prefix, namespace, now)
+                count = kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
             if count:
                 deleted[namespace] = count
                 self._indexed(namespace, lambda index: index.drop_expired(now))
@@ -153,7 +179,7 @@ class SqlMemory(SqlBackedMemory):
     def _read(self, operation: str, function: Any, *args: Any, **options: Any) -> Any:
         def run() -> Any:
             with self.engine.connect() as conn:
-                return function(conn, self.prefix, *args, **options)
+                return function(conn, self.prefix, *args, **options, shape=self.shape)
 
         return self._call(operation, run)
 
@@ -199,14 +225,16 @@ class SqlMemory(SqlBackedMemory):
         return self._read("entry", kv.one_row, validate_namespace(namespace), validate_key(key))
 
     def find(self, text: str) -> Iterator[MemoryRow]:
-        table = tables(self.prefix).memory
-        select = sa.select(table).where(matching.memory_where(self.prefix, text))
+        table = tables(self.prefix, self.shape).memory
+        select = sa.select(table).where(matching.memory_where(self.prefix, text, self.shape))
         pages = keyset_pages(self.engine, select, [table.c.namespace, table.c.lookup_key], 500)
         try:
             for rows in pages:
-                yield from (kv.memory_row(row) for row in rows)
+                yield from (kv.memory_row(row, self.shape) for row in rows)
         except self.backend_errors as exc:
             raise StorageError(self.name, "find", self._describe(exc)) from exc
+        except UndecodableValue as exc:
+            raise StorageError(self.name, "find", str(exc)) from None
 
     # -- the recall index ---------------------------------------------------------------------
 
@@ -241,8 +269,8 @@ class SqlMemory(SqlBackedMemory):
             if state.newest is None or updated_at > state.newest:
                 state.newest = updated_at
             try:
-                value = decode_value(text)
-            except ValueError:
+                value = self.codec.read(state.index.namespace, key, text)
+            except UndecodableValue:
                 state.unreadable.add(key)  # another program's row; recall cannot use it
                 continue
             state.unreadable.discard(key)
@@ -250,27 +278,35 @@ class SqlMemory(SqlBackedMemory):
 
     def _load(self, state: _IndexState, namespace: str) -> None:
         with self.engine.connect() as conn:
-            state.index.load(self._decoded(state, kv.index_rows(conn, self.prefix, namespace)))
+            rows = kv.index_rows(conn, self.prefix, namespace, None, self.shape)
+            state.index.load(self._decoded(state, rows))
 
     def _catch_up(self, state: _IndexState, namespace: str) -> None:
         index = state.index
         since = None if state.newest is None else state.newest - REINDEX_OVERLAP
         with self.engine.connect() as conn:
-            changed = kv.index_rows(conn, self.prefix, namespace, since)
+            changed = kv.index_rows(conn, self.prefix, namespace, since, self.shape)
             for key, value, expires_at in self._decoded(state, changed):
                 index.put(key, value, expires_at)
-            if kv.count_namespace(conn, self.prefix, namespace) == len(index) + len(state.unreadable):
+            count = kv.count_namespace(conn, self.prefix, namespace, self.shape)
+            if count == len(index) + len(state.unreadable):
                 return
             # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
-            present = kv.namespace_keys(conn, self.prefix, namespace)
+            present = kv.namespace_keys(conn, self.prefix, namespace, self.shape)
             for key in (set(index.slot_of) | state.unreadable) - present:
                 index.remove(key)
                 state.unreadable.discard(key)
-            unknown = present - set(index.slot_of) - state.unreadable
-            if unknown:
-                rows = kv.rows_of_keys(conn, self.prefix, namespace, sorted(unknown))
+            unknown = sorted(present - set(index.slot_of) - state.unreadable)
+            while unknown:
+                try:
+                    rows = kv.rows_of_keys(conn, self.prefix, namespace, unknown, self.shape)
+                except UndecodableValue as exc:  # another program's row; recall cannot use it
+                    state.unreadable.add(exc.key)
+                    unknown.remove(exc.key)
+                    continue
                 for row in rows:
                     index.put(row.key, row.value, row.expires_at)
+                break
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys))

@@ -1,10 +1,16 @@
-"""Every statement on the ``{prefix}phpclaw_memory`` table; :class:`clawmem.SqlMemory` runs them."""
+"""Every statement on the ``{prefix}phpclaw_memory`` table; :class:`clawmem.SqlMemory` runs them.
+
+Each takes the table ``shape`` (SPEC 4.8): in ours ``expires_at`` holds Unix seconds and values
+are JSON; in phpClaw's WordPress shape ``expires_at`` is a UTC ``DATETIME`` and values are PHP
+``serialize()`` text. Either way expiry is compared with the injected clock, never ``NOW()``,
+and rows come back with ``expires_at`` in Unix seconds and values decoded.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,21 +20,39 @@ from sqlalchemy.engine import Connection
 from clawmem.clock import Clock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.base import MemoryRow, NamespaceCount
-from clawmem.memory.rules import decode_value
+from clawmem.memory.codecs import codec_for
+from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 from clawmem.sql.schema import tables
 
 
+def stored_moment(table: sa.Table, seconds: int) -> int | datetime:
+    """Return Unix ``seconds`` as the table's ``expires_at`` holds them: as they are, or as the
+    naive UTC ``DATETIME`` of phpClaw's shape."""
+    if isinstance(table.c.expires_at.type, sa.DateTime):
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    return seconds
+
+
+def unix_seconds(moment: int | datetime | None) -> int | None:
+    """Return an ``expires_at`` read from either shape as Unix seconds (``None`` stays)."""
+    if isinstance(moment, datetime):
+        return int(moment.replace(tzinfo=UTC).timestamp())
+    return moment
+
+
 def _live(table: sa.Table, now: int) -> sa.ColumnElement[bool]:
-    return sa.or_(table.c.expires_at.is_(None), table.c.expires_at > now)
+    return sa.or_(table.c.expires_at.is_(None), table.c.expires_at > stored_moment(table, now))
 
 
 def _expired(table: sa.Table, now: int) -> sa.ColumnElement[bool]:
-    return table.c.expires_at <= now
+    return table.c.expires_at <= stored_moment(table, now)
 
 
-def get_entry(conn: Connection, prefix: str, namespace: str, key: str, now: int) -> str | None:
+def get_entry(
+    conn: Connection, prefix: str, namespace: str, key: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> str | None:
     """Return the JSON text of a live entry, or ``None``."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     return conn.execute(
         sa.select(table.c.value).where(
             table.c.namespace == namespace, table.c.lookup_key == key, _live(table, now)
@@ -44,16 +68,19 @@ def upsert_entry(
     encoded: str,
     expires_at: int | None,
     clock: Clock,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> None:
     """Create or replace an entry in one atomic statement on every dialect."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     stamp = utc_datetime(clock)
+    if shape == PHPCLAW_SCHEMA:
+        stamp = stamp.replace(microsecond=0)  # phpClaw's gmdate('Y-m-d H:i:s')
     row = {
         "id": new_id(),
         "namespace": namespace,
         "lookup_key": key,
         "value": encoded,
-        "expires_at": expires_at,
+        "expires_at": None if expires_at is None else stored_moment(table, expires_at),
         "created_at": stamp,
         "updated_at": stamp,
     }
@@ -72,50 +99,68 @@ def upsert_entry(
     conn.execute(statement)
 
 
-def delete_entry(conn: Connection, prefix: str, namespace: str, key: str) -> int:
+def delete_entry(conn: Connection, prefix: str, namespace: str, key: str, shape: str = CLAWMEM_SCHEMA) -> int:
     """Delete one entry; return the number of rows removed (0 or 1)."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     return conn.execute(
         sa.delete(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
     ).rowcount
 
 
-def delete_namespace(conn: Connection, prefix: str, namespace: str) -> int:
+def delete_namespace(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> int:
     """Delete every entry of ``namespace``; return how many went."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     return conn.execute(sa.delete(table).where(table.c.namespace == namespace)).rowcount
 
 
-def live_entries(conn: Connection, prefix: str, namespace: str, now: int) -> Iterator[tuple[str, str]]:
+def live_entries(
+    conn: Connection, prefix: str, namespace: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> Iterator[tuple[str, str]]:
     """Yield ``(key, JSON text)`` of every live entry of ``namespace``."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     result = conn.execute(
         sa.select(table.c.lookup_key, table.c.value).where(table.c.namespace == namespace, _live(table, now))
     )
     yield from result
 
 
-def expired_counts(conn: Connection, prefix: str, now: int) -> dict[str, int]:
+def live_entries_in_order(
+    conn: Connection, prefix: str, namespace: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> list[tuple[str, str]]:
+    """Return ``(key, stored text)`` of every live entry of ``namespace`` in the order phpClaw's
+    ``all()`` sees them: by row id, which is insertion order (an overwrite keeps its row)."""
+    table = tables(prefix, shape).memory
+    select = (
+        sa.select(table.c.lookup_key, table.c.value)
+        .where(table.c.namespace == namespace, _live(table, now))
+        .order_by(table.c.id)
+    )
+    return [(key, text) for key, text in conn.execute(select)]
+
+
+def expired_counts(conn: Connection, prefix: str, now: int, shape: str = CLAWMEM_SCHEMA) -> dict[str, int]:
     """Return the number of expired rows per namespace."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     rows = conn.execute(
         sa.select(table.c.namespace, sa.func.count()).where(_expired(table, now)).group_by(table.c.namespace)
     )
     return {namespace: count for namespace, count in rows}
 
 
-def delete_expired(conn: Connection, prefix: str, namespace: str, now: int) -> int:
+def delete_expired(
+    conn: Connection, prefix: str, namespace: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> int:
     """Delete the expired rows of ``namespace``; return how many went.
 
     The condition is re-checked row by row, so an entry a concurrent writer just renewed stays.
     """
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     return conn.execute(sa.delete(table).where(table.c.namespace == namespace, _expired(table, now))).rowcount
 
 
-def namespaces(conn: Connection, prefix: str) -> list[str]:
+def namespaces(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> list[str]:
     """Return every namespace with at least one row."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
 
 
@@ -128,23 +173,29 @@ def like_pattern(text: str) -> str:
 # -- the operator's read API (expired rows included) ------------------------------------------
 
 
-def memory_row(row: Any) -> MemoryRow:
-    """Return a row of the memory table as a :class:`MemoryRow` (value and metadata decoded)."""
+def memory_row(row: Any, shape: str = CLAWMEM_SCHEMA) -> MemoryRow:
+    """Return a row of the memory table as a :class:`MemoryRow` (value and metadata decoded).
+
+    Raises :class:`clawmem.memory.codecs.UndecodableValue` for a value its shape cannot read.
+    """
+    metadata = row._mapping.get("metadata")  # phpClaw's shape has no such column
     return MemoryRow(
         namespace=row.namespace,
         key=row.lookup_key,
-        value=decode_value(row.value),
-        expires_at=row.expires_at,
+        value=codec_for(shape).read(row.namespace, row.lookup_key, row.value),
+        expires_at=unix_seconds(row.expires_at),
         bytes=len(row.value.encode("utf-8")),
-        metadata=json.loads(row.metadata) if row.metadata else None,
+        metadata=json.loads(metadata) if metadata else None,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def namespace_counts(conn: Connection, prefix: str, now: int) -> list[NamespaceCount]:
+def namespace_counts(
+    conn: Connection, prefix: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> list[NamespaceCount]:
     """Return every namespace with its total, live and expired counts, sorted by name."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     expired = sa.func.sum(sa.case((_expired(table, now), 1), else_=0))
     query = (
         sa.select(table.c.namespace, sa.func.count(), expired)
@@ -155,16 +206,16 @@ def namespace_counts(conn: Connection, prefix: str, now: int) -> list[NamespaceC
     return [NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0)) for ns, total, gone in rows]
 
 
-def count_namespace(conn: Connection, prefix: str, namespace: str) -> int:
+def count_namespace(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> int:
     """Return how many rows ``namespace`` holds, expired-but-unswept ones included."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     found = conn.execute(sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace))
     return int(found.scalar() or 0)
 
 
-def newest_write(conn: Connection, prefix: str) -> datetime | None:
+def newest_write(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> datetime | None:
     """Return the latest ``updated_at`` of any row (the newest write), or ``None``."""
-    return conn.execute(sa.select(sa.func.max(tables(prefix).memory.c.updated_at))).scalar()
+    return conn.execute(sa.select(sa.func.max(tables(prefix, shape).memory.c.updated_at))).scalar()
 
 
 def namespace_rows(
@@ -177,17 +228,18 @@ def namespace_rows(
     query: str | None = None,
     after_key: str | None = None,
     limit: int | None = None,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> list[MemoryRow]:
     """Return a namespace's rows by key, filtered by ``state`` (one of
     :data:`clawmem.memory.base.FILTERS`) and by ``query`` in key or value (case-insensitive)."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     select = sa.select(table).where(table.c.namespace == namespace)
     if state == "live":
         select = select.where(_live(table, now))
     elif state == "permanent":
         select = select.where(table.c.expires_at.is_(None))
     elif state == "expiring":
-        select = select.where(table.c.expires_at > now)
+        select = select.where(table.c.expires_at > stored_moment(table, now))
     elif state == "expired":
         select = select.where(_expired(table, now))
     if query:
@@ -200,43 +252,52 @@ def namespace_rows(
     select = select.order_by(table.c.lookup_key)
     if limit is not None:
         select = select.limit(limit)
-    return [memory_row(row) for row in conn.execute(select)]
+    return [memory_row(row, shape) for row in conn.execute(select)]
 
 
-def one_row(conn: Connection, prefix: str, namespace: str, key: str) -> MemoryRow | None:
+def one_row(
+    conn: Connection, prefix: str, namespace: str, key: str, shape: str = CLAWMEM_SCHEMA
+) -> MemoryRow | None:
     """Return one row, expired or not, or ``None``."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     row = conn.execute(
         sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
     ).first()
-    return None if row is None else memory_row(row)
+    return None if row is None else memory_row(row, shape)
 
 
 # -- what the recall index reads --------------------------------------------------------------
 
 
 def index_rows(
-    conn: Connection, prefix: str, namespace: str, since: datetime | None = None
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    since: datetime | None = None,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> Iterator[tuple[str, str, int | None, datetime]]:
-    """Yield ``(key, JSON text, expires_at, updated_at)`` of the namespace's rows, expired ones
+    """Yield ``(key, stored text, expires_at, updated_at)`` of the namespace's rows, expired ones
     included; with ``since``, only rows whose ``updated_at`` is at or after it."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     select = sa.select(table.c.lookup_key, table.c.value, table.c.expires_at, table.c.updated_at).where(
         table.c.namespace == namespace
     )
     if since is not None:
         select = select.where(table.c.updated_at >= since)
-    yield from conn.execution_options(yield_per=5000).execute(select)
+    for key, text, expires_at, updated_at in conn.execution_options(yield_per=5000).execute(select):
+        yield key, text, unix_seconds(expires_at), updated_at
 
 
-def namespace_keys(conn: Connection, prefix: str, namespace: str) -> set[str]:
+def namespace_keys(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> set[str]:
     """Return every key of the namespace, expired ones included."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     return set(conn.execute(sa.select(table.c.lookup_key).where(table.c.namespace == namespace)).scalars())
 
 
-def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> list[MemoryRow]:
+def rows_of_keys(
+    conn: Connection, prefix: str, namespace: str, keys: Sequence[str], shape: str = CLAWMEM_SCHEMA
+) -> list[MemoryRow]:
     """Return the rows of ``keys`` in the namespace that exist, expired ones included."""
-    table = tables(prefix).memory
+    table = tables(prefix, shape).memory
     select = sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
-    return [memory_row(row) for row in conn.execute(select)]
+    return [memory_row(row, shape) for row in conn.execute(select)]

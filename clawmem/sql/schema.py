@@ -1,4 +1,11 @@
-"""The three tables, built per table prefix. clawmem creates these and writes to no others."""
+"""The three tables, built per table prefix. clawmem creates these and writes to no others.
+
+They come in two shapes (SPEC 4.8): ours (``clawmem``) and the one phpClaw's WordPress plugin
+creates (``phpclaw-wordpress``), where the memory table has no ``metadata`` column, holds
+``serialize()`` text and a UTC ``DATETIME`` expiry, and a conversation's ``user_id`` is a
+WordPress user id. The shape of existing tables is read by :func:`detect_shape`; every place
+that opens a site checks it against ``CLAW_SCHEMA`` with :func:`check_shape`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,12 @@ import functools
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.dialects import mysql, sqlite
+from sqlalchemy.engine import Dialect, Engine, make_url
 
+from clawmem.errors import ConfigError
 from clawmem.memory.rules import validate_prefix
+from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 
 
 class ExactString(sa.types.TypeDecorator[str]):
@@ -64,8 +73,35 @@ def _datetime() -> sa.types.TypeEngine[Any]:
     return sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
+class UserId(sa.types.TypeDecorator[str]):
+    """A conversation's subject, always read back as a ``str``: ``VARCHAR(180)`` in our shape
+    (``""`` is anonymous), a WordPress user id (``BIGINT UNSIGNED NULL``) in phpClaw's, where
+    ``7`` reads as ``"7"`` and ``NULL`` as ``""``."""
+
+    impl = sa.String(180)
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str:
+        return "" if value is None else str(value)
+
+
+def _seconds() -> sa.types.TypeEngine[Any]:
+    # phpClaw's DATETIME: whole seconds, stored as MariaDB shows it ("2026-12-01 02:51:17").
+    whole = "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d"
+    return (
+        sa.DateTime()
+        .with_variant(mysql.DATETIME(), "mysql", "mariadb")
+        .with_variant(sqlite.DATETIME(storage_format=whole), "sqlite")
+    )
+
+
 class Tables(NamedTuple):
-    """The three tables of one prefix, and the metadata that creates them."""
+    """The three tables of one prefix, and the metadata that creates them.
+
+    The conversations and messages tables are the same objects in both shapes: their columns
+    have the same names and read the same (see :class:`UserId`), so every statement on them
+    works on either. Only the memory table differs between the shapes' statements.
+    """
 
     metadata: sa.MetaData
     conversations: sa.Table
@@ -74,8 +110,14 @@ class Tables(NamedTuple):
 
 
 @functools.cache
-def tables(prefix: str = "") -> Tables:
-    """Return the three tables for ``prefix`` (for example ``wp_`` or ``wp_2_``)."""
+def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
+    """Return the three tables for ``prefix`` (for example ``wp_`` or ``wp_2_``) in ``shape``
+    (``clawmem`` or ``phpclaw-wordpress``)."""
+    if shape == PHPCLAW_SCHEMA:
+        ours, theirs = tables(prefix), _phpclaw_tables(prefix)
+        return Tables(theirs.metadata, ours.conversations, ours.messages, theirs.memory)
+    if shape != CLAWMEM_SCHEMA:
+        raise ConfigError(f"unknown table shape {shape!r}; use {CLAWMEM_SCHEMA} or {PHPCLAW_SCHEMA}")
     validate_prefix(prefix)
     metadata = sa.MetaData()
     options = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB"}
@@ -84,7 +126,7 @@ def tables(prefix: str = "") -> Tables:
         metadata,
         sa.Column("id", RowId(), primary_key=True),
         sa.Column("namespace", ExactString(100), nullable=False, server_default="default"),
-        sa.Column("user_id", sa.String(180), nullable=False, server_default=""),
+        sa.Column("user_id", UserId(), nullable=False, server_default=""),
         sa.Column("title", sa.String(255), nullable=True),
         sa.Column("metadata", sa.Text, nullable=True),
         sa.Column("created_at", _datetime(), nullable=False),
@@ -128,9 +170,153 @@ def tables(prefix: str = "") -> Tables:
     return Tables(metadata, conversations, messages, memory)
 
 
-def create_tables(engine: Engine, prefix: str = "") -> None:
-    """Create the three tables of ``prefix`` if they do not exist, and any of their indexes an
-    earlier version did not create (idempotent)."""
+# -- phpClaw's WordPress shape ----------------------------------------------------------------
+
+# phpClaw's own key names. MariaDB names keys per table; SQLite names indexes per database, so
+# there they carry the table's name in front.
+PHPCLAW_INDEXES = {
+    "conversations": {
+        "namespace_created_at": ("namespace", "created_at"),
+        "user_id_namespace_updated": ("user_id", "namespace", "updated_at"),
+    },
+    "messages": {"conversation_id_created_at": ("conversation_id", "created_at")},
+    "memory": {"namespace_expires_at": ("namespace", "expires_at")},
+}
+
+
+@functools.cache
+def _phpclaw_tables(prefix: str) -> Tables:
+    """phpClaw's WordPress DDL (its migration, WordPress's utf8mb4_unicode_520_ci collation):
+    secondary keys are made by :func:`create_tables`, under the names of :data:`PHPCLAW_INDEXES`."""
+    validate_prefix(prefix)
+    metadata = sa.MetaData()
+    options = {
+        "mysql_engine": "InnoDB",
+        "mysql_charset": "utf8mb4",
+        "mysql_collate": "utf8mb4_unicode_520_ci",
+    }
+    text = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+    conversations = sa.Table(
+        f"{prefix}phpclaw_conversations",
+        metadata,
+        sa.Column("id", sa.CHAR(26), primary_key=True),
+        sa.Column("namespace", sa.String(100), nullable=False, server_default="default"),
+        sa.Column("title", sa.String(255), nullable=True),
+        sa.Column("metadata", sa.Text().with_variant(mysql.JSON(), "mysql", "mariadb"), nullable=True),
+        sa.Column(
+            "user_id", sa.BigInteger().with_variant(mysql.BIGINT(20, unsigned=True), "mysql", "mariadb")
+        ),
+        sa.Column("created_at", _seconds(), nullable=False),
+        sa.Column("updated_at", _seconds(), nullable=False),
+        **options,
+    )
+    messages = sa.Table(
+        f"{prefix}phpclaw_messages",
+        metadata,
+        sa.Column("id", sa.CHAR(26), primary_key=True),
+        sa.Column("conversation_id", sa.CHAR(26), nullable=False),
+        sa.Column("role", sa.String(20), nullable=False),
+        sa.Column("content", text, nullable=True),
+        sa.Column("tool_name", sa.String(255), nullable=True),
+        sa.Column("tool_input", sa.Text, nullable=True),
+        sa.Column("created_at", _seconds(), nullable=False),
+        **options,
+    )
+    memory = sa.Table(
+        f"{prefix}phpclaw_memory",
+        metadata,
+        sa.Column("id", sa.CHAR(26), primary_key=True),
+        sa.Column("namespace", sa.String(100), nullable=False, server_default="default"),
+        sa.Column("lookup_key", sa.String(255), nullable=False),
+        sa.Column("value", text, nullable=False),
+        sa.Column("expires_at", _seconds(), nullable=True),
+        sa.Column("created_at", _seconds(), nullable=False),
+        sa.Column("updated_at", _seconds(), nullable=False),
+        sa.UniqueConstraint("namespace", "lookup_key", name="namespace_key"),
+        **options,
+    )
+    return Tables(metadata, conversations, messages, memory)
+
+
+def _is_datetime(column: dict[str, Any]) -> bool:
+    return isinstance(column["type"], sa.DateTime)
+
+
+def _is_integer(column: dict[str, Any]) -> bool:
+    return isinstance(column["type"], sa.Integer)
+
+
+def detect_shape(engine: Engine, prefix: str = "") -> str | None:
+    """Return the shape of the existing tables of ``prefix``, or ``None`` when there are none.
+
+    The memory table decides: phpClaw's has no ``metadata`` column and a ``DATETIME`` expiry,
+    ours has both a ``metadata`` column and a Unix-seconds expiry. Without a memory table the
+    conversations table does: a numeric ``user_id`` is a WordPress user id. Raises
+    :class:`ConfigError` for tables of neither shape.
+    """
+    inspector = sa.inspect(engine)
+    present = set(inspector.get_table_names())
+    memory, conversations = f"{prefix}phpclaw_memory", f"{prefix}phpclaw_conversations"
+    if memory in present:
+        columns = {column["name"]: column for column in inspector.get_columns(memory)}
+        expires = columns.get("expires_at")
+        if expires is not None and "metadata" not in columns and _is_datetime(expires):
+            return PHPCLAW_SCHEMA
+        if expires is not None and "metadata" in columns and _is_integer(expires):
+            return CLAWMEM_SCHEMA
+        raise ConfigError(
+            f"the table {memory} has neither clawmem's shape nor phpClaw's WordPress shape "
+            "(see CLAW_SCHEMA); clawmem will not read or write it"
+        )
+    if conversations in present:
+        columns = {column["name"]: column for column in inspector.get_columns(conversations)}
+        if "user_id" in columns:
+            return PHPCLAW_SCHEMA if _is_integer(columns["user_id"]) else CLAWMEM_SCHEMA
+    return None
+
+
+def check_shape(engine: Engine, prefix: str, wanted: str) -> str:
+    """Return ``wanted`` if the tables of ``prefix`` are missing or have that shape; else raise
+    :class:`ConfigError` in one line naming both. phpClaw's shape is refused on PostgreSQL,
+    where WordPress does not run."""
+    if wanted == PHPCLAW_SCHEMA and make_url(str(engine.url)).get_backend_name() == "postgresql":
+        raise ConfigError(
+            f"CLAW_SCHEMA is {PHPCLAW_SCHEMA}, which exists on MariaDB/MySQL (and SQLite), not PostgreSQL"
+        )
+    found = detect_shape(engine, prefix)
+    if found is not None and found != wanted:
+        raise ConfigError(
+            f"CLAW_SCHEMA is {wanted} but the existing tables of prefix {prefix!r} have the {found} "
+            f"shape; set CLAW_SCHEMA={found} to use them"
+        )
+    return wanted
+
+
+def _create_phpclaw_indexes(engine: Engine, prefix: str) -> None:
+    schema = _phpclaw_tables(prefix)
+    quote = engine.dialect.identifier_preparer.quote
+    by_table = {"conversations": schema.conversations, "messages": schema.messages, "memory": schema.memory}
+    with engine.begin() as conn:
+        inspector = sa.inspect(conn)
+        for part, indexes in PHPCLAW_INDEXES.items():
+            table = by_table[part].name
+            present = {index["name"] for index in inspector.get_indexes(table)}
+            for name, columns in indexes.items():
+                named = name if engine.dialect.name in ("mysql", "mariadb") else f"{table}_{name}"
+                if named not in present:
+                    listed = ", ".join(quote(column) for column in columns)
+                    conn.exec_driver_sql(f"CREATE INDEX {quote(named)} ON {quote(table)} ({listed})")
+
+
+def create_tables(engine: Engine, prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> None:
+    """Create the three tables of ``prefix`` in ``shape`` if they do not exist, and any of their
+    indexes an earlier version did not create (idempotent). Raises :class:`ConfigError`,
+    creating nothing, when tables of the other shape exist."""
+    check_shape(engine, prefix, shape)
+    if shape == PHPCLAW_SCHEMA:
+        _phpclaw_tables(prefix).metadata.create_all(engine, checkfirst=True)
+        _create_phpclaw_indexes(engine, prefix)
+        return
     schema = tables(prefix)
     schema.metadata.create_all(engine, checkfirst=True)
     inspector = sa.inspect(engine)

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql.conversations import StoredMessage, conversation_fields, load_messages
 from clawmem.sql.exact import contains, equals_exactly
 from clawmem.sql.paging import keyset_pages
@@ -67,12 +68,16 @@ def conversations_where(
     )
 
 
-def memory_where(prefix: str, text: str) -> sa.ColumnElement[bool]:
-    """Return the condition "memory row's key or JSON value contains ``text``"."""
-    memory = tables(prefix).memory
+def memory_where(prefix: str, text: str, shape: str = CLAWMEM_SCHEMA) -> sa.ColumnElement[bool]:
+    """Return the condition "memory row's key or stored value contains ``text``" (JSON text, or
+    in phpClaw's shape ``serialize()`` text, where strings stand as written)."""
+    memory = tables(prefix, shape).memory
+    needles = json_needles(text)
+    if shape != CLAWMEM_SCHEMA:
+        needles = list(dict.fromkeys([text, *needles]))
     return sa.or_(
         contains(memory.c.lookup_key, text),
-        *(contains(memory.c.value, needle) for needle in json_needles(text)),
+        *(contains(memory.c.value, needle) for needle in needles),
     )
 
 

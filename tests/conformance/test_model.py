@@ -31,9 +31,12 @@ TTLS = st.none() | st.integers(min_value=1, max_value=30)
 QUERIES = st.sampled_from(["shipping days", "a", "true false", "ship", "null"])
 
 
-def machine_for(memory: Any, clock: FakeClock, expires_on_its_own: bool) -> type[RuleBasedStateMachine]:
+def machine_for(
+    memory: Any, clock: FakeClock, expires_on_its_own: bool, prunes_on_write: bool = False
+) -> type[RuleBasedStateMachine]:
     """The model machine for ``memory``. A driver that ``expires_on_its_own`` (Redis, on the real
-    clock) may have dropped an expired entry before the sweeper: it is then not listed."""
+    clock) may have dropped an expired entry before the sweeper: it is then not listed. A driver
+    that ``prunes_on_write`` (files) deletes a namespace's expired entries on every write to it."""
 
     class DictModel(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -64,9 +67,15 @@ def machine_for(memory: Any, clock: FakeClock, expires_on_its_own: bool) -> type
                 stored = {k: stored[k] for k in found}
             assert found == stored
 
+        def pruned(self, namespace: str) -> None:
+            if prunes_on_write:
+                for key in self.expired(namespace):
+                    del self.model[namespace][key]
+
         @rule(key=KEYS, value=JSON_VALUES, namespace=NAMESPACES, ttl=TTLS)
         def set(self, key: str, value: Any, namespace: str, ttl: int | None) -> None:
             memory.set(key, value, namespace, ttl)
+            self.pruned(namespace)
             expires_at = None if ttl is None else int(clock.now // 1) + ttl
             self.model.setdefault(namespace, {})[key] = (value, expires_at)
 
@@ -79,6 +88,7 @@ def machine_for(memory: Any, clock: FakeClock, expires_on_its_own: bool) -> type
         @rule(key=KEYS, namespace=NAMESPACES)
         def forget(self, key: str, namespace: str) -> None:
             memory.forget(key, namespace)
+            self.pruned(namespace)
             self.model.get(namespace, {}).pop(key, None)
 
         @rule(namespace=NAMESPACES)
@@ -147,6 +157,6 @@ def test_driver_matches_dict_model(driver: str, make_driver: Any, clock: FakeClo
     memory = make_driver(driver)
     remote = driver in {"sql-mysql", "sql-postgres", "redis"}
     run_state_machine_as_test(
-        machine_for(memory, clock, expires_on_its_own=driver == "redis"),
+        machine_for(memory, clock, expires_on_its_own=driver == "redis", prunes_on_write=driver == "file"),
         settings=settings(max_examples=25 if remote else 60, stateful_step_count=25, deadline=None),
     )
