@@ -29,13 +29,17 @@ from clawmem.memory.rules import (
     validate_namespace,
     validate_prefix,
 )
-from clawmem.settings import Settings
+from clawmem.php import json_encode as php_json_encode
+from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql import conversations as sql
 from clawmem.sql.conversations import ConversationSummary, MessageRecord, StoredMessage
 from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
 from clawmem.sql.paging import Page, check_limit, page_of
 
 ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
+# What phpClaw reads back (its Message roles); a conversation it continues must hold no other.
+PHPCLAW_ROLES = ("system", "user", "assistant", "tool")
+_WORDPRESS_USER = re.compile(r"[0-9]{1,20}")
 DEFAULT_CONVERSATION_NAMESPACE = "default"
 _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
@@ -77,6 +81,19 @@ def _text(conversation_id: str, field: str, value: Any) -> str | None:
     if len(value) > limit:
         raise ValueError(f"conversation {conversation_id!r}: {field} must not exceed {limit} characters")
     return value
+
+
+def wordpress_user_id(conversation_id: str, user_id: str) -> int | None:
+    """Return ``user_id`` as phpClaw's ``user_id`` column holds it: a WordPress user id (an
+    unsigned number) or ``None`` for ``""`` (anonymous); else raise ``ValueError``."""
+    if user_id == "":
+        return None
+    if not _WORDPRESS_USER.fullmatch(user_id) or int(user_id) >= 2**64:
+        raise ValueError(
+            f"conversation {conversation_id!r}: on the {PHPCLAW_SCHEMA} schema a user id is a WordPress "
+            f"user id (a number, or '' for anonymous), got {user_id!r}"
+        )
+    return int(user_id)
 
 
 def check_messages(
@@ -135,6 +152,12 @@ class ConversationLog:
 
     With ``store_messages=False`` (the privacy switch) :meth:`append` writes nothing and emits
     ``conversation.saved`` with ``gated=True``; reads and deletions are never gated.
+
+    On phpClaw's WordPress tables (``shape="phpclaw-wordpress"``) it writes rows as phpClaw
+    reads them: ``user_id`` a WordPress user id (``NULL`` for anonymous), metadata as
+    ``json_encode`` writes it (``[]`` when empty), whole-second times, and only the roles
+    phpClaw's messages have (:data:`PHPCLAW_ROLES`: no ``summary`` or ``recall`` rows). It
+    reads what phpClaw wrote, including conversations phpClaw rewrote with new message ids.
     """
 
     name = "sql"
@@ -146,22 +169,35 @@ class ConversationLog:
         clock: Clock = time.time,
         store_messages: bool = True,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        shape: str = CLAWMEM_SCHEMA,
     ) -> None:
         self.engine = engine
         self.prefix = validate_prefix(prefix)
         self.clock = clock
         self.store_messages = store_messages
         self.max_value_bytes = max_value_bytes
+        self.shape = shape
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Return the roles this log stores: all of :data:`ROLES`, or phpClaw's on its tables."""
+        return PHPCLAW_ROLES if self.shape == PHPCLAW_SCHEMA else ROLES
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock = time.time) -> ConversationLog:
-        """Return the log of the settings' database and site, behind their privacy switch."""
+        """Return the log of the settings' database and site, behind their privacy switch.
+        Raises :class:`clawmem.ConfigError` when the tables have the other shape (SPEC 4.8)."""
+        from clawmem.sql.schema import check_shape
+
+        engine = engine_for(settings.database_url)
+        check_shape(engine, settings.table_prefix, settings.schema)
         return cls(
-            engine_for(settings.database_url),
+            engine,
             settings.table_prefix,
             clock,
             settings.store_messages,
             settings.max_value_bytes,
+            settings.schema,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -186,7 +222,7 @@ class ConversationLog:
         validate_conversation_id(conversation_id)
         validate_namespace(namespace)
         records = check_messages(conversation_id, messages, self.max_value_bytes)
-        fields = {
+        fields: dict[str, Any] = {
             "user_id": _text(conversation_id, "user_id", user_id) or "",
             "title": _text(conversation_id, "title", title),
             "metadata": None,
@@ -196,6 +232,17 @@ class ConversationLog:
                 raise TypeError(f"conversation {conversation_id!r}: metadata must be a dict or None")
             encode_value(conversation_id, metadata, self.max_value_bytes)
             fields["metadata"] = sql.json_text(metadata)
+        phpclaw = self.shape == PHPCLAW_SCHEMA
+        if phpclaw:
+            for index, record in enumerate(records):
+                if record.role not in PHPCLAW_ROLES:
+                    raise ValueError(
+                        f"conversation {conversation_id!r}: message {index} role {record.role!r} is not "
+                        f"one phpClaw reads ({', '.join(PHPCLAW_ROLES)}); the {PHPCLAW_SCHEMA} schema "
+                        "stores no recall records or checkpoints"
+                    )
+            fields["user_id"] = wordpress_user_id(conversation_id, fields["user_id"])
+            fields["metadata"] = php_json_encode(metadata or [])
         if not self.store_messages:
             self._saved(conversation_id, namespace, records, gated=True)
             return []
@@ -203,6 +250,8 @@ class ConversationLog:
 
         def write() -> None:
             stamp = utc_datetime(self.clock)
+            if phpclaw:
+                stamp = stamp.replace(microsecond=0)  # phpClaw's gmdate('Y-m-d H:i:s')
             with write_transaction(self.engine) as conn:
                 if not sql.touch_conversation(conn, self.prefix, conversation_id, stamp):
                     row = {"id": conversation_id, "namespace": namespace, "created_at": stamp, **fields}

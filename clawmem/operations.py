@@ -300,8 +300,9 @@ def subject_conversation_ids(site: Site, subject: Subject) -> Iterator[str]:
 
 
 def init_db(site: Site) -> list[str]:
-    """Create the site's three tables if they do not exist; return their names."""
-    create_tables(site.engine, site.prefix)
+    """Create the site's three tables in the shape of ``CLAW_SCHEMA`` if they do not exist;
+    return their names. Raises :class:`clawmem.ConfigError` when tables of the other shape exist."""
+    create_tables(site.engine, site.prefix, site.settings.schema)
     return sizes.table_names(site.prefix)
 
 

@@ -30,6 +30,7 @@ from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
+from clawmem.ranking import ranker_for
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.settings import Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
@@ -144,7 +145,8 @@ class Claw:
     message, naming the entries it was given (never their values). With
     ``checkpoints`` (the default) a compaction's summary is stored as a ``summary`` message, so
     the next turn starts from it and no message is summarised twice; without, compaction is
-    transient and summarises again on every turn.
+    transient and summarises again on every turn. A log on phpClaw's WordPress tables stores
+    neither (phpClaw could not read the conversation back), so there both are off.
     """
 
     def __init__(
@@ -168,8 +170,10 @@ class Claw:
         self.guards: list[Guard] = [PiiGuard()] if guards is None else list(guards)
         self.clock = clock
         self.subject_template = validate_template(subject_template)
-        self.checkpoints = checkpoints
-        self.record_recall = record_recall
+        # phpClaw's tables hold only the roles phpClaw reads (see ConversationLog.roles).
+        stored = getattr(conversations, "roles", ("summary", "recall"))
+        self.checkpoints = checkpoints and "summary" in stored
+        self.record_recall = record_recall and "recall" in stored
 
     @classmethod
     def from_settings(
@@ -181,7 +185,12 @@ class Claw:
         Compaction summarises locally (:class:`ExtractiveSummarizer`), so no content leaves the host.
         """
         memory = open_memory(settings, clock)
-        augmenter = MessageAugmenter(memory, settings.recall_top_k, settings.recall_namespace)
+        augmenter = MessageAugmenter(
+            memory,
+            settings.recall_top_k,
+            settings.recall_namespace,
+            ranker=ranker_for(settings.recall_scoring),
+        )
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,27 @@ def _setting_sources(from_file: set[str], from_test: set[str]) -> dict[str, str]
     return sources
 
 
+def _check_schema(settings: Settings) -> None:
+    """Refuse to start on tables of the other shape than ``CLAW_SCHEMA`` (one line, SPEC 4.8).
+    A database that cannot be reached now is checked when a page first opens the site."""
+    import sqlalchemy as sa
+
+    from clawmem.sql.engine import engine_for
+    from clawmem.sql.schema import check_shape
+
+    try:
+        check_shape(engine_for(settings.database_url), settings.table_prefix, settings.schema)
+    except sa.exc.SQLAlchemyError as exc:
+        log = logging.getLogger(__name__)
+        log.warning("could not check the tables' shape at start: %s", type(exc).__name__)
+
+
 def create_app(test_config: dict[str, Any] | None = None, instance_path: str | None = None) -> Flask:
     """Build the dashboard app, its instance folder defaulting to ``<repository>/instance``.
 
     Configuration comes from ``<instance>/config.py``, then ``CLAW_*`` environment variables,
-    then ``test_config``. Raises :class:`clawmem.ConfigError` for a malformed setting.
+    then ``test_config``. Raises :class:`clawmem.ConfigError` for a malformed setting, or
+    when the site's tables have the other shape than ``CLAW_SCHEMA``.
     """
     app = Flask(
         __name__,
@@ -50,6 +67,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     os.makedirs(app.instance_path, mode=0o700, exist_ok=True)  # conversations, logins, the audit log
 
     settings = Settings.from_mapping(app.config, app.instance_path)
+    _check_schema(settings)
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 

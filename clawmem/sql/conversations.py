@@ -309,6 +309,15 @@ def json_text(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
+def php_metadata(metadata: Any) -> Any:
+    """Return conversation metadata as our API holds it: phpClaw writes an empty PHP array as
+    ``[]``, which is no metadata (``None``), and a PHP list as a JSON list, which becomes a dict
+    keyed ``"0"``, ``"1"``... as PHP keys it. Anything else is returned as it is."""
+    if isinstance(metadata, list):
+        return {str(index): item for index, item in enumerate(metadata)} or None
+    return metadata
+
+
 def conversation_fields(row: Any) -> dict[str, Any]:
     """Return a conversation row's columns as fields (metadata parsed)."""
     return {
@@ -316,7 +325,7 @@ def conversation_fields(row: Any) -> dict[str, Any]:
         "namespace": row.namespace,
         "user_id": row.user_id,
         "title": row.title,
-        "metadata": json.loads(row.metadata) if row.metadata else None,
+        "metadata": php_metadata(json.loads(row.metadata) if row.metadata else None),
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }

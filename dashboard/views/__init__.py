@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from flask import Flask, current_app, render_template, request, url_for
 from werkzeug.exceptions import BadRequest, HTTPException, ServiceUnavailable
 
-from clawmem.errors import InvalidCursor, InvalidNamespace, StorageError, redact
+from clawmem.errors import ConfigError, InvalidCursor, InvalidNamespace, StorageError, redact
 from clawmem.sql.engine import describe_error
 from dashboard.views import conversations, health, memory, overview, recall, settings
 
@@ -42,6 +42,12 @@ def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
     return _error(ServiceUnavailable(f"The storage behind this page failed: {redact(detail)}"))
 
 
+def _misconfigured(error: ConfigError) -> tuple[str | dict[str, str], int]:
+    # Found when a page first opened the site (e.g. CLAW_SCHEMA against the tables): one line.
+    logging.getLogger(__name__).error("configuration refused on %s: %s", request.path, error)
+    return _error(ServiceUnavailable(f"clawmem refuses to open this site: {redact(str(error))}"))
+
+
 def _page_globals() -> dict[str, object]:
     has_htmx = current_app.extensions["dashboard.has_htmx"]
     return {"htmx_url": url_for("static", filename=HTMX_FILE) if has_htmx else None}
@@ -56,6 +62,7 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(InvalidNamespace, _bad_namespace)
     app.register_error_handler(sa.exc.SQLAlchemyError, _storage_down)
     app.register_error_handler(StorageError, _storage_down)
+    app.register_error_handler(ConfigError, _misconfigured)
     # Looked up once: htmx is fetched before the app starts (make run), not while it serves.
     app.extensions["dashboard.has_htmx"] = (Path(app.static_folder or "") / HTMX_FILE).is_file()
     app.context_processor(_page_globals)

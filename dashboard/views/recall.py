@@ -15,6 +15,7 @@ from clawmem.errors import GuardBlocked
 from clawmem.guards import PiiGuard
 from clawmem.memory.rules import validate_namespace
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
+from clawmem.ranking import ranker_for
 from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter, injection_counts
 from dashboard import state
 from dashboard.views.rendering import (
@@ -31,6 +32,14 @@ bp = Blueprint("recall", __name__)
 DECISION_PAGE_SIZE = 50
 COLD_PAGE_SIZE = 50
 MAX_MESSAGE_CHARS = 20_000
+# What the preview says about the scoring it shows (CLAW_RECALL_SCORING).
+SCORING_WORDS = {
+    "clawmem": "clawmem's scoring: words of the key and the value (Unicode letters and digits), ties by "
+    "key, from the recall namespace and the subject's",
+    "phpclaw": "phpClaw's own scoring, byte for byte: words of the value only (ASCII letters, as PHP's "
+    "str_word_count), arrays as PHP's json_encode writes them, ties by PHP's comparison of the values "
+    "and then by insertion order, from the recall namespace only",
+}
 STATUS_WORDS = {
     INJECTED: "injected",
     TRUNCATED: "injected, cut to fit",
@@ -94,7 +103,11 @@ def preview() -> str:
     more_url = None
     if message.strip():
         augmenter = MessageAugmenter(
-            state.memory(), top_k=settings.recall_top_k, namespace=namespace, announce=False
+            state.memory(),
+            top_k=settings.recall_top_k,
+            namespace=namespace,
+            announce=False,
+            ranker=ranker_for(settings.recall_scoring),
         )
         result = augmenter.augment(message)
         guard = _guard_outcome(result)
@@ -120,6 +133,7 @@ def preview() -> str:
             "zero_overlap": result.zero_overlap,
             "error": result.error,
             "guard": guard,
+            "scoring": {"name": settings.recall_scoring, "words": SCORING_WORDS[settings.recall_scoring]},
         }
     return render_page(
         "recall/preview.html",
@@ -147,7 +161,12 @@ def cold() -> str:
     now = now_seconds(state.clock())
     memory = state.memory()
     injections = injection_counts(
-        memory, (m.content or "" for m in messages), namespace, settings.recall_top_k, now
+        memory,
+        (m.content or "" for m in messages),
+        namespace,
+        settings.recall_top_k,
+        now,
+        ranker=ranker_for(settings.recall_scoring),
     )
     # Sizes are those of the entries' injection lines: what each would cost in a prompt.
     sizes = state.driver().word_index(namespace).live_sizes(now)

@@ -31,6 +31,8 @@ MEANINGS = {
     "COMPACT_PERSIST": "keep each compaction summary as a checkpoint, so no message is summarised twice",
     "PII_GUARD": "what personal data in a turn does: block, redact, warn or off",
     "PII_ALLOW_KEYS": "memory keys whose contact details never block or redact (comma-separated)",
+    "SCHEMA": "shape of the three tables: clawmem, or phpclaw-wordpress (phpClaw's own tables)",
+    "RECALL_SCORING": "how recall scores: clawmem, or phpclaw (phpClaw's own scoring, byte for byte)",
 }
 
 
