@@ -25,14 +25,20 @@ from typing import Any
 from clawmem import events
 from clawmem.clock import Clock
 from clawmem.compaction import SUMMARY_PREFIX, CompactionResult, ExtractiveSummarizer, HistoryCompactor
-from clawmem.conversations import ConversationLog, Message, StoredMessage, validate_conversation_id
+from clawmem.conversations import (
+    ConversationLog,
+    Message,
+    StoredMessage,
+    validate_conversation_id,
+    wordpress_user_id,
+)
 from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.ranking import ranker_for
 from clawmem.recall import AugmentResult, MessageAugmenter
-from clawmem.settings import Settings
+from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.words import clip
 
@@ -221,6 +227,8 @@ class Claw:
             validate_conversation_id(conversation_id)  # before the provider is paid for a turn
         if not isinstance(user_id, str):
             raise TypeError(f"user_id must be a str, got {type(user_id).__name__}")
+        if getattr(self.conversations, "shape", None) == PHPCLAW_SCHEMA:
+            wordpress_user_id(conversation_id or "(new)", user_id)  # a WordPress user id, or ''
         run_id = new_id()
         with events.run_context(run_id):
             stored = self.conversations.load(conversation_id) if conversation_id else None

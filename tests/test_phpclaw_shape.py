@@ -446,6 +446,10 @@ def test_claw_send_continues_each_phpclaw_conversation(site: Site, clock: FakeCl
         ]
         assert {m.role for m in after.messages} <= {"user", "assistant", "tool"}
         assert after.user_id == user_id and after.metadata == before.metadata
+    calls = provider.calls
+    with pytest.raises(ValueError, match="WordPress user id"):
+        claw.send("Hello", user_id="alice")
+    assert provider.calls == calls  # refused before the provider was paid
 
 
 def test_a_conversation_phpclaw_rewrote_loads_and_continues(site: Site, clock: FakeClock) -> None:
