@@ -16,6 +16,7 @@ from clawmem.cli.common import confirm_deletion
 from clawmem.clock import FakeClock
 from clawmem.conversations import ConversationLog
 from clawmem.memory.registry import open_memory
+from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.site import Site
 from clawmem.sql.schema import create_tables
 from clawmem.sql.sizes import present_tables
@@ -57,6 +58,11 @@ def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
         raise click.ClickException(
             "CLAW_STORE_MESSAGES is false, so the privacy switch would drop every demo write; "
             "turn it on to load demo data."
+        )
+    if settings.schema != CLAWMEM_SCHEMA:
+        raise click.ClickException(
+            f"CLAW_SCHEMA is {settings.schema}: the demo writes clawmem's own conversations (recall "
+            "records and checkpoints, which phpClaw cannot read); load it on a clawmem database."
         )
     create_tables(state.engine(), settings.table_prefix)
     now = state.clock()()

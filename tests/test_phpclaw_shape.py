@@ -595,9 +595,11 @@ def test_every_page_returns_200_signed_in(loaded_url: str, tmp_path: Path, clock
         assert response.status_code == 200, (page, response.get_data(as_text=True)[:500])
     preview = client.get("/preview?message=I+like+tea").get_data(as_text=True)
     assert "phpClaw" in preview and "CLAW_RECALL_SCORING" in preview
-    overview = client.get("/").get_data(as_text=True)
     assert "phpclaw-wordpress" in client.get("/settings").get_data(as_text=True)
-    assert "2" in overview
+    cli = app.test_cli_runner()
+    assert cli.invoke(args=["claw", "stats"]).exit_code == 0
+    refused = cli.invoke(args=["claw", "demo"])
+    assert refused.exit_code == 1 and "CLAW_SCHEMA is phpclaw-wordpress" in refused.output
 
 
 # -- the codec ---------------------------------------------------------------------------------------
