@@ -665,12 +665,13 @@ def _php_value(value: Any) -> Any:
     return value
 
 
-VALUES = st.recursive(
+SCALARS = (
     st.none() | st.booleans() | st.integers(min_value=php.INT_MIN, max_value=php.INT_MAX)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=6) | st.integers(0, 5).map(str), children, max_size=4),
-    max_leaves=12,
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+)
+KEYS = st.text(max_size=6) | st.integers(-3, 5).map(str)  # "0", "-3": keys PHP takes for ints
+VALUES: st.SearchStrategy[Any] = st.deferred(
+    lambda: SCALARS | st.lists(VALUES, max_size=4) | st.dictionaries(KEYS, VALUES, max_size=4)
 )
 
 
@@ -680,3 +681,17 @@ def test_serialize_round_trips(value: Any) -> None:
     text = php.serialize(value)
     assert same(php.unserialize(text), _php_value(value))
     assert php.serialize(php.unserialize(text)) == text
+
+
+@pytest.mark.skipif(shutil.which("php") is None, reason="no php binary to compare with (apt install php-cli)")
+@settings(max_examples=100, deadline=None)
+@given(VALUES)
+def test_serialize_and_json_encode_match_php_itself(value: Any) -> None:
+    script = '$v = json_decode(stream_get_contents(STDIN), true); echo serialize($v), "\\n", json_encode($v);'
+    found = subprocess.run(
+        ["php", "-d", "serialize_precision=-1", "-r", script],
+        input=json.dumps(value).encode("utf-8"),
+        capture_output=True,
+        check=True,
+    ).stdout  # bytes: text mode would turn a "\r" into "\n"
+    assert found.decode("utf-8") == f"{php.serialize(value)}\n{php.json_encode(value)}"
