@@ -242,7 +242,11 @@ class SqlMemory(SqlBackedMemory):
         if self.engine.dialect.name != "sqlite":
             return None
         if self._watch is None:
-            self._watch = self.engine.raw_connection()
+            # Held for the driver's lifetime, so out of the pool: otherwise every driver on a
+            # shared engine keeps one of its connections, and the pool runs dry.
+            watch = self.engine.raw_connection()
+            watch.detach()
+            self._watch = watch
         cursor = self._watch.cursor()
         try:
             cursor.execute("PRAGMA data_version")
