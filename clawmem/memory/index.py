@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,12 +48,22 @@ def fingerprint(value: Any, expires_at: int | None) -> int:
 @dataclass(frozen=True)
 class Candidates:
     """The slots of one query with score > 0 among live entries, unordered, and the count of
-    live entries that share no word with the query."""
+    live entries that share no word with the query.
+
+    It answers from the index as it was when queried, however the index changes later: a
+    report's decisions are read lazily, maybe after another turn brought the index up to date
+    (new slots, replaced entries, renumbered ranks, a compaction that renumbers slots).
+    """
 
     index: WordIndex
     slots: np.ndarray
     scores: np.ndarray
     zero_overlap: int
+    keys: list[str]  # the index's keys by slot: it only appends to this list, or replaces it whole
+    ranks: np.ndarray  # per candidate, the rank of its key
+    sizes: np.ndarray  # per candidate, the size of its injection line
+    postings: dict[str, np.ndarray]  # per query word: never changed in place, only replaced
+    _slot_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return int(self.slots.size)
@@ -63,39 +73,38 @@ class Candidates:
         ``(key, score, line bytes)``."""
         if count <= 0 or not self.slots.size:
             return []
-        index = self.index
-        with index.lock:
-            ranks = index.rank[self.slots]
-            ranks = ranks - ranks.min()
-            # Scores are small integers and ranks span less than ``ceiling``, and neighbouring
-            # ranks differ by more than a float's error at this size: one exact sort key.
-            ceiling = float(ranks.max()) + 1.0
-            order_key = -self.scores.astype(np.float64) * ceiling + ranks
-            if count < self.slots.size:
-                chosen = np.argpartition(order_key, count - 1)[:count]
-            else:
-                chosen = np.arange(self.slots.size)
-            chosen = chosen[np.argsort(order_key[chosen], kind="stable")]
-            slots = self.slots[chosen]
-            return [
-                (index.keys[slot], int(score), int(index.line_size[slot]))
-                for slot, score in zip(slots.tolist(), self.scores[chosen].tolist(), strict=True)
-            ]
+        ranks = self.ranks - self.ranks.min()
+        # Scores are small integers and ranks span less than ``ceiling``, and neighbouring
+        # ranks differ by more than a float's error at this size: one exact sort key.
+        ceiling = float(ranks.max()) + 1.0
+        order_key = -self.scores.astype(np.float64) * ceiling + ranks
+        if count < self.slots.size:
+            chosen = np.argpartition(order_key, count - 1)[:count]
+        else:
+            chosen = np.arange(self.slots.size)
+        chosen = chosen[np.argsort(order_key[chosen], kind="stable")]
+        slots, scores, sizes = self.slots[chosen], self.scores[chosen], self.sizes[chosen]
+        found = []
+        for slot, score, size in zip(slots.tolist(), scores.tolist(), sizes.tolist(), strict=True):
+            key = self.keys[slot]
+            self._slot_of[key] = slot
+            found.append((key, int(score), int(size)))
+        return found
 
     def matched(self, keys: Sequence[str], words: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """Return, for each of ``keys`` (candidates of this query), the query words it holds,
         in the order of ``words``."""
-        index = self.index
-        with index.lock:
-            slots = np.array([index.slot_of[key] for key in keys], dtype=np.int64)
-            found: dict[str, list[str]] = {key: [] for key in keys}
-            for word in words:
-                postings = index.postings_of(word)
-                if postings is None:
-                    continue
-                for key, present in zip(keys, np.isin(slots, postings).tolist(), strict=True):
-                    if present:
-                        found[key].append(word)
+        if any(key not in self._slot_of for key in keys):
+            self._slot_of.update((self.keys[slot], slot) for slot in self.slots.tolist())
+        slots = np.array([self._slot_of[key] for key in keys], dtype=np.int64)
+        found: dict[str, list[str]] = {key: [] for key in keys}
+        for word in words:
+            postings = self.postings.get(word)
+            if postings is None:
+                continue
+            for key, present in zip(keys, np.isin(slots, postings).tolist(), strict=True):
+                if present:
+                    found[key].append(word)
         return {key: tuple(matched) for key, matched in found.items()}
 
 
@@ -304,17 +313,23 @@ class WordIndex:
         """Return the live entries sharing at least one of ``words`` with their scores, and
         how many live entries share none."""
         with self.lock:
-            found = [postings for word in set(words) if (postings := self.postings_of(word)) is not None]
+            found = {
+                word: postings for word in set(words) if (postings := self.postings_of(word)) is not None
+            }
             live = self.live_mask(now)
             if found:
-                flat = found[0] if len(found) == 1 else np.concatenate(found)
+                arrays = list(found.values())
+                flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
                 counts = np.bincount(flat, minlength=self.size)[: self.size]
                 counts[~live] = 0
                 slots = np.flatnonzero(counts)
                 scores = counts[slots]
             else:
                 slots = scores = np.empty(0, dtype=np.int64)
-            return Candidates(self, slots, scores, int(np.count_nonzero(live)) - int(slots.size))
+            zero_overlap = int(np.count_nonzero(live)) - int(slots.size)
+            return Candidates(
+                self, slots, scores, zero_overlap, self.keys, self.rank[slots], self.line_size[slots], found
+            )
 
     def confirm(self, keys: Iterable[str], rows: Mapping[str, Any], now: int) -> bool:
         """Check indexed ``keys`` against ``rows`` just read from the backend (objects with
