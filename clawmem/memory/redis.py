@@ -304,8 +304,15 @@ class RedisMemory(BaseMemory):
             changes = self.client.xrange(log, f"({state.seen}", "+")
             if not changes:
                 return state.index
-            oldest = self.client.xrange(log, "-", "+", count=1)
-            if state.seen != "0-0" and _stream_id(oldest[0][0]) > _stream_id(state.seen):
+            if state.seen == "0-0":
+                # The log was empty when the index was built, so no id tells whether it was cut
+                # since; approximate trimming never cuts it below LOG_LENGTH, so a shorter log
+                # still holds every change.
+                cut = len(changes) >= LOG_LENGTH
+            else:
+                oldest = self.client.xrange(log, "-", "+", count=1)
+                cut = _stream_id(oldest[0][0]) > _stream_id(state.seen)
+            if cut:
                 self._reload(state, namespace)  # the log was cut past what this index had seen
                 return state.index
             changed: set[str] = set()
