@@ -34,7 +34,7 @@ from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql import conversations as sql
 from clawmem.sql.conversations import ConversationSummary, MessageRecord, StoredMessage
 from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
-from clawmem.sql.paging import Page, check_limit, page_of
+from clawmem.sql.paging import Page, check_limit, moment_key, page_of
 
 ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
 # What phpClaw reads back (its Message roles); a conversation it continues must hold no other.
@@ -50,16 +50,20 @@ Message = MessageRecord  # what a caller appends: role, content, tool_name, tool
 @dataclass(frozen=True)
 class Conversation:
     """A conversation as :meth:`ConversationLog.load` returns it: its row and its messages in
-    (created_at, id) order, from the newest ``summary`` checkpoint on when there is one."""
+    (created_at, id) order, from the newest ``summary`` checkpoint on when there is one.
+
+    ``unreadable`` says which columns of the row could not be read (another program's row).
+    """
 
     id: str
     namespace: str
     user_id: str
     title: str | None
-    metadata: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
+    metadata: Any
+    created_at: datetime | None
+    updated_at: datetime | None
     messages: tuple[StoredMessage, ...]
+    unreadable: str | None = None
 
 
 def validate_conversation_id(conversation_id: object) -> str:
@@ -330,7 +334,7 @@ class ConversationLog:
                 until=until,
                 query=query,
             )
-        return page_of(found, limit, lambda c: [c.created_at.isoformat(), c.id])
+        return page_of(found, limit, lambda c: [moment_key(c.created_at, c.raw_created_at), c.id])
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
@@ -345,7 +349,7 @@ class ConversationLog:
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor)
-        return page_of(rows, limit, lambda m: [m.created_at.isoformat(), m.id])
+        return page_of(rows, limit, lambda m: [moment_key(m.created_at, m.raw_created_at), m.id])
 
     def turn(
         self, conversation_id: str, message_id: str

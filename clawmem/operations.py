@@ -24,6 +24,7 @@ from clawmem.memory.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql import sizes
 from clawmem.sql.engine import after_erasure
+from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.retention import Batch, count_conversations, delete_in_batches, iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import create_tables
@@ -81,11 +82,12 @@ def forget_conversation(site: Site, conversation_id: str, dry_run: bool = False)
 
 
 def flush_namespace(site: Site, namespace: str, dry_run: bool = False) -> Deleted:
-    """Delete every entry of one key/value namespace, expired ones included."""
-    keys = tuple((namespace, row.key) for row in site.driver.records(namespace))
+    """Delete every entry of one key/value namespace, expired ones included, exactly as stored:
+    a namespace another program wrote under a name today's rule refuses is reached too."""
+    keys = tuple((namespace, row.key) for row in site.driver.stored_records(namespace))
     if dry_run or not keys:
         return Deleted(dry_run, entries=keys)
-    site.driver.purge(namespace)
+    site.driver.delete_stored(namespace)
     return Deleted(False, entries=keys)
 
 
@@ -184,44 +186,74 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.replace(tzinfo=UTC).isoformat()
 
 
+def _unreadable(document: dict[str, Any], reason: str | None) -> dict[str, Any]:
+    # A row another program wrote is exported as stored, with what could not be read.
+    if reason:
+        document["unreadable"] = reason
+    return document
+
+
 def conversation_document(conversation: ConversationRecord) -> dict[str, Any]:
-    """Return one conversation with its messages as the export writes it."""
-    return {
-        "id": conversation.id,
-        "namespace": conversation.namespace,
-        "user_id": conversation.user_id,
-        "title": conversation.title,
-        "metadata": conversation.metadata,
-        "created_at": _iso(conversation.created_at),
-        "updated_at": _iso(conversation.updated_at),
-        "messages": [
-            {
-                "id": message.id,
-                "role": message.role,
-                "content": message.content,
-                "tool_name": message.tool_name,
-                "tool_input": message.tool_input,
-                "created_at": _iso(message.created_at),
-            }
-            for message in conversation.messages
-        ],
-    }
+    """Return one conversation with its messages as the export writes it. A column that could
+    not be read is given as stored (a time as ``null``) and named under ``unreadable``."""
+    return _unreadable(
+        {
+            "id": conversation.id,
+            "namespace": conversation.namespace,
+            "user_id": conversation.user_id,
+            "title": conversation.title,
+            "metadata": conversation.metadata,
+            "created_at": _iso(conversation.created_at),
+            "updated_at": _iso(conversation.updated_at),
+            "messages": [
+                _unreadable(
+                    {
+                        "id": message.id,
+                        "role": message.role,
+                        "content": message.content,
+                        "tool_name": message.tool_name,
+                        "tool_input": message.tool_input,
+                        "created_at": _iso(message.created_at),
+                    },
+                    message.unreadable,
+                )
+                for message in conversation.messages
+            ],
+        },
+        conversation.unreadable,
+    )
 
 
 def entry_document(row: MemoryRow, now: int) -> dict[str, Any]:
-    """Return one key/value entry as the export writes it."""
-    return {
-        "namespace": row.namespace,
-        "key": row.key,
-        "value": row.value,
-        "metadata": row.metadata,
-        "expires_at": None
-        if row.expires_at is None
-        else datetime.fromtimestamp(row.expires_at, UTC).isoformat(),
-        "expired": is_expired(row.expires_at, now),
-        "created_at": _iso(row.created_at),
-        "updated_at": _iso(row.updated_at),
-    }
+    """Return one key/value entry as the export writes it (an unreadable value as its stored
+    text, named under ``unreadable``)."""
+    expires = unix_to_datetime(row.expires_at)
+    return _unreadable(
+        {
+            "namespace": row.namespace,
+            "key": row.key,
+            "value": row.value,
+            "metadata": row.metadata,
+            "expires_at": None if expires is None else expires.replace(tzinfo=UTC).isoformat(),
+            "expired": is_expired(row.expires_at, now),
+            "created_at": _iso(row.created_at),
+            "updated_at": _iso(row.updated_at),
+        },
+        row.unreadable,
+    )
+
+
+def unreadable_rows(conversation: ConversationRecord) -> list[dict[str, str]]:
+    """Return the conversation's row and message rows that could not be read whole, by id."""
+    found = []
+    if conversation.unreadable:
+        found.append({"table": "conversations", "id": conversation.id, "reason": conversation.unreadable})
+    found += [
+        {"table": "messages", "id": message.id, "reason": message.unreadable}
+        for message in conversation.messages
+        if message.unreadable
+    ]
+    return found
 
 
 @dataclass
@@ -231,6 +263,7 @@ class Exported:
     conversations: int = 0
     messages: int = 0
     memory: int = 0
+    unreadable: int = 0  # rows exported as stored because they could not be read whole
 
     def counts(self) -> dict[str, int]:
         """Return the counts for an audit line."""
@@ -256,17 +289,26 @@ def export_subject(site: Site, subject: Subject, out: IO[str], exported: Exporte
         header["subject_namespace"] = subject_namespace(subject.user_id, site.settings.subject_namespace)
     # The header object is left open so that the two arrays can follow it, item by item.
     out.write(json.dumps(header, ensure_ascii=False)[:-1] + ',\n"conversations": [')
+    unreadable: list[dict[str, str]] = []
     for conversation in subject_conversations(site, subject):
         separator = ",\n" if exported.conversations else "\n"
         out.write(separator + json.dumps(conversation_document(conversation), ensure_ascii=False))
         exported.conversations += 1
         exported.messages += len(conversation.messages)
+        unreadable += unreadable_rows(conversation)
     out.write('\n],\n"memory": [')
     for row in subject_memory(site, subject):
         separator = ",\n" if exported.memory else "\n"
         out.write(separator + json.dumps(entry_document(row, now), ensure_ascii=False))
         exported.memory += 1
-    out.write('\n],\n"counts": ' + json.dumps(exported.counts()) + "\n}\n")
+        if row.unreadable:
+            unreadable.append(
+                {"table": "memory", "namespace": row.namespace, "key": row.key, "reason": row.unreadable}
+            )
+    exported.unreadable = len(unreadable)
+    # Rows another program wrote that could not be read whole: exported as stored, listed here.
+    out.write('\n],\n"unreadable": ' + json.dumps(unreadable, ensure_ascii=False))
+    out.write(',\n"counts": ' + json.dumps(exported.counts()) + "\n}\n")
     return exported
 
 
@@ -284,7 +326,8 @@ def erase_subject(
     found = _delete_conversations(site, where, "created_at", batch_size, dry_run, on_batch)
     if not dry_run:
         for namespace, key in entries:
-            site.driver.forget(key, namespace)
+            # As stored: another program's row under a name today's rules refuse goes too.
+            site.driver.delete_stored(namespace, [key])
         after_erasure(site.engine)
     return Deleted(dry_run, found.conversations, found.messages, entries, found.batches)
 

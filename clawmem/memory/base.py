@@ -46,6 +46,9 @@ class MemoryRow:
     """One stored entry as an operator sees it, expired or not.
 
     ``created_at``, ``updated_at`` and ``metadata`` are ``None`` on drivers that keep none.
+    ``unreadable`` says which columns could not be read (a row another program wrote): then
+    ``metadata`` holds the column's raw text, or a time is ``None``, and when the value could
+    not be decoded ``raw_value`` is true and ``value`` is the column's raw text (never recalled).
     """
 
     namespace: str
@@ -53,9 +56,11 @@ class MemoryRow:
     value: Any
     expires_at: int | None
     bytes: int
-    metadata: dict[str, Any] | None = None
+    metadata: Any = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    unreadable: str | None = None
+    raw_value: bool = False
 
 
 @dataclass(frozen=True)
@@ -315,7 +320,7 @@ class BaseMemory(SearchableMemory):
         now = self._now()
         found = []
         for namespace in self.namespaces():
-            rows = self.records(namespace)
+            rows = self.stored_records(namespace)
             expired = sum(1 for row in rows if is_expired(row.expires_at, now))
             found.append(NamespaceCount(namespace, len(rows), len(rows) - expired, expired))
         return found
@@ -323,7 +328,9 @@ class BaseMemory(SearchableMemory):
     def newest_write(self) -> datetime | None:
         """Return when any entry was last written, or ``None`` (no entries, or a driver that
         keeps no write times)."""
-        moments = [row.updated_at for ns in self.namespaces() for row in self.records(ns) if row.updated_at]
+        moments = [
+            row.updated_at for ns in self.namespaces() for row in self.stored_records(ns) if row.updated_at
+        ]
         return max(moments, default=None)
 
     def count(self, namespace: str = DEFAULT_NAMESPACE) -> int:
@@ -361,6 +368,36 @@ class BaseMemory(SearchableMemory):
         validate_key(key)
         return next((row for row in self.records(namespace) if row.key == key), None)
 
+    # -- operator deletion of rows exactly as stored -----------------------------------------
+    # Other programs write these tables too, under namespaces and keys today's rules refuse.
+    # An operator must still be able to see and delete such rows; nothing is ever written
+    # under such a name.
+
+    def stored_records(self, namespace: str) -> list[MemoryRow]:
+        """Return every entry stored under exactly ``namespace`` (expired ones included, by key),
+        even a namespace today's rule refuses. Raises ``ValueError`` for text no backend can hold
+        (not a str, a NUL, a lone surrogate)."""
+        check_stored_name(namespace, "namespace")
+        rows = self._call("records", self._records, namespace)
+        return sorted(rows, key=lambda row: row.key)
+
+    def delete_stored(self, namespace: str, keys: Sequence[str] | None = None) -> int:
+        """Delete ``keys`` of exactly ``namespace`` (every entry of it when ``keys`` is ``None``),
+        even names today's rules refuse; a key that is not there is not an error. Returns how
+        many entries went for a whole namespace, else how many keys were asked for. Raises
+        ``ValueError`` as :meth:`stored_records` does."""
+        check_stored_name(namespace, "namespace")
+        if keys is None:
+            count = self._call("flush", self._flush, namespace)
+            events.emit("memory.flush", driver=self.name, namespace=namespace, count=count)
+            return count
+        now = self._now()
+        for key in keys:
+            check_stored_name(key, "key")
+            self._call("forget", self._forget, key, namespace, now)
+            events.emit("memory.forget", driver=self.name, namespace=namespace, key=key)
+        return len(keys)
+
     # -- the recall index ---------------------------------------------------------------------
     # Drivers that can tell what changed keep an index per namespace and bring it up to date
     # on each call; this default rebuilds it from the records, which is exact but costs a scan.
@@ -392,8 +429,20 @@ class BaseMemory(SearchableMemory):
     def find(self, text: str) -> Iterator[MemoryRow]:
         """Yield every entry, in any namespace and expired ones included, whose key or JSON value
         contains ``text`` exactly (case-sensitive), by namespace then key."""
-        for namespace in self.namespaces():
-            yield from (row for row in self.records(namespace) if contains_text(row, text))
+        for namespace in self.namespaces():  # rows another program wrote under any name included
+            yield from (row for row in self.stored_records(namespace) if contains_text(row, text))
+
+
+def check_stored_name(name: object, what: str) -> str:
+    """Return ``name`` if it is text a backend can have stored (a str without NUL or lone
+    surrogates), whatever today's naming rules say; else raise ``ValueError`` naming ``what``."""
+    if not isinstance(name, str) or "\x00" in name:
+        raise ValueError(f"a stored {what} is a str without NUL characters, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"a stored {what} holds no lone surrogates, got {name!r}") from None
+    return name
 
 
 def _json(value: Any) -> str:

@@ -339,7 +339,7 @@ class WordIndex:
         with self.lock:
             for key in keys:
                 row = rows.get(key)
-                if row is None:
+                if row is None or getattr(row, "raw_value", False):  # gone, or no longer readable
                     self.remove(key)
                     fresh = False
                 elif (

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +28,7 @@ from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import kv
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
+from clawmem.sql.lenient import as_text, read_expiry, read_value
 from clawmem.sql.paging import Page, check_limit, decode_cursor, keyset_pages, page_of
 from clawmem.sql.schema import tables
 
@@ -270,15 +272,16 @@ class SqlMemory(SqlBackedMemory):
 
     def _decoded(self, state: _IndexState, rows: Any) -> Iterator[tuple[str, Any, int | None]]:
         for key, text, expires_at, updated_at in rows:
-            if state.newest is None or updated_at > state.newest:
-                state.newest = updated_at
-            try:
-                value = self.codec.read(state.index.namespace, key, text)
-            except UndecodableValue:
+            if isinstance(updated_at, datetime) and (state.newest is None or updated_at > state.newest):
+                state.newest = updated_at  # an unreadable stamp (another program's row) says nothing
+            key = as_text(key)
+            value, problem = read_value(partial(self.codec.read, state.index.namespace, key), text)
+            if problem is not None:
                 state.unreadable.add(key)  # another program's row; recall cannot use it
                 continue
             state.unreadable.discard(key)
-            yield key, value, expires_at
+            # An expiry that is not a number (SQLite keeps 'soon') never compares as expired in SQL.
+            yield key, value, read_expiry(expires_at)[0]
 
     def _load(self, state: _IndexState, namespace: str) -> None:
         with self.engine.connect() as conn:
@@ -309,7 +312,10 @@ class SqlMemory(SqlBackedMemory):
                     unknown.remove(exc.key)
                     continue
                 for row in rows:
-                    index.put(row.key, row.value, row.expires_at)
+                    if row.raw_value:  # another program's row; recall cannot use it
+                        state.unreadable.add(row.key)
+                    else:
+                        index.put(row.key, row.value, row.expires_at)
                 break
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from clawmem.ids import new_id
 from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
+from clawmem.sql.lenient import as_text, raw_moment, read_json, read_moment, reasons
 from clawmem.sql.paging import after, decode_time_cursor
 from clawmem.sql.schema import tables
 
@@ -40,7 +41,12 @@ class MessageRecord:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """A message row as read back."""
+    """A message row as read back.
+
+    ``unreadable`` says why a column could not be read (another program's row): then
+    ``tool_input`` holds the column's raw text, or ``created_at`` is ``None`` and
+    ``raw_created_at`` holds what was read, so a listing can continue after the row.
+    """
 
     id: str
     conversation_id: str
@@ -48,21 +54,26 @@ class StoredMessage:
     content: str | None
     tool_name: str | None
     tool_input: Any
-    created_at: datetime
+    created_at: datetime | None
+    unreadable: str | None = None
+    raw_created_at: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class ConversationSummary:
-    """A conversation row with its message count."""
+    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` as in
+    :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
 
     id: str
     namespace: str
     user_id: str
     title: str | None
-    metadata: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
+    metadata: Any
+    created_at: datetime | None
+    updated_at: datetime | None
     message_count: int
+    unreadable: str | None = None
+    raw_created_at: Any = field(default=None, repr=False, compare=False)
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -206,7 +217,8 @@ def message_page(
     table = tables(prefix).messages
     select = sa.select(table).where(table.c.conversation_id == conversation_id)
     if cursor:
-        select = select.where(after([table.c.created_at, table.c.id], decode_time_cursor(cursor)))
+        moment = decode_time_cursor(cursor, conn.dialect.name)
+        select = select.where(after([table.c.created_at, table.c.id], moment))
     select = select.order_by(table.c.created_at, table.c.id).limit(limit)
     return [_message(row) for row in conn.execute(select)]
 
@@ -244,7 +256,15 @@ def role_counts(conn: Connection, prefix: str) -> dict[str, int]:
 def edge(conn: Connection, prefix: str, function: Any, by: str) -> datetime | None:
     """Return ``function`` (``sa.func.min`` or ``max``) of the conversations' ``by`` column."""
     column = tables(prefix).conversations.c[check_order_column(by)]
-    return conn.execute(sa.select(function(column))).scalar()
+    found = conn.execute(sa.select(function(column))).scalar()
+    if found is None or isinstance(found, datetime):
+        return found
+    # Another program's unreadable time (a zero date, 'soon') sorts first or last: take the
+    # edge of the readable ones instead.
+    found = conn.execute(
+        sa.select(function(column)).where(column.between(datetime.min, datetime.max))
+    ).scalar()
+    return found if isinstance(found, datetime) else None
 
 
 def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
@@ -294,12 +314,15 @@ def summaries(
         )
         select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
     if cursor:
-        select = select.where(
-            after([table.c.created_at, table.c.id], decode_time_cursor(cursor), descending=True)
-        )
+        moment = decode_time_cursor(cursor, conn.dialect.name)
+        select = select.where(after([table.c.created_at, table.c.id], moment, descending=True))
     select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
     return [
-        ConversationSummary(**conversation_fields(row), message_count=row.message_count)
+        ConversationSummary(
+            **conversation_fields(row),
+            message_count=row.message_count,
+            raw_created_at=raw_moment(row.created_at),
+        )
         for row in conn.execute(select)
     ]
 
@@ -319,25 +342,34 @@ def php_metadata(metadata: Any) -> Any:
 
 
 def conversation_fields(row: Any) -> dict[str, Any]:
-    """Return a conversation row's columns as fields (metadata parsed)."""
+    """Return a conversation row's columns as fields (metadata parsed), with ``unreadable``
+    saying which could not be read (see :mod:`clawmem.sql.lenient`)."""
+    metadata, bad_metadata = read_json(row.metadata, "metadata")
+    created_at, bad_created = read_moment(row.created_at, "created_at")
+    updated_at, bad_updated = read_moment(row.updated_at, "updated_at")
     return {
-        "id": row.id,
-        "namespace": row.namespace,
-        "user_id": row.user_id,
-        "title": row.title,
-        "metadata": php_metadata(json.loads(row.metadata) if row.metadata else None),
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
+        "id": as_text(row.id),
+        "namespace": as_text(row.namespace),
+        "user_id": as_text(row.user_id),
+        "title": as_text(row.title),
+        "metadata": php_metadata(metadata),
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "unreadable": reasons(bad_metadata, bad_created, bad_updated),
     }
 
 
 def _message(row: Any) -> StoredMessage:
+    tool_input, bad_input = read_json(row.tool_input, "tool_input")
+    created_at, bad_created = read_moment(row.created_at, "created_at")
     return StoredMessage(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        role=row.role,
-        content=row.content,
-        tool_name=row.tool_name,
-        tool_input=None if row.tool_input is None else json.loads(row.tool_input),
-        created_at=row.created_at,
+        id=as_text(row.id),
+        conversation_id=as_text(row.conversation_id),
+        role=as_text(row.role),
+        content=as_text(row.content),
+        tool_name=as_text(row.tool_name),
+        tool_input=tool_input,
+        created_at=created_at,
+        unreadable=reasons(bad_input, bad_created),
+        raw_created_at=raw_moment(row.created_at),
     )

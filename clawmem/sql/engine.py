@@ -38,6 +38,32 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+@functools.cache
+def _lenient_timestamp_loaders() -> dict[str, type]:
+    # Built on first use: psycopg is only needed for PostgreSQL.
+    import psycopg
+    from psycopg.types.datetime import TimestampLoader, TimestamptzLoader
+
+    def lenient(base: type) -> type:
+        def load(self: Any, data: Any) -> Any:
+            try:
+                return base.load(self, data)
+            except psycopg.DataError:
+                return bytes(data).decode("utf-8", errors="replace")
+
+        return type(f"Lenient{base.__name__}", (base,), {"load": load})
+
+    return {"timestamp": lenient(TimestampLoader), "timestamptz": lenient(TimestamptzLoader)}
+
+
+def _postgres_connect(dbapi_connection: Any, _record: Any) -> None:
+    # A timestamp Python cannot hold ('infinity', a year past 9999, a BC date), written by
+    # another program, reads as PostgreSQL's text for it instead of failing every query that
+    # touches the row; the row mappers then mark the row unreadable (clawmem.sql.lenient).
+    for type_name, loader in _lenient_timestamp_loaders().items():
+        dbapi_connection.adapters.register_loader(type_name, loader)
+
+
 def _sqlite_begin(connection: Connection) -> None:
     # A write transaction takes the write lock up front: a deferred one that reads first and
     # then writes would fail with "database is locked" instead of waiting its turn.
@@ -57,6 +83,8 @@ def create_engine(url: str, **options: Any) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_connect)
         sa.event.listen(engine, "begin", _sqlite_begin)
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+        sa.event.listen(engine, "connect", _postgres_connect)
     return engine
 
 

@@ -8,7 +8,6 @@ and rows come back with ``expires_at`` in Unix seconds and values decoded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +21,7 @@ from clawmem.ids import new_id
 from clawmem.memory.base import MemoryRow, NamespaceCount
 from clawmem.memory.codecs import codec_for
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
+from clawmem.sql.lenient import as_text, read_expiry, read_json, read_moment, read_value, reasons
 from clawmem.sql.schema import tables
 
 
@@ -176,18 +176,26 @@ def like_pattern(text: str) -> str:
 def memory_row(row: Any, shape: str = CLAWMEM_SCHEMA) -> MemoryRow:
     """Return a row of the memory table as a :class:`MemoryRow` (value and metadata decoded).
 
-    Raises :class:`clawmem.memory.codecs.UndecodableValue` for a value its shape cannot read.
+    Columns that cannot be read (see :mod:`clawmem.sql.lenient`) are named in ``unreadable``.
     """
-    metadata = row._mapping.get("metadata")  # phpClaw's shape has no such column
+    namespace, key, text = as_text(row.namespace), as_text(row.lookup_key), as_text(row.value) or ""
+    # Another program's row may hold anything: what cannot be read is kept raw and said.
+    value, bad_value = read_value(lambda raw: codec_for(shape).read(namespace, key, raw), text)
+    metadata, bad_metadata = read_json(row._mapping.get("metadata"), "metadata")  # not in phpClaw's shape
+    expires_at, bad_expiry = read_expiry(unix_seconds(row.expires_at))
+    created_at, bad_created = read_moment(row.created_at, "created_at")
+    updated_at, bad_updated = read_moment(row.updated_at, "updated_at")
     return MemoryRow(
-        namespace=row.namespace,
-        key=row.lookup_key,
-        value=codec_for(shape).read(row.namespace, row.lookup_key, row.value),
-        expires_at=unix_seconds(row.expires_at),
-        bytes=len(row.value.encode("utf-8")),
-        metadata=json.loads(metadata) if metadata else None,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        namespace=namespace,
+        key=key,
+        value=value,
+        expires_at=expires_at,
+        bytes=len(text.encode("utf-8")),
+        metadata=metadata,
+        created_at=created_at,
+        updated_at=updated_at,
+        unreadable=reasons(bad_value, bad_metadata, bad_expiry, bad_created, bad_updated),
+        raw_value=bad_value is not None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,21 +38,67 @@ def decode_cursor(cursor: str, size: int) -> list[Any]:
         values = json.loads(base64.urlsafe_b64decode(padded.encode()))
     except (ValueError, TypeError):
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}") from None
-    if not isinstance(values, list) or len(values) != size or not all(isinstance(v, str) for v in values):
+    if not isinstance(values, list) or len(values) != size or not all(_bindable(v) for v in values):
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     return values
 
 
-def decode_time_cursor(cursor: str) -> tuple[datetime, str]:
-    """Return the ``(created_at, id)`` in a cursor of a time-ordered listing.
+def _bindable(value: object) -> bool:
+    # Text every database takes as a parameter: no NUL (PostgreSQL refuses it) and no lone
+    # surrogate (no driver can encode one).
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
-    Raises :class:`InvalidCursor` if it is malformed or its first value is not an ISO 8601 time.
+
+# A time column's value that is not a readable time (another program's row) is carried in a
+# cursor as it was read, so that a listing continues after the row exactly.
+_RAW = "raw:"
+# What PostgreSQL prints for the timestamps Python cannot hold; nothing else is bound raw there.
+_POSTGRES_RAW = re.compile(r"-?infinity|[0-9]{4,}-[0-9]{2}-[0-9]{2} [0-9:.]+( BC)?")
+
+
+def moment_key(moment: datetime | None, raw: Any = None) -> str:
+    """Return a time column's value as a cursor holds it: ISO 8601 for a readable ``moment``,
+    else ``raw:`` and the JSON of the ``raw`` value as read (bytes as ``{"blob": hex}``)."""
+    if moment is not None:
+        return moment.isoformat()
+    return _RAW + json.dumps({"blob": bytes(raw).hex()} if isinstance(raw, (bytes, bytearray)) else raw)
+
+
+def decode_time_cursor(cursor: str, dialect: str = "") -> tuple[Any, str]:
+    """Return the ``(created_at, id)`` in a cursor of a time-ordered listing on ``dialect``:
+    a datetime, or the raw value :func:`moment_key` carried.
+
+    Raises :class:`InvalidCursor` if it is malformed or its time is neither.
     """
     created, row_id = decode_cursor(cursor, 2)
+    invalid = InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+    if not created.startswith(_RAW):
+        try:
+            return datetime.fromisoformat(created), row_id
+        except ValueError:
+            raise invalid from None
     try:
-        return datetime.fromisoformat(created), row_id
+        raw = json.loads(created[len(_RAW):])
     except ValueError:
-        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}") from None
+        raise invalid from None
+    if isinstance(raw, dict) and set(raw) == {"blob"} and isinstance(raw["blob"], str):
+        try:
+            raw = bytes.fromhex(raw["blob"])
+        except ValueError:
+            raise invalid from None
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float, bytes)):
+        raise invalid
+    if isinstance(raw, str) and not _bindable(raw):
+        raise invalid
+    if dialect == "postgresql" and not (isinstance(raw, str) and _POSTGRES_RAW.fullmatch(raw)):
+        raise invalid
+    return raw, row_id
 
 
 def page_of(rows: Sequence[T], limit: int, key: Any) -> Page[T]:

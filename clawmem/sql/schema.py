@@ -19,6 +19,7 @@ from sqlalchemy.engine import Dialect, Engine, make_url
 from clawmem.errors import ConfigError
 from clawmem.memory.rules import validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
+from clawmem.sql.lenient import LenientDateTime, as_text
 
 
 class ExactString(sa.types.TypeDecorator[str]):
@@ -59,8 +60,9 @@ class RowId(sa.types.TypeDecorator[str]):
             return dialect.type_descriptor(mysql.CHAR(26, charset="ascii", collation="ascii_bin"))
         return dialect.type_descriptor(sa.CHAR(26))
 
-    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else value.rstrip(" ")
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        text = as_text(value)  # SQLite keeps whatever another program wrote, bytes included
+        return None if text is None else text.rstrip(" ")
 
 
 def _long_text() -> sa.types.TypeEngine[str]:
@@ -69,8 +71,9 @@ def _long_text() -> sa.types.TypeEngine[str]:
 
 
 def _datetime() -> sa.types.TypeEngine[Any]:
-    # Microseconds everywhere, so (created_at, id) orders messages the same on every backend.
-    return sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    # Microseconds everywhere, so (created_at, id) orders messages the same on every backend;
+    # read leniently, since another program may have written anything there.
+    return LenientDateTime()
 
 
 class UserId(sa.types.TypeDecorator[str]):

@@ -93,9 +93,10 @@ class ConversationRecord:
     user_id: str
     title: str | None
     metadata: Any
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime | None
+    updated_at: datetime | None
     messages: list[StoredMessage]
+    unreadable: str | None = None
 
 
 def iter_conversations(

@@ -38,7 +38,12 @@ def _bad_namespace(error: InvalidNamespace) -> tuple[str | dict[str, str], int]:
 def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
     # The database or a memory backend failed: say which, without SQL, values or passwords.
     logging.getLogger(__name__).error("storage failed on %s: %s", request.path, type(error).__name__)
-    detail = error.detail if isinstance(error, StorageError) else describe_error(error)
+    if isinstance(error, StorageError):
+        detail = error.detail
+    elif isinstance(error, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        detail = describe_error(error)  # connection trouble: the driver's words help the operator
+    else:
+        detail = type(error).__name__  # any other message may quote a row's text
     return _error(ServiceUnavailable(f"The storage behind this page failed: {redact(detail)}"))
 
 

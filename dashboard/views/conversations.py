@@ -12,8 +12,17 @@ from clawmem.compaction import analyse, configured_thresholds, estimate_tokens
 from clawmem.conversations import ConversationLog
 from clawmem.pipeline import provider_history
 from clawmem.sql.conversations import ConversationSummary, StoredMessage
+from clawmem.sql.paging import Page
 from dashboard import state
-from dashboard.views.rendering import format_time, int_arg, pretty_json, preview_text, render_page, text_arg
+from dashboard.views.rendering import (
+    UNREADABLE_TIME,
+    format_time,
+    int_arg,
+    pretty_json,
+    preview_text,
+    render_page,
+    text_arg,
+)
 from dashboard.views.turns import recall_rows, turn_preview
 
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
@@ -24,20 +33,31 @@ ANALYSIS_LIMIT = 5000  # messages read for the compaction analysis of one conver
 NOT_SAID = ("summary", "recall")  # rows the analysis leaves out: not part of what the model said
 THRESHOLD_NAMES = {"messages": "message count", "tokens": "token estimate"}
 FILTERS = ("q", "user_id", "namespace", "since", "until")
+# The form labels the date filters "From" and "To", so those names are understood too.
+DATE_ALIASES = {"since": "from", "until": "to"}
+DATE_LABELS = {"since": "From", "until": "To"}
 
 
-def _day(name: str) -> date | None:
-    raw = text_arg(name, 10)
+def _day(name: str, raw: str) -> tuple[datetime | None, str | None]:
+    """Return the start of day ``raw`` (for ``until``, of the day after it, so the whole day is
+    in), or ``None``, with what is wrong with it to say on the page."""
     if not raw:
-        return None
+        return None, None
+    label = DATE_LABELS[name]
     try:
-        return date.fromisoformat(raw)
+        day = date.fromisoformat(raw)
     except ValueError:
-        abort(400, description=f"{name} must be a date written YYYY-MM-DD, got {raw!r}")
+        return None, f"{label}: {raw!r} is not a date; write it YYYY-MM-DD, for example 2024-05-01."
+    try:
+        return datetime.combine(day + timedelta(days=1 if name == "until" else 0), datetime.min.time()), None
+    except OverflowError:
+        return None, f"{label}: {raw} is past the last day a list can be filtered to."
 
 
 def _filters() -> dict[str, str]:
     given = {name: text_arg(name) for name in FILTERS}
+    for name, alias in DATE_ALIASES.items():
+        given[name] = given[name] or text_arg(alias)
     return {name: value for name, value in given.items() if value}
 
 
@@ -48,42 +68,50 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "title": conversation.title or "(untitled)",
         "user_id": conversation.user_id or "anonymous",
         "namespace": conversation.namespace,
-        "created_at": format_time(conversation.created_at),
-        "updated_at": format_time(conversation.updated_at),
+        # Both columns are NOT NULL: no time means one the row's writer left unreadable.
+        "created_at": format_time(conversation.created_at, UNREADABLE_TIME),
+        "updated_at": format_time(conversation.updated_at, UNREADABLE_TIME),
         "message_count": conversation.message_count,
+        "unreadable": conversation.unreadable,
     }
 
 
 @bp.get("/")
-def index() -> str:
+def index() -> str | tuple[str, int]:
     """The newest conversations first, filtered by search text, subject, namespace and date."""
     filters = _filters()
-    since, until = _day("since"), _day("until")
-    cursor = text_arg("cursor", 500) or None
+    (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
+    errors = [error for error in (since_error, until_error) if error]
     store = state.conversations()
-    page = store.list(
-        limit=PAGE_SIZE,
-        cursor=cursor,
-        user_id=filters.get("user_id"),
-        namespace=filters.get("namespace"),
-        since=datetime.combine(since, datetime.min.time()) if since else None,
-        until=datetime.combine(until + timedelta(days=1), datetime.min.time()) if until else None,
-        query=filters.get("q"),
-    )
+    if errors:
+        # Said on the page beside the filters, instead of silently listing everything.
+        page = Page([], None)
+    else:
+        page = store.list(
+            limit=PAGE_SIZE,
+            cursor=text_arg("cursor", 500) or None,
+            user_id=filters.get("user_id"),
+            namespace=filters.get("namespace"),
+            since=since,
+            until=until,
+            query=filters.get("q"),
+        )
     more_url = (
         url_for("conversations.index", **filters, cursor=page.next_cursor) if page.next_cursor else None
     )
-    return render_page(
+    body = render_page(
         "conversations/index.html",
         {
             "conversation-results": "conversations/_results.html",
             "conversations-more": "conversations/_rows.html",
         },
         filters=filters,
+        errors=errors,
         page_context=lambda: {"namespaces": store.namespaces()},
         rows=[_summary_row(conversation) for conversation in page.items],
         more_url=more_url,
     )
+    return (body, 400) if errors else body
 
 
 def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, Any] | None:
@@ -93,13 +121,17 @@ def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, 
         return None
     record = message.tool_input if isinstance(message.tool_input, dict) else {}
     covers = record.get("covers") if isinstance(record.get("covers"), dict) else {}
-    first, last = covers.get("from"), covers.get("to")
+    # Another program may have written anything here: only ids and whole numbers are used.
+    ends = (covers.get("from"), covers.get("to"))
+    first, last = (value if isinstance(value, str) else None for value in ends)
     if first in positions and last in positions:
         span = f"messages {positions[first]}–{positions[last]}"
     else:
         span = f"messages {first or '?'} to {last or '?'}"
     usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
-    tokens = usage.get("total_tokens") or (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0))
+    counted = {name: value for name, value in usage.items() if type(value) is int}
+    parts = counted.get("prompt_tokens", 0) + counted.get("completion_tokens", 0)
+    tokens = counted.get("total_tokens") or parts
     return {
         "covers": span,
         "count": covers.get("messages"),

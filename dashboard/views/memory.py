@@ -7,13 +7,14 @@ from typing import Any
 from flask import Blueprint, abort, request, url_for
 
 from clawmem.clock import now_seconds
-from clawmem.errors import InvalidKey
+from clawmem.errors import InvalidKey, InvalidNamespace
 from clawmem.memory.base import FILTERS, MemoryRow, check_filter
 from clawmem.memory.rules import ttl_state, validate_namespace
 from clawmem.subjects import subject_of_namespace
 from clawmem.words import text_of
 from dashboard import state
 from dashboard.views.rendering import (
+    UNREADABLE_TIME,
     format_bytes,
     format_duration,
     format_time,
@@ -21,6 +22,7 @@ from dashboard.views.rendering import (
     pretty_json,
     preview_text,
     render_page,
+    shell_command,
     text_arg,
 )
 
@@ -51,12 +53,18 @@ def ttl_label(expires_at: int | None, now: int) -> tuple[str, str]:
 def index() -> str:
     """Every namespace with its total, live and expired-but-unswept entry counts."""
     template = state.settings().subject_namespace
-    rows = [
-        {"namespace": n.namespace, "total": n.total, "live": n.live, "expired": n.expired,
-         "subject": subject_of_namespace(n.namespace, template),
-         "url": url_for("memory.namespace", namespace=n.namespace)}
-        for n in state.driver().namespace_counts()
-    ]
+    rows = []
+    for n in state.driver().namespace_counts():
+        row = {"namespace": n.namespace, "total": n.total, "live": n.live, "expired": n.expired,
+               "subject": subject_of_namespace(n.namespace, template)}
+        try:
+            row["url"] = url_for("memory.namespace", namespace=validate_namespace(n.namespace))
+        except InvalidNamespace:
+            # Another program's rows, under a name today's rule refuses: no page reads it, and
+            # the CLI deletes it as stored.
+            row["url"] = None
+            row["flush"] = shell_command("flask", "claw", "flush", "--namespace", n.namespace, "--dry-run")
+        rows.append(row)
     return render_page("memory/index.html", {}, rows=rows, driver=state.settings().memory_driver)
 
 
@@ -69,7 +77,8 @@ def _entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
         "ttl": words,
         "bytes": format_bytes(row.bytes),
         "preview": preview_text(text_of(row.value), 120),
-        "updated_at": format_time(row.updated_at),
+        "updated_at": format_time(row.updated_at, UNREADABLE_TIME if row.unreadable else ""),
+        "unreadable": row.unreadable,
     }
 
 
@@ -108,14 +117,15 @@ def _detail(row: MemoryRow, now: int) -> dict[str, Any]:
     return {
         "key": row.key,
         "namespace": row.namespace,
-        "value": pretty_json(row.value),
+        "value": row.value if row.raw_value else pretty_json(row.value),
         "metadata": pretty_json(row.metadata) if row.metadata is not None else "",
         "state": status,
         "ttl": words,
         "expires_at": format_unix(row.expires_at) or "never",
-        "created_at": format_time(row.created_at),
-        "updated_at": format_time(row.updated_at),
+        "created_at": format_time(row.created_at, UNREADABLE_TIME if row.unreadable else ""),
+        "updated_at": format_time(row.updated_at, UNREADABLE_TIME if row.unreadable else ""),
         "bytes": format_bytes(row.bytes),
+        "unreadable": row.unreadable,
     }
 
 

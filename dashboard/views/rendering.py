@@ -6,14 +6,18 @@ Also the small formatters views use to turn rows into the plain strings template
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from flask import abort, render_template, request
 
 from clawmem.errors import InvalidCursor
+from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.paging import decode_cursor, encode_cursor
+
+UNREADABLE_TIME = "unreadable time"
 
 
 def wants_fragment(target_id: str) -> bool:
@@ -80,16 +84,32 @@ def offset_from_cursor(cursor: str) -> int:
     return offset
 
 
-def format_time(moment: datetime | None) -> str:
-    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` ('' for ``None``)."""
-    return "" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+def shell_command(*words: object) -> str:
+    """Return a command for an operator to copy into a shell, every word quoted as the shell
+    needs: a namespace such as ``default --yes #`` stays one argument."""
+    return shlex.join(str(word) for word in words)
 
 
-def format_unix(seconds: int | float | None) -> str:
-    """Return Unix seconds as ``2024-05-01 12:03:04 UTC`` ('' for ``None``)."""
+def format_time(moment: Any, missing: str = "") -> str:
+    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` (``missing`` for ``None``, and
+    :data:`UNREADABLE_TIME` for anything else: a time another program stored that no datetime
+    holds)."""
+    if moment is None:
+        return missing
+    if not isinstance(moment, datetime):
+        return UNREADABLE_TIME
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def format_unix(seconds: Any) -> str:
+    """Return Unix seconds as ``2024-05-01 12:03:04 UTC`` ('' for ``None``; seconds past the
+    calendar or not a number are said to be so)."""
     if seconds is None:
         return ""
-    return format_time(datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None))
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        return UNREADABLE_TIME
+    moment = unix_to_datetime(seconds)
+    return format_time(moment) if moment is not None else f"{seconds} (beyond the calendar)"
 
 
 def format_duration(seconds: float) -> str:
@@ -122,8 +142,12 @@ def format_bytes(size: int | None) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    """Return ``value`` as indented JSON text with non-ASCII characters kept readable."""
-    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    """Return ``value`` as indented JSON text with non-ASCII characters kept readable (or, for a
+    value no JSON can show, its ``repr``: the row mappers mark such rows unreadable first)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    except (ValueError, TypeError, RecursionError):
+        return repr(value)
 
 
 def preview_text(text: str | None, max_chars: int = 160) -> str:

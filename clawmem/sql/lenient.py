@@ -1,0 +1,199 @@
+"""Reading rows that another program wrote: a column our code cannot read becomes a reason, never
+an error.
+
+The three tables are shared with phpClaw and with operators' own SQL, so any column may hold
+anything its type allows: text that is not JSON, JSON nested deeper than any page can walk, a
+zero or out-of-range ``DATETIME``, an ``expires_at`` of ``'soon'`` (SQLite keeps what it is
+given) or far past the calendar. The row mappers read every column through these functions:
+what is readable is returned as usual, and what is not comes back as its raw text (or ``None``
+for a time) with a short reason, so each page, export and command can show the row marked
+unreadable instead of failing on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
+
+from clawmem.memory.rules import MAX_NESTING
+
+# Unix seconds that datetime can show: 0001-01-01 to 9999-12-31 23:59:59 UTC.
+FIRST_SECOND = -62_135_596_800
+LAST_SECOND = 253_402_300_799
+
+
+class LenientDateTime(sa.types.TypeDecorator[datetime]):
+    """``DATETIME`` (microseconds on MariaDB/MySQL) that reads a value the dialect cannot parse
+    (SQLite text such as ``'soon'``, a number, bytes) as that raw value instead of failing the
+    whole query; :func:`read_moment` then marks it. A raw value given back (a cursor that
+    continues after such a row) is bound as it is."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime())
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        inner = super().bind_processor(dialect)
+        if inner is None:
+            return None
+
+        def process(value: Any) -> Any:
+            return inner(value) if value is None or isinstance(value, date) else value
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        inner = super().result_processor(dialect, coltype)
+        if inner is None:
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return inner(value)
+            except (ValueError, TypeError, OverflowError):
+                return value
+
+        return process
+
+
+def as_text(value: Any) -> str | None:
+    """Return a text column's value as ``str`` (``None`` stays): bytes SQLite kept as a BLOB are
+    decoded with U+FFFD for bad bytes, and a number is written out."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"JSON text holds {name}, which JSON does not allow")
+
+
+
+
+def problem_in(value: Any, raw: str | None = None) -> str | None:
+    """Return why a decoded value cannot be shown or exported safely (nested more than
+    :data:`~clawmem.memory.rules.MAX_NESTING` levels, a NaN or infinity, a lone surrogate), or
+    ``None``. Walks the value without recursion, so any depth is safe to check; given the
+    ``raw`` text it was decoded from, most values are cleared without a walk."""
+    if raw is not None and not _suspect(raw):
+        return None
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return "holds a lone surrogate, which is not text"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "holds NaN or infinity"
+        elif isinstance(item, (list, dict)):
+            if depth >= MAX_NESTING:
+                return f"is nested more than {MAX_NESTING} levels deep"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+            if isinstance(item, dict):
+                stack.extend((key, depth + 1) for key in item)
+    return None
+
+
+def _suspect(raw: str) -> bool:
+    # What the text of a value holds when its decoded value may hold a problem: a \\u escape (a
+    # lone surrogate is one), NaN or infinity as JSON or PHP writes them, or more openings than
+    # MAX_NESTING. Most values hold none, and are cleared without a walk.
+    return (
+        "\\u" in raw or "NaN" in raw or "Inf" in raw or "NAN" in raw or "INF" in raw
+        or raw.count("[") + raw.count("{") > MAX_NESTING
+    )
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def read_json(text: Any, column: str) -> tuple[Any, str | None]:
+    """Return ``(value, None)`` for a readable JSON column (``None`` for NULL or empty), else
+    ``(raw text, reason)``."""
+    raw = as_text(text)
+    if not raw:
+        return None, None
+    try:
+        value = json.loads(raw, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return raw, f"{column} is not JSON"
+    problem = problem_in(value, raw)
+    return (raw, f"{column} {problem}") if problem else (value, None)
+
+
+def read_value(decode: Callable[[str], Any], text: Any, column: str = "value") -> tuple[Any, str | None]:
+    """Return ``(decode(text), None)`` for a readable value column, else ``(raw text, reason)``:
+    ``decode`` raised ``ValueError`` (or ran out of stack), or what it gave cannot be shown
+    safely (see :func:`problem_in`)."""
+    raw = as_text(text) or ""
+    try:
+        value = decode(raw)
+    except (ValueError, RecursionError):
+        return raw, f"{column} cannot be decoded"
+    problem = problem_in(value, raw)
+    return (raw, f"{column} {problem}") if problem else (value, None)
+
+
+def read_moment(value: Any, column: str) -> tuple[datetime | None, str | None]:
+    """Return ``(naive UTC datetime, None)`` for a readable time column, ``(None, None)`` for
+    NULL, else ``(None, reason)`` (a zero date, text such as ``'soon'``, a time past 9999)."""
+    if value is None:
+        return None, None
+    if isinstance(value, datetime):
+        return (value.replace(tzinfo=None) if value.tzinfo is None else
+                value.astimezone(UTC).replace(tzinfo=None)), None
+    return None, f"{column} is not a readable time"
+
+
+def raw_moment(value: Any) -> Any:
+    """Return a time column's value as read when it is not a readable time (what a cursor must
+    carry to continue after the row), else ``None``."""
+    return None if value is None or isinstance(value, datetime) else value
+
+
+def read_expiry(value: Any) -> tuple[int | None, str | None]:
+    """Return ``(Unix seconds, None)`` for a readable ``expires_at`` (``None`` never expires),
+    else ``(None, reason)``: a value that is not a whole number, or one past the calendar."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            return None, "expires_at is not a whole number of seconds"
+    if not FIRST_SECOND <= value <= LAST_SECOND:
+        return value, "expires_at is beyond the calendar"
+    return value, None
+
+
+def unix_to_datetime(seconds: int | None) -> datetime | None:
+    """Return Unix ``seconds`` as a naive UTC datetime, or ``None`` (none given, or past the
+    calendar)."""
+    if seconds is None or not FIRST_SECOND <= seconds <= LAST_SECOND:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+def reasons(*found: str | None) -> str | None:
+    """Return the reasons a row is unreadable joined with ``"; "``, or ``None`` when it has none."""
+    return "; ".join(reason for reason in found if reason) or None
