@@ -50,7 +50,8 @@ STATUS_WORDS = {
 
 
 def _namespace_arg() -> str:
-    return validate_namespace(text_arg("namespace", 100) or state.settings().recall_namespace)
+    # Read past the 100-character limit so that a longer name is refused, not cut to another one.
+    return validate_namespace(text_arg("namespace", 1000) or state.settings().recall_namespace)
 
 
 def _namespace_page(selected: str) -> Callable[[], dict[str, Any]]:
