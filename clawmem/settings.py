@@ -49,6 +49,19 @@ def _parse_int(name: str, raw: Any, minimum: int = 0) -> int:
     return number
 
 
+def check_url(name: str, url: str) -> str:
+    """Return a connection URL unless it holds more than one ``@`` before its path, which is a
+    password with an unencoded ``@``: the part after it would silently become the host name.
+    Raises :class:`ConfigError` in one line naming ``CLAW_<name>``, without the password."""
+    _, separator, rest = url.partition("://")
+    if separator and not rest.startswith("/") and rest.split("?", 1)[0].count("@") > 1:
+        raise ConfigError(
+            f"{ENV_PREFIX}{name} holds more than one '@' before its host: write an '@' inside the user "
+            "name or password as %40"
+        )
+    return url
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every clawmem setting. Field ``x`` is read from ``CLAW_X`` (config key ``X``).
@@ -91,6 +104,8 @@ class Settings:
                 f"{ENV_PREFIX}RECALL_SCORING must be one of {', '.join(RECALL_SCORINGS)}, "
                 f"got {self.recall_scoring!r}"
             )
+        check_url("DATABASE_URL", self.database_url)
+        check_url("REDIS_URL", self.redis_url)
         instance = Path(self.instance_path)
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")

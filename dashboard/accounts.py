@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from typing import Any
 
 import argon2
 from argon2.exceptions import InvalidHashError, VerificationError
 from flask import current_app
-from sqlalchemy import Index, String, delete, func, select
+from sqlalchemy import Index, String, delete, func, insert, literal, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from dashboard.extensions import db
@@ -161,6 +162,33 @@ def login_blocked_for(address: str, username: str, now: float) -> float:
     if len(per_address) >= MAX_FAILURES_PER_ADDRESS:
         waits.append(per_address[-MAX_FAILURES_PER_ADDRESS] + FAILURE_WINDOW_SECONDS - now)
     return max(waits)
+
+
+def begin_attempt(address: str, username: str, now: float) -> bool:
+    """Record a sign-in attempt of ``address`` on ``username`` as a failure, unless the limits
+    are reached; return whether it was recorded (the password may then be checked).
+
+    The check and the record are one ``INSERT ... SELECT ... WHERE`` statement, and SQLite (the
+    instance database) runs one writer at a time, so concurrent attempts cannot all pass the
+    check before any is recorded. A successful sign-in clears the record (:func:`clear_failures`).
+    """
+    key, since = _failure_key(username), now - FAILURE_WINDOW_SECONDS
+    recent = LoginFailure.address == address, LoginFailure.failed_at > since
+
+    def failures(*where: Any) -> Any:
+        return select(func.count()).select_from(LoginFailure).where(*recent, *where).scalar_subquery()
+
+    attempt = select(literal(address), literal(key), literal(now)).where(
+        failures(LoginFailure.username == key) < MAX_FAILURES_PER_ACCOUNT,
+        failures() < MAX_FAILURES_PER_ADDRESS,
+    )
+    db.session.commit()  # start a fresh transaction: it must see every attempt committed so far
+    db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= since))
+    recorded = db.session.execute(
+        insert(LoginFailure).from_select(["address", "username", "failed_at"], attempt)
+    ).rowcount
+    db.session.commit()
+    return recorded == 1
 
 
 def record_failure(address: str, username: str, now: float) -> None:

@@ -14,7 +14,7 @@ from dashboard.security import check_csrf
 bp = Blueprint("auth", __name__)
 
 # Endpoints reachable without signing in. Everything else, including routes added later, is gated.
-PUBLIC_ENDPOINTS = frozenset({"auth.login", "health.healthz", "static"})
+PUBLIC_ENDPOINTS = frozenset({"auth.login", "health.healthz", "health.readyz", "static"})
 SESSION_TOKEN = "sid"
 LOGIN_ERROR = "Unknown username or wrong password."
 
@@ -41,7 +41,7 @@ def _client_address() -> str:
 def login() -> str | BaseResponse | tuple[str, int]:
     """Show the sign-in form, or check it: same error for an unknown name and a wrong password."""
     next_url = _safe_next(request.values.get("next"))
-    if request.method == "GET":
+    if request.method != "POST":  # GET, and HEAD, which must never sign anyone in
         if accounts.session_admin(session.get(SESSION_TOKEN), _now()) is not None:
             return redirect(next_url)
         return render_template("auth/login.html", next_url=next_url, error=None, username="")
@@ -49,14 +49,15 @@ def login() -> str | BaseResponse | tuple[str, int]:
     username = request.form.get("username", "")[:200]
     password = request.form.get("password", "")[:1000]
     address, now = _client_address(), _now()
-    wait = accounts.login_blocked_for(address, username, now)
-    if wait > 0:
+    # Counted as a failure before the password is checked, in one step with the limit check,
+    # so concurrent guesses cannot all slip through; a success clears it below.
+    if not accounts.begin_attempt(address, username, now):
+        wait = accounts.login_blocked_for(address, username, now)
         minutes = max(1, math.ceil(wait / 60))
         error = f"Too many failed sign-ins. Try again in {minutes} minute{'s' if minutes != 1 else ''}."
         return render_template("auth/login.html", next_url=next_url, error=error, username=username), 429
     admin = accounts.authenticate(username, password)
     if admin is None:
-        accounts.record_failure(address, username, now)
         return render_template("auth/login.html", next_url=next_url, error=LOGIN_ERROR, username=username)
     accounts.clear_failures(address, username)
     # A fresh session (and CSRF token) on sign-in, so a token planted before it is worthless.

@@ -13,7 +13,16 @@ from flask import Flask, Request, Response, abort, request, session
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from clawmem.errors import ConfigError
+
 SECRET_KEY_FILE = "secret_key"
+MIN_SECRET_KEY_CHARS = 32
+# The largest request body read: only the sign-in and sign-out forms have one, and they are tiny.
+MAX_BODY_BYTES = 64 * 1024
+# The longest query string and query value any page takes (the preview's message is the longest
+# text); anything longer, or holding a NUL, is refused before a view or the database sees it.
+MAX_QUERY_BYTES = 128 * 1024
+MAX_PARAMETER_CHARS = 20_000
 CSRF_SESSION_KEY = "csrf"
 CSRF_FIELD = "csrf_token"
 
@@ -44,9 +53,40 @@ def load_or_create_secret_key(instance_path: str | os.PathLike[str]) -> str:
         finally:
             os.unlink(temp_name)
     key = path.read_text().strip()
-    if len(key) < 32:
-        raise RuntimeError(f"{path} holds a secret key shorter than 32 characters; delete it to regenerate")
+    if len(key) < MIN_SECRET_KEY_CHARS:
+        raise RuntimeError(
+            f"{path} holds a secret key shorter than {MIN_SECRET_KEY_CHARS} characters; "
+            "delete it to regenerate"
+        )
     return key
+
+
+def check_secret_key(key: object) -> str:
+    """Return a configured ``SECRET_KEY`` (``CLAW_SECRET_KEY``); raise :class:`ConfigError` in one
+    line when it is too short to sign sessions safely."""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+    if len(text) < MIN_SECRET_KEY_CHARS:
+        raise ConfigError(
+            f"CLAW_SECRET_KEY must be at least {MIN_SECRET_KEY_CHARS} characters (got {len(text)}); "
+            "unset it to use a generated key kept in the instance folder"
+        )
+    return text
+
+
+def refuse_unusable_input() -> None:
+    """Answer 400 before any view runs when the path or a query parameter holds a NUL character
+    or a query is longer than any page takes. Bad input is the client's mistake: it must not
+    reach the database (PostgreSQL refuses NUL) and look like an outage."""
+    if len(request.query_string) > MAX_QUERY_BYTES:
+        abort(400, description="The query string is longer than any page of this dashboard takes.")
+    if "\x00" in request.path:
+        abort(400, description="The address holds a NUL character.")
+    for name, value in request.args.items(multi=True):
+        if "\x00" in name or "\x00" in value:
+            abort(400, description="A query parameter holds a NUL character.")
+        if len(value) > MAX_PARAMETER_CHARS:
+            abort(400, description=f"The query parameter {name[:40]!r} is longer than {MAX_PARAMETER_CHARS} "
+                  "characters.")
 
 
 class DashboardSessionInterface(SecureCookieSessionInterface):
@@ -100,9 +140,14 @@ def init_app(app: Flask) -> None:
     trust_proxies(app, app.config.get("TRUSTED_PROXIES", 0))
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = load_or_create_secret_key(app.instance_path)
+    else:
+        check_secret_key(app.config["SECRET_KEY"])
+    if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask's default reads any body whole
+        app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
     app.session_interface = DashboardSessionInterface()
     app.jinja_env.globals["csrf_token"] = csrf_token
     app.jinja_env.globals["CSRF_FIELD"] = CSRF_FIELD
     app.after_request(_add_headers)
+    app.before_request(refuse_unusable_input)  # registered before the sign-in gate, so it runs first

@@ -24,7 +24,7 @@ from tests.dashboard_helpers import page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
-PUBLIC = {"auth.login", "health.healthz", "static"}
+PUBLIC = {"auth.login", "health.healthz", "health.readyz", "static"}
 SIGN_IN_OUT = {"auth.login", "auth.logout"}
 ALLOWED = {"auth.login": {"GET", "HEAD", "POST"}, "auth.logout": {"POST"}}
 WRITING_HTMX = {"hx-post", "hx-put", "hx-patch", "hx-delete"}
@@ -49,6 +49,7 @@ def example_urls(app: Flask) -> dict[str, str]:
         "recall.cold": "/cold",
         "settings.index": "/settings",
         "health.healthz": "/healthz",
+        "health.readyz": "/readyz",
         "static": "/static/app.css",
         "auth.login": "/login",
         "auth.logout": "/logout",
