@@ -1,7 +1,9 @@
-# make run: the dashboard on demo data at http://127.0.0.1:5000.   make test: the whole suite.
+# make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
+# make test: the whole suite.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
+PORT ?= 5000
 
 .PHONY: run test lint venv htmx
 
@@ -23,9 +25,9 @@ run: venv htmx
 	$(FLASK) claw demo --if-new
 	$(FLASK) claw init-db
 	$(FLASK) claw create-admin --generate --if-none
-	@echo "Dashboard: http://127.0.0.1:5000  (sign in as admin; the password is printed above on"
+	@echo "Dashboard: http://127.0.0.1:$(PORT)  (sign in as admin; the password is printed above on"
 	@echo "first run, otherwise use yours or reset it with: $(FLASK) claw set-password admin)"
-	$(FLASK) run --host 127.0.0.1 --port 5000
+	$(PYTHON) -m dashboard.devserver --host 127.0.0.1 --port $(PORT)
 
 lint: venv
 	$(VENV)/bin/ruff check .

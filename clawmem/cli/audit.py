@@ -1,18 +1,25 @@
 """The audit log: one JSON line per run of a command that deletes or exports data.
 
 Each line of ``<instance>/audit.log`` (created 0600) holds the UTC time, the command, its
-arguments with subject text (user ids, match text, keys) replaced by a sha256 prefix, the dry-run
-flag, the counts and the outcome: ``ok``, ``aborted`` (the operator said no), ``refused`` (no
-terminal and no ``--yes``) or ``error``. It never holds stored content. Hashes are unkeyed so that
-an operator can later show which subject a line concerns by hashing the subject again.
+arguments with subject text (user ids, match text, keys, namespaces) replaced by a keyed hash, the
+dry-run flag, the counts and the outcome: ``ok``, ``aborted`` (the operator said no), ``refused``
+(no terminal and no ``--yes``) or ``error``. It never holds stored content.
+
+The hash is an HMAC-SHA256 under a random key kept beside the log (``<instance>/audit_key``,
+0600, made on first use): without the key, a short id such as ``cust-1001`` cannot be found by
+trying every candidate; with it, ``audit-hash TEXT`` gives the hash to look for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,14 +33,45 @@ from clawmem.cli import current_site
 from clawmem.errors import StorageError, redact
 from clawmem.sql.engine import describe_error
 
-HASH_HEX_CHARS = 16
+HASH_HEX_CHARS = 32
+HASH_PREFIX = "hmac-sha256:"
+AUDIT_KEY_FILE = "audit_key"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def subject_hash(text: str) -> str:
-    """Return ``sha256:`` and the first 16 hex digits of the SHA-256 of ``text`` (UTF-8)."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_HEX_CHARS]
+def subject_hash(text: str, key: bytes) -> str:
+    """Return ``hmac-sha256:`` and the first 32 hex digits of the HMAC-SHA256 of ``text`` (UTF-8)
+    under ``key``: the same text gives the same hash on one install, and nothing on another."""
+    digest = hmac.new(key, text.encode("utf-8", errors="surrogatepass"), hashlib.sha256).hexdigest()
+    return HASH_PREFIX + digest[:HASH_HEX_CHARS]
+
+
+def audit_key(instance_path: str | os.PathLike[str]) -> bytes:
+    """Return the install's audit key, ``<instance>/audit_key``, creating it (mode 0600, 32
+    random bytes as hex) on first use. Concurrent first runs agree on one key: it is written to
+    a private temporary file and linked into place, and a run that loses reads the winner's.
+    Raises ``OSError`` when it cannot be read or made, and ``ValueError`` for a damaged file."""
+    path = Path(instance_path) / AUDIT_KEY_FILE
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{AUDIT_KEY_FILE}.")
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_hex(32))
+            with contextlib.suppress(FileExistsError):
+                os.link(temp_name, path)
+        finally:
+            os.unlink(temp_name)
+    key = path.read_text().strip()
+    if len(key) < 32:
+        raise ValueError(f"{path} holds an audit key shorter than 32 characters; restore it from a backup")
+    return key.encode("ascii", errors="replace")
+
+
+def running_audit_key() -> bytes:
+    """Return the audit key of the running command's install."""
+    return audit_key(current_site().audit_path.parent)
 
 
 class Refused(click.ClickException):
@@ -125,16 +163,26 @@ def one_line_errors(function: F) -> F:
 def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
     """Wrap a command body ``body(entry, **params)`` so that every run appends one audit line.
 
-    Parameters named in ``hashed`` are logged as :func:`subject_hash` values. Expected failures
-    (database, driver, file system, bad values) become a one-line ``Error:`` and exit 1.
+    Parameters named in ``hashed`` are logged as :func:`subject_hash` values under the install's
+    audit key. Expected failures (database, driver, file system, bad values) become a one-line
+    ``Error:`` and exit 1.
     """
     secret = frozenset(hashed)
 
     def decorate(body: F) -> F:
         @functools.wraps(body)
         def run(**params: Any) -> None:
+            try:
+                site = current_site()
+            except EXPECTED_FAILURES as exc:  # a setting that cannot be used: one line, nothing run
+                raise click.ClickException(describe_failure(exc)) from None
+            needs_key = any(isinstance(params.get(name), str) for name in secret)
+            try:
+                key = audit_key(site.audit_path.parent) if needs_key else b""
+            except (OSError, ValueError) as exc:
+                raise click.ClickException(f"cannot read the audit key: {describe_failure(exc)}") from None
             arguments = {
-                name: subject_hash(value) if name in secret and isinstance(value, str) else value
+                name: subject_hash(value, key) if name in secret and isinstance(value, str) else value
                 for name, value in params.items()
             }
             entry = AuditEntry(command, arguments, dry_run=bool(params.get("dry_run", False)))

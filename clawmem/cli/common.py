@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import click
@@ -117,6 +118,27 @@ def confirm_deletion(question: str, yes: bool, nothing_to_delete: bool = False) 
     click.confirm(question, default=False, abort=True)
 
 
+def shown(text: object) -> str:
+    """Return stored text (a key, a namespace, an id another program may have written) for a
+    terminal or a log: control, format and separator characters (an escape sequence, a
+    right-to-left override, a newline) are written as ``\\x1b``-style escapes, never sent raw."""
+    return "".join(_escape(char) if unicodedata.category(char) in _UNSHOWN else char for char in str(text))
+
+
+def format_moment(moment: object) -> str:
+    """Return a time read from a table as ``2024-05-01 12:03:04``, or ``unreadable time`` for
+    what another program stored there that is not one (a zero date, ``'soon'``)."""
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if isinstance(moment, datetime) else "unreadable time"
+
+
+_UNSHOWN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def plural(count: int, noun: str) -> str:
     """Return ``"1 conversation"`` / ``"3 conversations"``, ``"2 memory entries"``, ``"2 batches"``."""
     if count == 1:
@@ -153,7 +175,7 @@ def batch_progress(
             )
         if verbose:
             for conversation_id in batch.conversation_ids:
-                click.echo(f"  deleted conversation {conversation_id}")
+                click.echo(f"  deleted conversation {shown(conversation_id)}")
 
     try:
         yield report

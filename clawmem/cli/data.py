@@ -22,10 +22,13 @@ from clawmem.cli.common import (
     check_namespace,
     confirm_deletion,
     deleting_options,
+    format_moment,
     plural,
+    shown,
 )
 from clawmem.conversations import validate_conversation_id
-from clawmem.errors import InvalidKey
+from clawmem.errors import InvalidKey, InvalidNamespace
+from clawmem.memory.rules import validate_namespace
 from clawmem.sql.conversations import ORDER_COLUMNS
 from clawmem.sql.retention import parse_window
 
@@ -74,7 +77,7 @@ def _check_conversation(ctx: click.Context, param: click.Parameter, value: str |
     help="Delete this conversation and its messages instead of a key.",
 )
 @deleting_options(listing=None)
-@audited("forget", hashed=("key",))
+@audited("forget", hashed=("key", "namespace"))
 def forget(
     entry: AuditEntry, key: str | None, namespace: str, conversation: str | None, dry_run: bool, yes: bool
 ) -> None:
@@ -122,17 +125,34 @@ def forget(
 
 
 @click.command("flush")
-@click.option("--namespace", "-n", required=True, callback=check_namespace, help="The namespace to empty.")
+@click.option("--namespace", "-n", required=True, help="The namespace to empty.")
 @deleting_options(listing="Also list the keys that go.")
-@audited("flush")
+@audited("flush", hashed=("namespace",))
 def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: bool) -> None:
     """Delete every entry of a key/value namespace.
 
-    Expired entries go too. Conversations are not in namespaces of the key/value store: delete
-    them with `forget --conversation`, `prune` or `erase`.
+    Expired entries go too. A namespace that breaks today's naming rule is accepted only when
+    rows are stored under it (another program wrote them); quote it for the shell.
+    Conversations are not in namespaces of the key/value store: delete them with `forget
+    --conversation`, `prune` or `erase`.
     """
     site = current_site()
-    preview = operations.flush_namespace(site, namespace, dry_run=True)
+    try:
+        validate_namespace(namespace)
+        breaks_rule = None
+    except InvalidNamespace as exc:
+        breaks_rule = exc
+    try:
+        preview = operations.flush_namespace(site, namespace, dry_run=True)
+    except ValueError as exc:  # text no backend can store, such as a NUL
+        raise click.BadParameter(str(exc), param_hint="'--namespace'") from None
+    if breaks_rule is not None:
+        if not preview.entries:
+            raise click.BadParameter(str(breaks_rule), param_hint="'--namespace'")
+        click.echo(
+            f"namespace {namespace!r} breaks today's naming rule ({breaks_rule}); another program "
+            "wrote its rows, which are deleted as stored"
+        )
     total = len(preview.entries)
     entry.counts = {"keys": 0}
     if dry_run:
@@ -142,7 +162,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
         )
         if verbose:
             for _, key in preview.entries:
-                click.echo(f"  {namespace}/{key}")
+                click.echo(f"  {shown(namespace)}/{shown(key)}")
         return
     confirm_deletion(f"Delete {plural(total, 'entry')} of namespace {namespace!r}?", yes, total == 0)
     done = operations.flush_namespace(site, namespace)
@@ -184,7 +204,7 @@ def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
 
 def _print_namespace_counts(counts: dict[str, int], verb: str) -> None:
     for namespace in sorted(counts):
-        click.echo(f"  {namespace}: {verb} {counts[namespace]}")
+        click.echo(f"  {shown(namespace)}: {verb} {counts[namespace]}")
 
 
 # -- prune ------------------------------------------------------------------------------------
@@ -252,7 +272,7 @@ def prune(
         click.echo(f"would delete {summary} (dry run: nothing deleted)")
         if verbose:
             for conversation_id, moment in operations.conversations_to_prune(site, window.delta, by):
-                click.echo(f"  {conversation_id}  {by} {moment:%Y-%m-%d %H:%M:%S}")
+                click.echo(f"  {shown(conversation_id)}  {by} {format_moment(moment)}")
         return
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=preview.conversations == 0)
     with batch_progress(preview.conversations, entry, verbose, "pruning") as on_batch:

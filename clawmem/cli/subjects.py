@@ -19,8 +19,8 @@ import click
 
 from clawmem import operations
 from clawmem.cli import current_site
-from clawmem.cli.audit import AuditEntry, audited, subject_hash
-from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural
+from clawmem.cli.audit import AuditEntry, audited, running_audit_key, subject_hash
+from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
 from clawmem.subjects import Subject
 
 
@@ -103,6 +103,12 @@ def export(
         f"{plural(exported.messages, 'message')}, {plural(exported.memory, 'memory entry')}",
         err=True,
     )
+    if exported.unreadable:
+        click.echo(
+            f"{plural(exported.unreadable, 'row')} could not be read whole (another program wrote them): "
+            'exported as stored and listed under "unreadable"',
+            err=True,
+        )
 
 
 # -- erase ------------------------------------------------------------------------------------
@@ -147,7 +153,9 @@ def erase(
     site = current_site()
     preview = operations.erase_subject(site, subject, dry_run=True)
     label = "user id" if user_id is not None else "match"
-    click.echo(f"subject: {label} {subject.text!r} (audit log: {subject_hash(subject.text)})")
+    # Never the subject itself: this output ends up in cron logs. The audit-hash command gives
+    # the same hash for a subject on this install.
+    click.echo(f"subject: {label} {subject_hash(subject.text, running_audit_key())} (as in the audit log)")
     summary = (
         f"{plural(preview.conversations, 'conversation')}, {plural(preview.messages, 'message')} "
         f"and {plural(len(preview.entries), 'memory entry')}"
@@ -158,9 +166,9 @@ def erase(
         click.echo(f"would delete {summary} (dry run: nothing deleted)")
         if verbose:
             for conversation_id in operations.subject_conversation_ids(site, subject):
-                click.echo(f"  conversation {conversation_id}")
+                click.echo(f"  conversation {shown(conversation_id)}")
             for namespace, key in preview.entries:
-                click.echo(f"  memory {namespace}/{key}")
+                click.echo(f"  memory {shown(namespace)}/{shown(key)}")
         return
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=preview.nothing)
     with batch_progress(preview.conversations, entry, verbose, "erasing") as on_batch:
@@ -168,11 +176,35 @@ def erase(
     entry.counts = done.counts()
     if verbose:
         for namespace, key in done.entries:
-            click.echo(f"  deleted memory {namespace}/{key}")
+            click.echo(f"  deleted memory {shown(namespace)}/{shown(key)}")
     click.echo(
         f"deleted {plural(done.conversations, 'conversation')}, {plural(done.messages, 'message')} "
         f"and {plural(len(done.entries), 'memory entry')}"
     )
 
 
-COMMANDS = [export, erase]
+# -- audit-hash -------------------------------------------------------------------------------
+
+
+@click.command("audit-hash")
+@click.argument("text", required=False)
+def audit_hash(text: str | None) -> None:
+    """Print the hash the audit log holds for TEXT on this install.
+
+    The audit log never holds a subject (user id, match text, key, namespace), only its keyed
+    hash, so a line cannot be traced back without this install's audit key. To find a
+    subject's lines: grep "$(clawmem audit-hash cust-1001)" instance/audit.log. Without TEXT,
+    one line is read from stdin, which keeps the subject out of the shell's history.
+    """
+    if text is None:
+        text = sys.stdin.readline().rstrip("\r\n")
+    if not text:
+        raise click.UsageError("give the TEXT to hash, as an argument or one line on stdin")
+    try:
+        key = running_audit_key()
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read the audit key: {exc}") from None
+    click.echo(subject_hash(text, key))
+
+
+COMMANDS = [export, erase, audit_hash]

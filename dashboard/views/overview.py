@@ -13,7 +13,7 @@ from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
 from clawmem.sql.schema import tables
 from dashboard import state
-from dashboard.views.rendering import format_bytes, format_time, render_page
+from dashboard.views.rendering import format_bytes, format_time, render_page, shell_command
 
 bp = Blueprint("overview", __name__)
 
@@ -26,17 +26,22 @@ def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict
         report["age_days"] = (now - oldest).days
         if days is not None:
             report["beyond"] = oldest < now - timedelta(days=days)
-            report["command"] = f"flask claw prune --older-than {days}d --dry-run"
+            report["command"] = shell_command(
+                "flask", "claw", "prune", "--older-than", f"{days}d", "--dry-run"
+            )
     return report
 
 
-def _deletion_commands() -> list[str]:
+def _deletion_commands() -> dict[str, Any]:
+    # Namespaces come from the table, so any text can be one: every word is quoted for the shell.
     namespaces = state.driver().namespaces()
-    commands = ["flask claw prune --older-than 1h --dry-run  (every conversation written until an hour ago)"]
-    commands += [f"flask claw flush --namespace {name} --dry-run" for name in namespaces[:MAX_LISTED]]
-    if len(namespaces) > MAX_LISTED:
-        commands.append(f"… and the same for {len(namespaces) - MAX_LISTED} more namespaces (see Memory)")
-    return commands
+    commands = [{"command": shell_command("flask", "claw", "prune", "--older-than", "1h", "--dry-run"),
+                 "note": "every conversation written until an hour ago"}]
+    commands += [
+        {"command": shell_command("flask", "claw", "flush", "--namespace", name, "--dry-run"), "note": ""}
+        for name in namespaces[:MAX_LISTED]
+    ]
+    return {"listed": commands, "more_namespaces": max(0, len(namespaces) - MAX_LISTED)}
 
 
 @bp.get("/")
@@ -69,7 +74,7 @@ def index() -> str:
         "memory_rows": memory_counts["total"],
         "newest": format_time(newest),
         "memory_newest": format_time(driver.newest_write()),
-        "commands": [] if settings.store_messages else _deletion_commands(),
+        "commands": None if settings.store_messages else _deletion_commands(),
     }
     return render_page(
         "overview/index.html",

@@ -10,7 +10,7 @@ from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
 from clawmem.settings import ENV_PREFIX, Settings
 from dashboard import state
-from dashboard.views.rendering import render_page
+from dashboard.views.rendering import render_page, shell_command
 
 bp = Blueprint("settings", __name__)
 
@@ -46,26 +46,33 @@ def shown_value(value: Any) -> str:
 
 
 def deletion_commands(settings: Settings) -> list[dict[str, str]]:
-    """Return the ``flask claw`` commands for each deletion task, with what each one does."""
+    """Return the ``flask claw`` commands for each deletion task, with what each one does; every
+    word is quoted for the shell (the capitalised words are for the operator to fill in)."""
     window = f"{settings.retention_days}d" if settings.retention_days else "90d"
+    claw = ("flask", "claw")
     return [
-        {"task": "Delete one memory key", "command": "flask claw forget KEY --namespace NAMESPACE"},
+        {"task": "Delete one memory key",
+         "command": shell_command(*claw, "forget", "KEY", "--namespace", "NAMESPACE")},
         {"task": "Delete one conversation and its messages",
-         "command": "flask claw forget --conversation CONVERSATION_ID"},
-        {"task": "Delete every key of a namespace", "command": "flask claw flush --namespace NAMESPACE"},
+         "command": shell_command(*claw, "forget", "--conversation", "CONVERSATION_ID")},
+        {"task": "Delete every key of a namespace",
+         "command": shell_command(*claw, "flush", "--namespace", "NAMESPACE")},
         {"task": "Delete every conversation written until an hour ago, with its messages",
-         "command": "flask claw prune --older-than 1h --dry-run"},
-        {"task": "Delete expired keys (see first what would go)", "command": "flask claw sweep --dry-run"},
+         "command": shell_command(*claw, "prune", "--older-than", "1h", "--dry-run")},
+        {"task": "Delete expired keys (see first what would go)",
+         "command": shell_command(*claw, "sweep", "--dry-run")},
         {"task": "Apply the retention window to conversations",
-         "command": f"flask claw prune --older-than {window} --dry-run"},
+         "command": shell_command(*claw, "prune", "--older-than", window, "--dry-run")},
         {"task": "Export everything about a subject",
-         "command": "flask claw export --user-id SUBJECT_ID --output subject.json"},
+         "command": shell_command(*claw, "export", "--user-id", "SUBJECT_ID", "--output", "subject.json")},
         {"task": "Erase a subject (conversations, messages, matching memory)",
-         "command": "flask claw erase --user-id SUBJECT_ID --dry-run"},
+         "command": shell_command(*claw, "erase", "--user-id", "SUBJECT_ID", "--dry-run")},
         {"task": "Erase every mention of a text, such as an email address",
-         "command": "flask claw erase --match TEXT --dry-run"},
+         "command": shell_command(*claw, "erase", "--match", "TEXT", "--dry-run")},
+        {"task": "Find a subject's lines in the audit log (it holds only keyed hashes)",
+         "command": shell_command(*claw, "audit-hash", "SUBJECT_ID")},
         {"task": "Remove clawmem's tables and data from this site",
-         "command": "flask claw uninstall --dry-run"},
+         "command": shell_command(*claw, "uninstall", "--dry-run")},
     ]
 
 
