@@ -41,7 +41,9 @@ def _check_schema(settings: Settings) -> None:
         check_shape(engine_for(settings.database_url), settings.table_prefix, settings.schema)
     except sa.exc.SQLAlchemyError as exc:
         log = logging.getLogger(__name__)
-        log.warning("could not check the tables' shape at start: %s", type(exc).__name__)
+        # Said once a page or command reaches the database; a warning here would add a line
+        # to every command's one-line error.
+        log.info("could not check the tables' shape at start: %s", type(exc).__name__)
 
 
 def create_app(test_config: dict[str, Any] | None = None, instance_path: str | None = None) -> Flask:
