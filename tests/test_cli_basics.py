@@ -555,7 +555,7 @@ def test_the_audit_log_is_private_and_gets_one_line_per_run(sqlite_app: Flask, c
     lines = audit_lines(sqlite_app)
     assert [line["command"] for line in lines] == ["sweep", "forget", "erase", "erase", "prune"]
     assert lines[0]["time"] == "2023-11-14T22:14:20+00:00"  # the app's clock, in UTC
-    assert lines[1]["arguments"]["key"].startswith("sha256:")
+    assert lines[1]["arguments"]["key"].startswith("hmac-sha256:")
     assert lines[2]["arguments"]["user_id"] == lines[3]["arguments"]["user_id"]
     assert lines[2]["counts"]["conversations"] == 1 and lines[3]["counts"] == {
         "conversations": 0,

@@ -27,7 +27,7 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clawmem.cli.audit import subject_hash
+from clawmem.cli.audit import audit_key, subject_hash
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
@@ -594,6 +594,7 @@ def test_the_console_script_exports_and_erases_a_subject_unattended(
         ("export", "ok"),
         ("export", "ok"),
     ]
-    assert lines[3]["arguments"]["user_id"] == subject_hash(SUBJECT) != lines[1]["arguments"]["user_id"]
+    hashed = subject_hash(SUBJECT, audit_key(instance))
+    assert lines[3]["arguments"]["user_id"] == hashed != lines[1]["arguments"]["user_id"]
     assert lines[3]["counts"] == {"conversations": 2, "messages": 5, "memory": 7}
     assert SUBJECT not in log_file.read_text()
