@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +31,7 @@ from clawmem.memory.rules import (
 from clawmem.php import json_encode as php_json_encode
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql import conversations as sql
-from clawmem.sql.conversations import ConversationSummary, MessageRecord, StoredMessage
+from clawmem.sql.conversations import Conversation, ConversationSummary, MessageRecord, StoredMessage
 from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
 from clawmem.sql.paging import Page, check_limit, moment_key, page_of
 
@@ -45,25 +44,6 @@ _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
 
 Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A conversation as :meth:`ConversationLog.load` returns it: its row and its messages in
-    (created_at, id) order, from the newest ``summary`` checkpoint on when there is one.
-
-    ``unreadable`` says which columns of the row could not be read (another program's row).
-    """
-
-    id: str
-    namespace: str
-    user_id: str
-    title: str | None
-    metadata: Any
-    created_at: datetime | None
-    updated_at: datetime | None
-    messages: tuple[StoredMessage, ...]
-    unreadable: str | None = None
 
 
 def validate_conversation_id(conversation_id: object) -> str:

@@ -23,12 +23,13 @@ from clawmem.memory.file import site_directory as file_site_directory
 from clawmem.memory.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql import sizes
+from clawmem.sql.conversations import Conversation
 from clawmem.sql.engine import after_erasure
 from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.retention import Batch, count_conversations, delete_in_batches, iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import create_tables
-from clawmem.sql.subjects import ConversationRecord, conversations_where, iter_conversations
+from clawmem.sql.subjects import conversations_where, iter_conversations
 from clawmem.subjects import Subject, mention_pattern, mentions, subject_namespace
 
 EXPORT_FORMAT = "clawmem-export/1"
@@ -157,7 +158,7 @@ def _subject_where(site: Site, subject: Subject) -> Any:
     )
 
 
-def subject_conversations(site: Site, subject: Subject) -> Iterator[ConversationRecord]:
+def subject_conversations(site: Site, subject: Subject) -> Iterator[Conversation]:
     """Yield the subject's conversations, oldest first, each with all its messages (summaries
     and recall records included), one page at a time."""
     return iter_conversations(site.engine, site.prefix, _subject_where(site, subject))
@@ -193,7 +194,7 @@ def _unreadable(document: dict[str, Any], reason: str | None) -> dict[str, Any]:
     return document
 
 
-def conversation_document(conversation: ConversationRecord) -> dict[str, Any]:
+def conversation_document(conversation: Conversation) -> dict[str, Any]:
     """Return one conversation with its messages as the export writes it. A column that could
     not be read is given as stored (a time as ``null``) and named under ``unreadable``."""
     return _unreadable(
@@ -243,7 +244,7 @@ def entry_document(row: MemoryRow, now: int) -> dict[str, Any]:
     )
 
 
-def unreadable_rows(conversation: ConversationRecord) -> list[dict[str, str]]:
+def unreadable_rows(conversation: Conversation) -> list[dict[str, str]]:
     """Return the conversation's row and message rows that could not be read whole, by id."""
     found = []
     if conversation.unreadable:

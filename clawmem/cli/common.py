@@ -12,7 +12,6 @@ from typing import Any, NamedTuple, TypeVar
 import click
 
 from clawmem.cli.audit import AuditEntry, Refused
-from clawmem.errors import InvalidKey, InvalidNamespace
 from clawmem.memory.rules import validate_key, validate_namespace
 from clawmem.sql.retention import Batch, parse_window
 
@@ -43,24 +42,26 @@ class WindowType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def check_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Click callback: the namespace rule of the memory contract, as a usage error."""
-    if value is None:
-        return None
-    try:
-        return validate_namespace(value)
-    except InvalidNamespace as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+Callback = Callable[[click.Context, click.Parameter, "str | None"], "str | None"]
 
 
-def check_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Click callback: the key rule of the memory contract, as a usage error."""
-    if value is None:
-        return None
-    try:
-        return validate_key(value)
-    except InvalidKey as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+def checked_by(rule: Callable[[str], str]) -> Callback:
+    """Return a click callback that applies ``rule`` (a validator of the core) to an option's
+    value, making its ``ValueError`` a usage error (exit 2); an absent value passes."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return rule(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return check
+
+
+check_namespace = checked_by(validate_namespace)  # the namespace rule of the memory contract
+check_key = checked_by(validate_key)  # the key rule of the memory contract
 
 
 def check_text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -20,6 +20,7 @@ from clawmem.cli.common import (
     batch_progress,
     check_key,
     check_namespace,
+    checked_by,
     confirm_deletion,
     deleting_options,
     format_moment,
@@ -27,7 +28,7 @@ from clawmem.cli.common import (
     shown,
 )
 from clawmem.conversations import validate_conversation_id
-from clawmem.errors import InvalidKey, InvalidNamespace
+from clawmem.errors import InvalidNamespace
 from clawmem.memory.rules import validate_namespace
 from clawmem.sql.conversations import ORDER_COLUMNS
 from clawmem.sql.retention import parse_window
@@ -43,15 +44,6 @@ def _batch_size_option(function: Any) -> Any:
         show_default=True,
         help="Conversations per transaction; a killed run loses at most one uncommitted batch.",
     )(function)
-
-
-def _check_conversation(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return validate_conversation_id(value)
-    except InvalidKey as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 # -- forget -----------------------------------------------------------------------------------
@@ -73,7 +65,7 @@ def _check_conversation(ctx: click.Context, param: click.Parameter, value: str |
 )
 @click.option(
     "--conversation",
-    callback=_check_conversation,
+    callback=checked_by(validate_conversation_id),
     help="Delete this conversation and its messages instead of a key.",
 )
 @deleting_options(listing=None)

@@ -76,6 +76,25 @@ class ConversationSummary:
     raw_created_at: Any = field(default=None, repr=False, compare=False)
 
 
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation row with its messages in (created_at, id) order: all of them for an export,
+    from the newest ``summary`` checkpoint on for a turn (:meth:`clawmem.ConversationLog.load`).
+
+    ``unreadable`` says which columns of the row could not be read (another program's row).
+    """
+
+    id: str
+    namespace: str
+    user_id: str
+    title: str | None
+    metadata: Any
+    created_at: datetime | None
+    updated_at: datetime | None
+    messages: tuple[StoredMessage, ...]
+    unreadable: str | None = None
+
+
 # -- writing --------------------------------------------------------------------------------
 
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.sql.conversations import StoredMessage, conversation_fields, load_messages
+from clawmem.sql.conversations import Conversation, StoredMessage, conversation_fields, load_messages
 from clawmem.sql.exact import contains, equals_exactly
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
@@ -84,24 +82,9 @@ def memory_where(prefix: str, text: str, shape: str = CLAWMEM_SCHEMA) -> sa.Colu
 # -- reading ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ConversationRecord:
-    """One conversation of a subject with all its messages, oldest first."""
-
-    id: str
-    namespace: str
-    user_id: str
-    title: str | None
-    metadata: Any
-    created_at: datetime | None
-    updated_at: datetime | None
-    messages: list[StoredMessage]
-    unreadable: str | None = None
-
-
 def iter_conversations(
     engine: Engine, prefix: str, where: sa.ColumnElement[bool], page_size: int = PAGE_SIZE
-) -> Iterator[ConversationRecord]:
+) -> Iterator[Conversation]:
     """Yield every conversation matching ``where``, oldest first, each with all its messages.
 
     Reads ``page_size`` conversations at a time (keyset on created_at, id), so memory use is
@@ -109,11 +92,11 @@ def iter_conversations(
     """
     conversations = tables(prefix).conversations
 
-    def with_messages(conn: Connection, rows: list[Any]) -> list[ConversationRecord]:
+    def with_messages(conn: Connection, rows: list[Any]) -> list[Conversation]:
         grouped: dict[str, list[StoredMessage]] = {row.id: [] for row in rows}
         for message in load_messages(conn, prefix, list(grouped)):
             grouped[message.conversation_id].append(message)
-        return [ConversationRecord(**conversation_fields(row), messages=grouped[row.id]) for row in rows]
+        return [Conversation(**conversation_fields(row), messages=tuple(grouped[row.id])) for row in rows]
 
     columns = [conversations.c.created_at, conversations.c.id]
     select = sa.select(conversations).where(where)
