@@ -59,9 +59,11 @@ class Candidates:
     slots: np.ndarray
     scores: np.ndarray
     zero_overlap: int
-    keys: list[str]  # the index's keys by slot: it only appends to this list, or replaces it whole
-    ranks: np.ndarray  # per candidate, the rank of its key
-    sizes: np.ndarray  # per candidate, the size of its injection line
+    # The index's per-slot data as of the query. It writes a slot's key, rank and line size
+    # once, and never in place after that: it renumbers ranks or compacts into new ones.
+    keys: list[str]
+    rank: np.ndarray
+    line_size: np.ndarray
     postings: dict[str, np.ndarray]  # per query word: never changed in place, only replaced
     _slot_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
@@ -73,17 +75,28 @@ class Candidates:
         ``(key, score, line bytes)``."""
         if count <= 0 or not self.slots.size:
             return []
-        ranks = self.ranks - self.ranks.min()
+        slots, scores = self.slots, self.scores
+        if count < slots.size:
+            # Only the best scores can hold the first ``count``: the lowest of them is the
+            # highest score that at least ``count`` candidates reach.
+            at_least = np.cumsum(np.bincount(scores)[::-1])  # candidates scoring max, max-1, ...
+            lowest = at_least.size - 1 - int(np.searchsorted(at_least, count))
+            if lowest > 1:
+                best = np.flatnonzero(scores >= lowest)
+                slots, scores = slots[best], scores[best]
+        ranks = self.rank[slots]
+        ranks = ranks - ranks.min()
         # Scores are small integers and ranks span less than ``ceiling``, and neighbouring
         # ranks differ by more than a float's error at this size: one exact sort key.
         ceiling = float(ranks.max()) + 1.0
-        order_key = -self.scores.astype(np.float64) * ceiling + ranks
-        if count < self.slots.size:
+        order_key = -scores.astype(np.float64) * ceiling + ranks
+        if count < slots.size:
             chosen = np.argpartition(order_key, count - 1)[:count]
         else:
-            chosen = np.arange(self.slots.size)
+            chosen = np.arange(slots.size)
         chosen = chosen[np.argsort(order_key[chosen], kind="stable")]
-        slots, scores, sizes = self.slots[chosen], self.scores[chosen], self.sizes[chosen]
+        slots, scores = slots[chosen], scores[chosen]
+        sizes = self.line_size[slots]
         found = []
         for slot, score, size in zip(slots.tolist(), scores.tolist(), sizes.tolist(), strict=True):
             key = self.keys[slot]
@@ -100,9 +113,11 @@ class Candidates:
         found: dict[str, list[str]] = {key: [] for key in keys}
         for word in words:
             postings = self.postings.get(word)
-            if postings is None:
+            if postings is None or not postings.size:
                 continue
-            for key, present in zip(keys, np.isin(slots, postings).tolist(), strict=True):
+            # Postings are in ascending slot order: a binary search per key, not a pass over them.
+            at = np.minimum(np.searchsorted(postings, slots), postings.size - 1)
+            for key, present in zip(keys, (postings[at] == slots).tolist(), strict=True):
                 if present:
                     found[key].append(word)
         return {key: tuple(matched) for key, matched in found.items()}
@@ -259,8 +274,11 @@ class WordIndex:
             self._renumber_ranks()
 
     def _renumber_ranks(self) -> None:
+        # Into a new array: the candidates of earlier queries still read the old one.
+        rank = self.rank.copy()
         for position, key in enumerate(self.sorted_keys):
-            self.rank[self.slot_of[key]] = float(position)
+            rank[self.slot_of[key]] = float(position)
+        self.rank = rank
 
     def _merge(self, word: str) -> None:
         waiting = self.pending.pop(word, None)
@@ -298,7 +316,9 @@ class WordIndex:
     # -- reading ----------------------------------------------------------------------------
 
     def postings_of(self, word: str) -> np.ndarray | None:
-        """Return the slots (live or dead) whose entry holds ``word``, or ``None``."""
+        """Return the slots (live or dead) whose entry holds ``word`` in ascending order, or
+        ``None``. (New slots are numbered above every other, so appending keeps the order, and
+        compaction numbers the slots it keeps in the same order.)"""
         with self.lock:
             if word in self.pending:
                 self._merge(word)
@@ -327,9 +347,7 @@ class WordIndex:
             else:
                 slots = scores = np.empty(0, dtype=np.int64)
             zero_overlap = int(np.count_nonzero(live)) - int(slots.size)
-            return Candidates(
-                self, slots, scores, zero_overlap, self.keys, self.rank[slots], self.line_size[slots], found
-            )
+            return Candidates(self, slots, scores, zero_overlap, self.keys, self.rank, self.line_size, found)
 
     def confirm(self, keys: Iterable[str], rows: Mapping[str, Any], now: int) -> bool:
         """Check indexed ``keys`` against ``rows`` just read from the backend (objects with
