@@ -586,6 +586,27 @@ def test_a_report_read_after_the_index_changed_still_describes_its_turn(clock: F
     assert len(result.decisions) == 3000 and result.zero_overlap == 0
 
 
+def test_postings_stay_in_ascending_slot_order() -> None:
+    # Candidates.matched binary-searches them: loading, appending and compacting keep the order.
+    import numpy as np
+
+    from clawmem.memory.index import WordIndex
+
+    index = WordIndex("notes")
+    index.load((f"k{number:04d}", f"tea w{number % 7} w{number % 11}", None) for number in range(3000))
+    for number in range(3000):
+        if number % 3:
+            index.remove(f"k{number:04d}")
+    assert index.size < 3000  # compacted
+    for number in range(0, 3000, 2):
+        index.put(f"k{number:04d}", f"coffee w{number % 5}", None)
+    for number in range(2000):
+        index.put(f"new{number:04d}", f"tea w{number % 3}", None)
+    for word in list(index.postings) + list(index.pending):
+        postings = index.postings_of(word)
+        assert postings is not None and bool(np.all(np.diff(postings) > 0)), word
+
+
 def test_sqlite_drivers_on_one_engine_leave_its_pool_alone(tmp_path: Path, clock: FakeClock) -> None:
     # Each SQLite driver watches PRAGMA data_version on a connection it keeps; that connection
     # must not be one of the pool's, or a few drivers on a shared engine exhaust it.
