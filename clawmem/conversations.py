@@ -131,6 +131,12 @@ def check_messages(
     return records
 
 
+def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMessage]:
+    """Return the first ``limit`` of ``rows`` (read in order, ``limit + 1`` of them when there are
+    more) as a page of messages, with the cursor that continues after it."""
+    return page_of(rows, limit, lambda m: [moment_key(m.created_at, m.raw_created_at), m.id])
+
+
 class ConversationLog:
     """The conversations and messages tables of one site (``prefix``), for writing and reading.
 
@@ -329,7 +335,7 @@ class ConversationLog:
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor)
-        return page_of(rows, limit, lambda m: [moment_key(m.created_at, m.raw_created_at), m.id])
+        return message_page_of(rows, limit)
 
     def turn(
         self, conversation_id: str, message_id: str

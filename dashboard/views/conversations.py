@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, abort, request, url_for
 
 from clawmem.compaction import analyse, configured_thresholds, estimate_tokens
-from clawmem.conversations import ConversationLog
+from clawmem.conversations import ConversationLog, message_page_of
 from clawmem.pipeline import provider_history
 from clawmem.sql.conversations import ConversationSummary, StoredMessage
 from clawmem.sql.paging import Page
@@ -28,7 +28,7 @@ from dashboard.views.turns import recall_rows, turn_preview
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 
 PAGE_SIZE = 50
-MESSAGE_PAGE_SIZE = 200
+MESSAGE_PAGE_SIZE = 100
 ANALYSIS_LIMIT = 5000  # messages read for the compaction analysis of one conversation
 NOT_SAID = ("summary", "recall")  # rows the analysis leaves out: not part of what the model said
 THRESHOLD_NAMES = {"messages": "message count", "tokens": "token estimate"}
@@ -207,11 +207,12 @@ def detail(conversation_id: str) -> str:
     max_messages = int_arg("max_messages", settings.compact_max_messages, 0, 1_000_000)
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
-    page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
-    if cursor is None and page.next_cursor is None:
-        history: list[StoredMessage] | None = page.items  # the first page is the whole history
+    history = _full_history(store, conversation_id, conversation.message_count)
+    if cursor is None and history is not None:
+        # The history was read whole for the analysis: the first page is its start.
+        page = message_page_of(history[: MESSAGE_PAGE_SIZE + 1], MESSAGE_PAGE_SIZE)
     else:
-        history = _full_history(store, conversation_id, conversation.message_count)
+        page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
     analysis = _analysis(history, max_messages, max_tokens) if history is not None else None
     positions = {message.id: index for index, message in enumerate(history or [], start=1)}
     given = recall_rows([message for message in page.items if message.role == "recall"])
