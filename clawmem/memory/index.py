@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,19 @@ def line_bytes(key: str, text: str) -> int:
 
 def fingerprint(value: Any, expires_at: int | None) -> int:
     """Return what tells two stored states of an entry apart: its value text and its expiry."""
-    return hash((type(value).__name__, text_of(value), expires_at))
+    return _fingerprint(value, text_of(value), expires_at)
+
+
+def _fingerprint(value: Any, text: str, expires_at: int | None) -> int:
+    return hash((type(value).__name__, text, expires_at))
+
+
+class _Numbering(dict[str, int]):
+    """Numbers words in the order they are first looked up."""
+
+    def __missing__(self, word: str) -> int:
+        number = self[word] = len(self)
+        return number
 
 
 @dataclass(frozen=True)
@@ -184,43 +197,50 @@ class WordIndex:
                 self.remove(key)
 
     def load(self, entries: Iterable[tuple[str, Any, int | None]]) -> None:
-        """Replace the whole index with ``entries`` (key, value, expires_at) in one pass."""
+        """Replace the whole index with ``entries`` (key, value, expires_at) in one pass.
+
+        Words are numbered as they are read and postings kept as machine integers, so a load
+        holds a few bytes per posting, never a Python object per posting.
+        """
         with self.lock:
             self.clear()
-            pairs_words: list[str] = []
-            pairs_slots: list[int] = []
+            vocabulary = _Numbering()
+            word_ids = array("i")  # the words of every entry, in slot order
+            word_counts = array("i")  # per slot, how many
+            expires = array("q")
+            sizes = array("q")
+            keys, slot_of, prints = self.keys, self.slot_of, self.prints
             for key, value, expires_at in entries:
-                if key in self.slot_of:
+                if key in slot_of:
                     continue
                 text = text_of(value)
-                slot = len(self.keys)
-                self.slot_of[key] = slot
-                self.keys.append(key)
-                self.prints.append(fingerprint(value, expires_at))
-                self._ensure(slot + 1)
-                self.expires[slot] = NEVER if expires_at is None else expires_at
-                self.line_size[slot] = line_bytes(key, text)
-                self.alive[slot] = True
-                for word in entry_words(key, text):
-                    pairs_words.append(word)
-                    pairs_slots.append(slot)
-            self.size = len(self.keys)
-            self.sorted_keys = sorted(self.slot_of)
+                slot_of[key] = len(keys)
+                keys.append(key)
+                prints.append(_fingerprint(value, text, expires_at))
+                expires.append(NEVER if expires_at is None else expires_at)
+                sizes.append(line_bytes(key, text))
+                words = entry_words(key, text)
+                word_counts.append(len(words))
+                word_ids.extend(map(vocabulary.__getitem__, words))
+            count = len(keys)
+            self._ensure(count)
+            self.expires[:count] = np.asarray(expires, dtype=np.int64)
+            self.line_size[:count] = np.asarray(sizes, dtype=np.int64)
+            self.alive[:count] = True
+            self.size = count
+            self.sorted_keys = sorted(slot_of)
             self._renumber_ranks()
-            self._build_postings(pairs_words, pairs_slots)
+            if word_ids:
+                slot_ids = np.repeat(np.arange(count, dtype=np.int32), np.asarray(word_counts))
+                self._build_postings(list(vocabulary), np.asarray(word_ids, dtype=np.int32), slot_ids)
 
-    def _build_postings(self, words: list[str], slots: list[int]) -> None:
-        if not words:
-            return
-        vocabulary = {word: number for number, word in enumerate(dict.fromkeys(words))}
-        word_ids = np.fromiter((vocabulary[word] for word in words), dtype=np.int64, count=len(words))
-        slot_ids = np.asarray(slots, dtype=np.int32)
+    def _build_postings(self, names: list[str], word_ids: np.ndarray, slot_ids: np.ndarray) -> None:
+        """Set the postings of word ``names[n]`` to the slots paired with ``n`` (in slot order)."""
         order = np.argsort(word_ids, kind="stable")
         word_ids, slot_ids = word_ids[order], slot_ids[order]
         bounds = np.flatnonzero(np.diff(word_ids)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [word_ids.size]))
-        names = list(vocabulary)
         for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             self.postings[names[int(word_ids[start])]] = slot_ids[start:end].copy()
 
@@ -276,8 +296,9 @@ class WordIndex:
     def _renumber_ranks(self) -> None:
         # Into a new array: the candidates of earlier queries still read the old one.
         rank = self.rank.copy()
-        for position, key in enumerate(self.sorted_keys):
-            rank[self.slot_of[key]] = float(position)
+        slot_of, count = self.slot_of, len(self.sorted_keys)
+        in_order = np.fromiter((slot_of[key] for key in self.sorted_keys), dtype=np.int64, count=count)
+        rank[in_order] = np.arange(count, dtype=np.float64)
         self.rank = rank
 
     def _merge(self, word: str) -> None:
