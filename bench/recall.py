@@ -1,182 +1,353 @@
-"""Per-turn cost of recall: ``MessageAugmenter.augment()`` over 1k, 10k and 100k entries.
+"""Per-turn cost of indexed recall against a full scan, at 10k, 100k and 1M entries.
 
-Backends: ArrayMemory, SqlMemory on SQLite (a temporary file) and SqlMemory on MariaDB/MySQL
-(``CLAW_BENCH_MYSQL_URL``, default ``mysql+pymysql://root@127.0.0.1:3306/test``), each SQL run
-under a table prefix of its own whose tables are dropped afterwards. Prints the median and p95
-milliseconds per turn. Never part of the test suite.
+For each backend (ArrayMemory, SqlMemory on SQLite, MariaDB and PostgreSQL, RedisMemory) and each
+vocabulary (uniform, and Zipf with s=1.1, both over 50,000 words), it loads N entries of 12 words
+into one namespace with bulk writes, then times ``MessageAugmenter.augment()`` on messages of 8
+words drawn from the same vocabulary:
 
-    .venv/bin/python -m bench.recall [--sizes 1000,10000,100000] [--turns 30] [--backends array,sqlite,mysql]
+- warm-up: the first turn of a fresh driver, which builds the namespace's word index;
+- median and p95 of the following turns, answered from the index (the default ranker);
+- the median of turns ranked by a full scan (``ranker=scan_ranking``) in the same run, on the
+  first messages, and whether index and scan gave the same text and report for each of them;
+- the index's arrays (``WordIndex.nbytes()``) and the growth of the process's resident memory
+  (VmRSS) over the warm-up, which also counts the Python objects the index keeps (its keys and
+  words) and what the allocator keeps of the build. Later runs in one process reuse memory the
+  earlier ones freed, so read it on the largest size, or run one backend and size at a time.
+
+SQL rows are stamped ``--spacing`` seconds apart (default 60), the newest now, as a namespace
+written over time is. SqlMemory reads again, on every turn, the rows stamped within its overlap
+window (five minutes) of the newest; ``--spacing 1`` puts 300 rows there, and ``--spacing 0``
+all of them, as after a bulk import with one stamp.
+Nothing is left behind: each SQL run has a table prefix of its own, dropped afterwards, and each
+Redis run a key prefix of its own, deleted afterwards. Never part of the test suite.
+
+    .venv/bin/python -m bench.recall [--sizes 10000,100000] [--backends array,sqlite,mysql,postgres,redis]
+        [--vocabularies uniform,zipf] [--turns 50] [--scan-turns 10] [--spacing 60]
+    .venv/bin/python -m bench.recall --sizes 1000000 --backends array,sqlite   # about 10 minutes
+
+At 1M entries a scanned turn takes seconds, so at most ``--scan-turns-1m`` (default 3) are scanned.
+Servers: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``),
+``CLAW_BENCH_POSTGRES_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and
+``CLAW_BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
-import random
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+
+import numpy as np
 
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.array import ArrayMemory
-from clawmem.memory.rules import encode_value
-from clawmem.memory.sql import SqlMemory
-from clawmem.recall import MessageAugmenter
-from clawmem.sql.engine import create_engine
-from clawmem.sql.schema import create_tables, drop_tables, tables
+from clawmem.ranking import scan_ranking
+from clawmem.recall import AugmentResult, MessageAugmenter
 
-DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
-NAMESPACE = "default"
-BATCH = 5000
-
-TOPICS = [
-    "shipping",
-    "refund",
-    "invoice",
-    "password",
-    "delivery",
-    "warranty",
-    "discount",
-    "subscription",
-    "address",
-    "allergy",
-    "language",
-    "newsletter",
-]
-FACTS = [
-    "prefers {topic} updates by email in the morning",
-    "asked about {topic} twice last month and was satisfied",
-    "has an open {topic} ticket waiting for the warehouse team",
-    "is a gold member; {topic} questions go to the priority queue",
-    "mentioned that {topic} in Lyon is usually late on Fridays",
-    "wants {topic} details in French, short answers only",
-]
-QUERIES = [
-    "Where is my delivery? It has been a week.",
-    "Can I get a refund for the broken kettle?",
-    "I forgot my password again, help please",
-    "Do you ship to Lyon on Fridays?",
-    "Please send the invoice for my last order",
-    "Is the warranty still valid after two years?",
-    "How do I cancel my subscription?",
-    "Change my address to the new flat",
-    "Any discount for gold members this month?",
-    "Tell me about allergy information for the cake",
-]
+DEFAULT_URLS = {
+    "mysql": ("CLAW_BENCH_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+    "postgres": ("CLAW_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "redis": ("CLAW_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15"),
+}
+BACKENDS = ["array", "sqlite", "mysql", "postgres", "redis"]
+NAMESPACE = "bench"
+VOCABULARY_SIZE = 50_000
+ZIPF_S = 1.1
+WORDS_PER_ENTRY = 12
+WORDS_PER_MESSAGE = 8
+BATCH = 5_000
+ONE_MILLION = 1_000_000
 
 
-def entries(count: int, seed: int = 7) -> Iterator[tuple[str, Any]]:
-    """Yield ``count`` realistic (key, value) pairs: customer facts, some as JSON objects."""
-    rng = random.Random(seed)
-    for index in range(count):
-        topic = rng.choice(TOPICS)
-        fact = rng.choice(FACTS).format(topic=topic)
-        key = f"customer_{index:06d}_{topic}"
-        if index % 4 == 0:
-            yield key, {"note": fact, "topic": topic, "score": rng.randint(1, 5)}
-        else:
-            yield key, fact
+def vocabulary() -> list[str]:
+    """Return 50,000 distinct words the tokeniser keeps whole: ``w`` and four letters."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = []
+    for number in range(VOCABULARY_SIZE):
+        word = ""
+        while True:
+            number, digit = divmod(number, 26)
+            word += letters[digit]
+            if not number:
+                break
+        words.append("w" + word.ljust(4, "a")[::-1])
+    return words
 
 
-def load_array(count: int, clock: FakeClock) -> ArrayMemory:
-    memory = ArrayMemory(clock=clock)
-    for key, value in entries(count):
-        memory.set(key, value, NAMESPACE)
-    return memory
+def word_numbers(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Return word numbers drawn uniformly, or by Zipf's law (rank r has weight r^-s)."""
+    rng = np.random.default_rng(seed)
+    if kind == "uniform":
+        return rng.integers(0, VOCABULARY_SIZE, size=shape)
+    weights = 1.0 / np.arange(1, VOCABULARY_SIZE + 1) ** ZIPF_S
+    cumulative = np.cumsum(weights / weights.sum())
+    return np.minimum(np.searchsorted(cumulative, rng.random(shape)), VOCABULARY_SIZE - 1)
 
 
-def bulk_insert_sql(engine: Any, prefix: str, count: int, clock: FakeClock) -> None:
-    # set() per entry would take minutes at 100k; rows go straight into the one table definition.
-    table = tables(prefix).memory
-    stamp = utc_datetime(clock)
-    rows: list[dict[str, Any]] = []
-    with engine.begin() as conn:
-        for key, value in entries(count):
-            rows.append(
-                {
-                    "id": new_id(),
-                    "namespace": NAMESPACE,
-                    "lookup_key": key,
-                    "value": encode_value(key, value),
-                    "metadata": None,
-                    "expires_at": None,
-                    "created_at": stamp,
-                    "updated_at": stamp,
-                }
-            )
-            if len(rows) == BATCH:
-                conn.execute(table.insert(), rows)
-                rows = []
-        if rows:
-            conn.execute(table.insert(), rows)
+@dataclass(frozen=True)
+class Data:
+    """The entries (key, value text) and messages of one size and vocabulary."""
+
+    kind: str
+    keys: list[str]
+    values: list[str]
+    messages: list[str]
+
+
+def make_data(kind: str, count: int, messages: int) -> Data:
+    words = vocabulary()
+
+    def texts(numbers: np.ndarray) -> list[str]:
+        return [" ".join(map(words.__getitem__, row.tolist())) for row in numbers]
+
+    values = texts(word_numbers(kind, (count, WORDS_PER_ENTRY), seed=count))
+    sent = texts(word_numbers(kind, (messages, WORDS_PER_MESSAGE), seed=count + 1))
+    return Data(kind, [f"e{n:07d}" for n in range(count)], values, sent)
+
+
+def rss_bytes() -> int:
+    """Return the process's resident memory (VmRSS of /proc/self/status)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# -- loading, by backend ---------------------------------------------------------------------------
 
 
 @contextmanager
-def sql_memory(url: str, count: int, clock: FakeClock) -> Iterator[SqlMemory]:
+def array_memory(data: Data, clock: FakeClock, spacing: float) -> Iterator[ArrayMemory]:
+    memory = ArrayMemory(clock=clock)
+    # The driver's own store, filled directly: set() per entry would only time validation.
+    memory._store[NAMESPACE] = {
+        key: (json.dumps(value, ensure_ascii=False), None)
+        for key, value in zip(data.keys, data.values, strict=True)
+    }
+    yield memory
+
+
+@contextmanager
+def sql_memory(url: str, data: Data, clock: FakeClock, spacing: float) -> Iterator[Any]:
+    import sqlalchemy as sa
+
+    from clawmem.memory.sql import SqlMemory
+    from clawmem.sql.engine import create_engine
+    from clawmem.sql.schema import create_tables, drop_tables, tables
+
     engine = create_engine(url)
     prefix = f"bench{uuid.uuid4().hex[:6]}_"
     create_tables(engine, prefix)
+    table = tables(prefix).memory
+    newest = utc_datetime(clock)
+    count = len(data.keys)
     try:
-        bulk_insert_sql(engine, prefix, count, clock)
+        with engine.begin() as conn:
+            for start in range(0, count, BATCH):
+                rows = []
+                for number in range(start, min(start + BATCH, count)):
+                    stamp = newest - timedelta(seconds=spacing * (count - 1 - number))
+                    rows.append(
+                        {
+                            "id": new_id(),
+                            "namespace": NAMESPACE,
+                            "lookup_key": data.keys[number],
+                            "value": json.dumps(data.values[number], ensure_ascii=False),
+                            "metadata": None,
+                            "expires_at": None,
+                            "created_at": stamp,
+                            "updated_at": stamp,
+                        }
+                    )
+                conn.execute(sa.insert(table), rows)
+        if engine.dialect.name == "postgresql":
+            with engine.connect() as conn:
+                conn.execute(sa.text(f"ANALYZE {table.name}"))
+                conn.commit()
         yield SqlMemory(engine, prefix=prefix, clock=clock)
     finally:
         drop_tables(engine, prefix)
         engine.dispose()
 
 
-def measure(memory: Any, turns: int) -> tuple[float, float, int]:
-    """Return (median ms, p95 ms, injected entries on the last turn) over ``turns`` augments."""
-    augmenter = MessageAugmenter(memory, namespace=NAMESPACE)
-    augmenter.augment(QUERIES[0])  # warm caches and connection pools
-    timings: list[float] = []
-    injected = 0
-    for turn in range(turns):
-        started = time.perf_counter()
-        result = augmenter.augment(QUERIES[turn % len(QUERIES)])
-        timings.append((time.perf_counter() - started) * 1000)
-        injected = len(result.injected_keys)
+@contextmanager
+def redis_memory(url: str, data: Data, clock: FakeClock, spacing: float) -> Iterator[Any]:
+    import redis
+
+    from clawmem.memory.redis import RedisMemory, encode_entry
+
+    client = redis.Redis.from_url(url)
+    memory = RedisMemory(client=client, prefix=f"bench{uuid.uuid4().hex[:6]}:", clock=clock)
+    try:
+        # The driver's layout written directly, in pipelines: an entry key per entry plus the
+        # namespace's sorted set (set() per entry would also append to the change log).
+        for start in range(0, len(data.keys), BATCH):
+            pipe = client.pipeline(transaction=False)
+            batch = range(start, min(start + BATCH, len(data.keys)))
+            for number in batch:
+                encoded = json.dumps(data.values[number], ensure_ascii=False)
+                pipe.set(memory.entry_key(data.keys[number], NAMESPACE), encode_entry(encoded, None))
+            pipe.zadd(memory.index_key(NAMESPACE), {data.keys[number]: float("inf") for number in batch})
+            pipe.execute()
+        client.sadd(memory.namespaces_key, NAMESPACE)
+        yield memory
+    finally:
+        names = list(client.scan_iter(match=f"{memory.prefix}*", count=10_000))
+        for start in range(0, len(names), BATCH):
+            client.unlink(*names[start : start + BATCH])
+        client.close()
+
+
+def loaded(backend: str, data: Data, clock: FakeClock, directory: str, spacing: float) -> Any:
+    if backend == "array":
+        return array_memory(data, clock, spacing)
+    if backend == "sqlite":
+        return sql_memory(f"sqlite:///{directory}/bench-{uuid.uuid4().hex[:6]}.db", data, clock, spacing)
+    variable, default = DEFAULT_URLS[backend]
+    url = os.environ.get(variable, default)
+    if backend == "redis":
+        return redis_memory(url, data, clock, spacing)
+    return sql_memory(url, data, clock, spacing)
+
+
+# -- timing ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    backend: str
+    entries: int
+    kind: str
+    load_s: float
+    warm_up_ms: float
+    median_ms: float
+    p95_ms: float
+    scan_ms: float
+    scanned: int
+    same: bool
+    hits: float
+    index_bytes: int
+    rss_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        return self.scan_ms / self.median_ms if self.median_ms else float("inf")
+
+
+def report_of(result: AugmentResult) -> tuple[Any, ...]:
+    """What index and scan must agree on: the text, the planned decisions, the counts."""
+    decisions = list(result.decisions[: result.top_k])
+    return result.text, decisions, len(result.decisions), result.zero_overlap, result.error
+
+
+def timed(augmenter: MessageAugmenter, message: str) -> tuple[float, AugmentResult]:
+    started = time.perf_counter()
+    result = augmenter.augment(message)
+    return (time.perf_counter() - started) * 1000, result
+
+
+def measure(backend: str, memory: Any, data: Data, load_s: float, turns: int, scan_turns: int) -> Result:
+    indexed = MessageAugmenter(memory, namespace=NAMESPACE, announce=False)
+    scanning = MessageAugmenter(memory, namespace=NAMESPACE, announce=False, ranker=scan_ranking)
+    gc.collect()
+    before = rss_bytes()
+    warm_up, _ = timed(indexed, data.messages[0])  # builds the namespace's index
+    grown = rss_bytes() - before
+    timings, results = [], []
+    for message in data.messages[1 : turns + 1]:
+        elapsed, result = timed(indexed, message)
+        timings.append(elapsed)
+        results.append(result)
+    hits = statistics.mean(len(result.decisions) for result in results)
+    scans, same = [], True
+    for message, result in zip(data.messages[1 : scan_turns + 1], results, strict=False):
+        elapsed, scanned = timed(scanning, message)
+        scans.append(elapsed)
+        same = same and report_of(scanned) == report_of(result)
+    index_bytes = memory.word_index(NAMESPACE).nbytes()
     p95 = statistics.quantiles(timings, n=20)[-1] if len(timings) > 1 else timings[0]
-    return statistics.median(timings), p95, injected
+    return Result(
+        backend, len(data.keys), data.kind, load_s, warm_up, statistics.median(timings), p95,
+        statistics.median(scans) if scans else float("nan"), len(scans), same, hits, index_bytes, grown,
+    )  # fmt: skip
 
 
-def run(backends: list[str], sizes: list[int], turns: int) -> list[tuple[str, int, float, float, int]]:
+def run(args: argparse.Namespace) -> list[Result]:
     clock = FakeClock(time.time())
-    mysql_url = os.environ.get("CLAW_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
     results = []
     with tempfile.TemporaryDirectory() as directory:
-        factories: dict[str, Callable[[int], Any]] = {
-            "array": lambda n: nullcontext(load_array(n, clock)),
-            "sqlite": lambda n: sql_memory(f"sqlite:///{directory}/bench-{n}.db", n, clock),
-            "mysql": lambda n: sql_memory(mysql_url, n, clock),
-        }
-        for backend in backends:
-            for size in sizes:
-                with factories[backend](size) as memory:
-                    median, p95, injected = measure(memory, turns)
-                results.append((backend, size, median, p95, injected))
-                print(f"  {backend:<7} {size:>7} entries: median {median:9.1f} ms", file=sys.stderr)
+        for size in args.sizes:
+            for kind in args.vocabularies:
+                data = make_data(kind, size, args.turns + 1)
+                for backend in args.backends:
+                    scan_turns = (
+                        min(args.scan_turns, args.scan_turns_1m) if size >= ONE_MILLION else args.scan_turns
+                    )
+                    started = time.perf_counter()
+                    with loaded(backend, data, clock, directory, args.spacing) as memory:
+                        load_s = time.perf_counter() - started
+                        result = measure(backend, memory, data, load_s, args.turns, scan_turns)
+                        del memory
+                    gc.collect()
+                    results.append(result)
+                    print(row(result), file=sys.stderr, flush=True)
     return results
+
+
+HEADER = (
+    f"{'backend':<9}{'entries':>9} {'vocab':<8}{'load s':>8}{'warm-up ms':>12}{'median ms':>11}{'p95 ms':>9}"
+    f"{'scan ms':>10}{'x faster':>10}{'same':>6}{'hits':>9}{'index MB':>10}{'RSS +MB':>9}"
+)
+
+
+def row(result: Result) -> str:
+    same = ("yes" if result.same else "NO") if result.scanned else "-"
+    return (
+        f"{result.backend:<9}{result.entries:>9} {result.kind:<8}{result.load_s:>8.1f}"
+        f"{result.warm_up_ms:>12.0f}{result.median_ms:>11.2f}{result.p95_ms:>9.2f}{result.scan_ms:>10.0f}{result.ratio:>10.0f}{same:>6}"
+        f"{result.hits:>9.0f}{result.index_bytes / 2**20:>10.1f}{result.rss_bytes / 2**20:>9.0f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--turns", type=int, default=30)
-    parser.add_argument("--backends", default="array,sqlite,mysql")
+    parser.add_argument("--sizes", default="10000,100000", help="entry counts, comma-separated")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--vocabularies", default="uniform,zipf")
+    parser.add_argument("--turns", type=int, default=50, help="indexed turns timed after the warm-up")
+    parser.add_argument("--scan-turns", type=int, default=10, help="of those, how many are also scanned")
+    parser.add_argument("--scan-turns-1m", type=int, default=3, help="the same, at 1M entries and more")
+    parser.add_argument("--spacing", type=float, default=60.0, help="seconds between rows' updated_at")
     args = parser.parse_args(argv)
-    sizes = [int(size) for size in args.sizes.split(",")]
-    backends = [name.strip() for name in args.backends.split(",")]
-    results = run(backends, sizes, args.turns)
-    print(f"augment() per turn, {args.turns} turns, top_k=3, namespace {NAMESPACE!r}")
-    print(f"{'backend':<10}{'entries':>10}{'median ms':>12}{'p95 ms':>10}{'injected':>10}")
-    for backend, size, median, p95, injected in results:
-        print(f"{backend:<10}{size:>10}{median:>12.1f}{p95:>10.1f}{injected:>10}")
+    args.sizes = [int(size) for size in args.sizes.split(",")]
+    args.backends = [name.strip() for name in args.backends.split(",")]
+    args.vocabularies = [name.strip() for name in args.vocabularies.split(",")]
+    unknown = set(args.backends) - set(BACKENDS) or set(args.vocabularies) - {"uniform", "zipf"}
+    if unknown:
+        parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    print(HEADER, file=sys.stderr)
+    results = run(args)
+    print(
+        f"augment() per turn: top_k=3, {WORDS_PER_ENTRY} words per entry, {WORDS_PER_MESSAGE} per message, "
+        f"{VOCABULARY_SIZE} words (zipf s={ZIPF_S}); {args.turns} indexed turns after the warm-up; "
+        "'x faster' is the scan's median over the index's; 'same' compares text and report"
+    )
+    print(HEADER)
+    for result in results:
+        print(row(result))
 
 
 if __name__ == "__main__":
