@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -22,6 +23,10 @@ PHPCLAW_SCHEMA = "phpclaw-wordpress"
 SCHEMAS = (CLAWMEM_SCHEMA, PHPCLAW_SCHEMA)
 # How recall scores (SPEC 5): ours, or phpClaw's own byte for byte (clawmem.ranking.ranker_for).
 RECALL_SCORINGS = ("clawmem", "phpclaw")
+# A site's label in CLAW_SITES: it is shown in the header and carried in every dashboard URL.
+SITE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+# The label of the one site of CLAW_TABLE_PREFIX when CLAW_SITES is unset.
+DEFAULT_SITE_LABEL = "default"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -62,6 +67,38 @@ def check_url(name: str, url: str) -> str:
     return url
 
 
+def parse_sites(raw: str) -> tuple[tuple[str, str], ...]:
+    """Return the ``(label, table prefix)`` pairs of a ``CLAW_SITES`` value such as
+    ``shop=wp_,blog=wp_2_`` (blank items skipped), in the order given.
+
+    Raises :class:`ConfigError` in one line naming the bad pair: not ``label=prefix``, a label
+    that is not 1-40 ASCII letters, digits, ``_ . -``, a prefix ``CLAW_TABLE_PREFIX`` would refuse,
+    or a label or prefix named twice.
+    """
+    pairs: dict[str, str] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        label, equals, prefix = (part.strip() for part in item.partition("="))
+        if not equals:
+            raise ConfigError(f"{ENV_PREFIX}SITES item {item!r} must be label=prefix, such as shop=wp_")
+        if not SITE_LABEL.fullmatch(label):
+            raise ConfigError(
+                f"{ENV_PREFIX}SITES item {item!r}: a label is 1-40 ASCII letters, digits, _ . or -, "
+                "starting with a letter or digit"
+            )
+        try:
+            validate_prefix(prefix)
+        except ConfigError as exc:
+            raise ConfigError(f"{ENV_PREFIX}SITES item {item!r}: {exc}") from None
+        if label in pairs:
+            raise ConfigError(f"{ENV_PREFIX}SITES names the site {label!r} twice")
+        if prefix in pairs.values():
+            raise ConfigError(f"{ENV_PREFIX}SITES item {item!r}: the prefix {prefix!r} already has a label")
+        pairs[label] = prefix
+    return tuple(pairs.items())
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every clawmem setting. Field ``x`` is read from ``CLAW_X`` (config key ``X``).
@@ -89,9 +126,11 @@ class Settings:
     pii_allow_keys: str = ""
     schema: str = CLAWMEM_SCHEMA
     recall_scoring: str = "clawmem"
+    sites: str = ""
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
+        parse_sites(self.sites)
         validate_template(self.subject_namespace)
         if self.pii_guard not in PII_GUARD_MODES:
             raise ConfigError(
@@ -116,6 +155,12 @@ class Settings:
     def allowed_pii_keys(self) -> tuple[str, ...]:
         """Return the memory keys of ``CLAW_PII_ALLOW_KEYS`` (comma-separated, blanks dropped)."""
         return tuple(key.strip() for key in self.pii_allow_keys.split(",") if key.strip())
+
+    @property
+    def site_prefixes(self) -> tuple[tuple[str, str], ...]:
+        """Return the dashboard's sites as ``(label, table prefix)`` pairs: those of ``CLAW_SITES``,
+        or when it names none the one site of ``CLAW_TABLE_PREFIX``, labelled ``default``."""
+        return parse_sites(self.sites) or ((DEFAULT_SITE_LABEL, self.table_prefix),)
 
     @classmethod
     def setting_names(cls) -> list[str]:

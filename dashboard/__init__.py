@@ -30,15 +30,18 @@ def _setting_sources(from_file: set[str], from_test: set[str]) -> dict[str, str]
 
 
 def _check_schema(settings: Settings) -> None:
-    """Refuse to start on tables of the other shape than ``CLAW_SCHEMA`` (one line, SPEC 4.8).
-    A database that cannot be reached now is checked when a page first opens the site."""
+    """Refuse to start on tables of the other shape than ``CLAW_SCHEMA`` (one line, SPEC 4.8), on
+    the commands' site and every site of ``CLAW_SITES``. A database that cannot be reached now is
+    checked when a page first opens the site."""
     import sqlalchemy as sa
 
     from clawmem.sql.engine import engine_for
     from clawmem.sql.schema import check_shape
 
+    prefixes = dict.fromkeys([settings.table_prefix, *(prefix for _, prefix in settings.site_prefixes)])
     try:
-        check_shape(engine_for(settings.database_url), settings.table_prefix, settings.schema)
+        for prefix in prefixes:
+            check_shape(engine_for(settings.database_url), prefix, settings.schema)
     except sa.exc.SQLAlchemyError as exc:
         log = logging.getLogger(__name__)
         # Said once a page or command reaches the database; a warning here would add a line
@@ -73,7 +76,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 
-    from dashboard import auth, commands, extensions, security, views
+    from dashboard import auth, commands, extensions, security, sites, views
 
     # Any other method gets 405 instead of an automatic OPTIONS answer: GET, HEAD and the two
     # sign-in POSTs are all this app accepts. The static route is added here, after that
@@ -86,6 +89,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     security.init_app(app)
     extensions.init_app(app)
     auth.init_app(app)
+    sites.init_app(app)  # after the sign-in gate: a stranger learns no site names
     commands.init_app(app)
     views.init_app(app)
     return app

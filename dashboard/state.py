@@ -1,7 +1,8 @@
-"""The current app's clawmem site, and what views and commands read through it.
+"""The current request's clawmem site, and what views and commands read through it.
 
-Views and commands call the core's stores and operations on this one :class:`~clawmem.site.Site`
-and never ask which driver serves them.
+Views and commands call the core's stores and operations on the current :class:`~clawmem.site.Site`
+and never ask which driver serves them. A command acts on the site of ``CLAW_TABLE_PREFIX``; a page
+on the site its request chose among ``CLAW_SITES`` (see :mod:`dashboard.sites`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from flask import Flask, current_app
+from flask import Flask, current_app, g, has_request_context
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
@@ -26,29 +27,66 @@ from clawmem.words import utf8_len
 T = TypeVar("T")
 
 
+def _open_site(app: Flask, settings: Settings) -> Site:
+    # The clock is read at every call, so a test that replaces the clock moves every store with it.
+    return Site(settings, lambda: app.extensions.get("clawmem.clock", time.time)())
+
+
 def site_of(app: Flask) -> Site:
-    """Return ``app``'s site, built once. Its clock reads ``app.extensions["clawmem.clock"]`` at
-    every call, so a test that replaces the clock moves every store with it."""
+    """Return the site of ``CLAW_TABLE_PREFIX``, the one every command acts on, built once."""
     if "clawmem.site" not in app.extensions:
-        app.extensions["clawmem.site"] = Site(
-            app.extensions["clawmem.settings"], lambda: app.extensions.get("clawmem.clock", time.time)()
-        )
+        app.extensions["clawmem.site"] = _open_site(app, app.extensions["clawmem.settings"])
     return app.extensions["clawmem.site"]
 
 
+def sites_of(app: Flask) -> dict[str, Site]:
+    """Return the dashboard's sites by label (``CLAW_SITES``, in its order), built once; their
+    stores open on first use. A site on ``CLAW_TABLE_PREFIX`` is the commands' site itself, and
+    sites on one database share its engine."""
+    if "clawmem.sites" not in app.extensions:
+        command_site = site_of(app)
+        app.extensions["clawmem.sites"] = {
+            label: command_site if prefix == command_site.prefix
+            else _open_site(app, command_site.settings.replace(table_prefix=prefix))
+            for label, prefix in command_site.settings.site_prefixes
+        }
+    return app.extensions["clawmem.sites"]
+
+
+def site_label() -> str | None:
+    """Return the label of the site the current request chose, or ``None`` outside a request
+    (a command) and before the choice is made."""
+    return g.get("clawmem_site") if has_request_context() else None
+
+
 def site() -> Site:
-    """Return the current app's site."""
-    return site_of(current_app._get_current_object())  # type: ignore[attr-defined]
+    """Return the current site: the one the request chose, else the commands' site."""
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    label = site_label()
+    return sites_of(app)[label] if label is not None else site_of(app)
 
 
 def settings() -> Settings:
-    """Return the effective clawmem settings of the current app."""
-    return current_app.extensions["clawmem.settings"]
+    """Return the effective clawmem settings of the current site."""
+    return site().settings
 
 
 def setting_sources() -> dict[str, str]:
-    """Return where each setting came from: default, environment, instance config file, test config."""
-    return current_app.extensions["clawmem.sources"]
+    """Return where each setting came from: default, environment, instance config file, test
+    config; a table prefix chosen from ``CLAW_SITES`` says so."""
+    sources = current_app.extensions["clawmem.sources"]
+    if site_label() is not None and settings().sites:
+        return {**sources, "TABLE_PREFIX": f"CLAW_SITES ({site_label()})"}
+    return sources
+
+
+def command_environment() -> tuple[str, ...]:
+    """Return the variables a ``flask claw`` command needs to act on the current site, such as
+    ``CLAW_TABLE_PREFIX=wp_2_`` (none when it is the commands' own site)."""
+    prefix = site().prefix
+    if prefix == site_of(current_app._get_current_object()).prefix:  # type: ignore[attr-defined]
+        return ()
+    return (f"CLAW_TABLE_PREFIX={prefix}",)
 
 
 def clock() -> Clock:

@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from flask import abort, render_template, request
+from flask import abort, has_request_context, render_template, request
 
 from clawmem.errors import InvalidCursor
 from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.paging import decode_cursor, encode_cursor
+from dashboard import state
 
 UNREADABLE_TIME = "unreadable time"
 
@@ -86,8 +87,11 @@ def offset_from_cursor(cursor: str) -> int:
 
 def shell_command(*words: object) -> str:
     """Return a command for an operator to copy into a shell, every word quoted as the shell
-    needs: a namespace such as ``default --yes #`` stays one argument."""
-    return shlex.join(str(word) for word in words)
+    needs: a namespace such as ``default --yes #`` stays one argument. A ``flask claw`` command
+    shown on another site than the commands' own starts with that site's ``CLAW_TABLE_PREFIX=``,
+    so it acts on the site the page shows."""
+    environment = state.command_environment() if words[:1] == ("flask",) and has_request_context() else ()
+    return shlex.join([*environment, *(str(word) for word in words)])
 
 
 def format_time(moment: Any, missing: str = "") -> str:

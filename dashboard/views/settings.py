@@ -33,6 +33,7 @@ MEANINGS = {
     "PII_ALLOW_KEYS": "memory keys whose contact details never block or redact (comma-separated)",
     "SCHEMA": "shape of the three tables: clawmem, or phpclaw-wordpress (phpClaw's own tables)",
     "RECALL_SCORING": "how recall scores: clawmem, or phpclaw (phpClaw's own scoring, byte for byte)",
+    "SITES": "dashboard only: label=prefix pairs offered by the site switcher (unset: the TABLE_PREFIX site)",
 }
 
 

@@ -1,0 +1,91 @@
+"""The site switcher: which of ``CLAW_SITES`` a request shows, carried in every URL it makes.
+
+The site is the ``site`` query parameter. Every ``url_for`` adds it, so links, htmx requests,
+"load more" cursors and redirects keep it, and every GET form holds it as a hidden input
+(``site_input()``, because a browser drops the query of a GET form's action). With one site no
+URL carries it, so addresses stay as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, abort, current_app, g, request, url_for
+from markupsafe import Markup
+
+from dashboard import state
+
+SITE_ARG = "site"
+# Pages that name one thing (a conversation, a message, a key) which the other site most likely
+# lacks: switching from them shows the list they belong to there, with the same path values.
+SWITCH_FALLBACK = {
+    "conversations.detail": ("conversations.index", ()),
+    "conversations.turn": ("conversations.index", ()),
+    "memory.entry": ("memory.namespace", ("namespace",)),
+}
+# Query values that only mean something on the site they came from.
+SITE_BOUND_ARGS = frozenset({SITE_ARG, "cursor", "key"})
+
+
+def _sites() -> dict[str, Any]:
+    return state.sites_of(current_app._get_current_object())  # type: ignore[attr-defined]
+
+
+def _carries_site() -> bool:
+    return len(_sites()) > 1
+
+
+def choose_site() -> None:
+    """Set the request's site from ``?site=`` (the first of ``CLAW_SITES`` when absent); a label
+    no site has is a 404 that names the sites there are."""
+    if request.endpoint == "static":
+        return
+    sites = _sites()
+    label = request.args.get(SITE_ARG, next(iter(sites)))
+    if label not in sites:
+        abort(404, description=f"No site is called {label[:40]!r}. This dashboard shows: {', '.join(sites)}.")
+    g.clawmem_site = label
+
+
+def add_site_to_url(endpoint: str, values: dict[str, Any]) -> None:
+    """Make every URL built during a request keep its site (static files have none)."""
+    label = state.site_label()
+    if endpoint != "static" and label is not None and _carries_site():
+        values.setdefault(SITE_ARG, label)
+
+
+def site_input() -> Markup:
+    """Return the hidden input that keeps the site in a GET form (nothing with one site)."""
+    label = state.site_label()
+    if label is None or not _carries_site():
+        return Markup("")
+    return Markup('<input type="hidden" name="{}" value="{}">').format(SITE_ARG, label)
+
+
+def switch_url(label: str) -> str:
+    """Return this page on site ``label``: the same endpoint, path values and query, less what
+    only this site's data gives meaning (cursors, a key); a page naming one record gives its list."""
+    endpoint, view_args = request.endpoint or "overview.index", dict(request.view_args or {})
+    if endpoint in SWITCH_FALLBACK:
+        endpoint, kept = SWITCH_FALLBACK[endpoint]
+        view_args = {name: value for name, value in view_args.items() if name in kept}
+    query = {name: values for name, values in request.args.lists() if name not in SITE_BOUND_ARGS}
+    return url_for(endpoint, **view_args, **query, **{SITE_ARG: label})
+
+
+def _switcher() -> dict[str, Any]:
+    label = state.site_label()
+    if label is None:
+        return {"site_nav": None}
+    sites = _sites()
+    others = [{"label": other, "prefix": site.prefix, "url": switch_url(other)}
+              for other, site in sites.items() if other != label] if len(sites) > 1 else []
+    return {"site_nav": {"label": label, "prefix": sites[label].prefix, "others": others}}
+
+
+def init_app(app: Flask) -> None:
+    """Choose each request's site after the sign-in gate, and carry it in URLs and forms."""
+    app.before_request(choose_site)
+    app.url_defaults(add_site_to_url)
+    app.context_processor(_switcher)
+    app.jinja_env.globals["site_input"] = site_input
