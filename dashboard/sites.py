@@ -2,8 +2,8 @@
 
 The site is the ``site`` query parameter. Every ``url_for`` adds it, so links, htmx requests,
 "load more" cursors and redirects keep it, and every GET form holds it as a hidden input
-(``site_input()``, because a browser drops the query of a GET form's action). With one site no
-URL carries it, so addresses stay as they were.
+(``site_input()``, because a browser drops the query of a GET form's action). The first site of
+``CLAW_SITES`` is the one shown without it, so with one site every address stays as it was.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ def _sites() -> dict[str, Any]:
     return state.sites_of(current_app._get_current_object())  # type: ignore[attr-defined]
 
 
-def _carries_site() -> bool:
-    return len(_sites()) > 1
+def _url_value(label: str | None) -> str | None:
+    # The value of ?site= for the site ``label``: none for the first site, the one shown without it.
+    return None if label is None or label == next(iter(_sites())) else label
 
 
 def choose_site() -> None:
@@ -49,15 +50,15 @@ def choose_site() -> None:
 
 def add_site_to_url(endpoint: str, values: dict[str, Any]) -> None:
     """Make every URL built during a request keep its site (static files have none)."""
-    label = state.site_label()
-    if endpoint != "static" and label is not None and _carries_site():
+    label = _url_value(state.site_label())
+    if endpoint != "static" and label is not None:
         values.setdefault(SITE_ARG, label)
 
 
 def site_input() -> Markup:
-    """Return the hidden input that keeps the site in a GET form (nothing with one site)."""
-    label = state.site_label()
-    if label is None or not _carries_site():
+    """Return the hidden input that keeps the site in a GET form (nothing on the first site)."""
+    label = _url_value(state.site_label())
+    if label is None:
         return Markup("")
     return Markup('<input type="hidden" name="{}" value="{}">').format(SITE_ARG, label)
 
@@ -70,7 +71,7 @@ def switch_url(label: str) -> str:
         endpoint, kept = SWITCH_FALLBACK[endpoint]
         view_args = {name: value for name, value in view_args.items() if name in kept}
     query = {name: values for name, values in request.args.lists() if name not in SITE_BOUND_ARGS}
-    return url_for(endpoint, **view_args, **query, **{SITE_ARG: label})
+    return url_for(endpoint, **view_args, **query, **{SITE_ARG: _url_value(label)})
 
 
 def _switcher() -> dict[str, Any]:
