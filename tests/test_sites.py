@@ -275,3 +275,19 @@ def test_site_names_that_look_alike_never_collide(
         for store in stores:
             for namespace in namespaces:
                 store.flush(namespace)
+
+
+# -- CLAW_SITES: the sites one dashboard offers ---------------------------------------------------
+
+
+def test_claw_sites_gives_label_prefix_pairs_in_the_order_written(tmp_path: Path) -> None:
+    environment = {"CLAW_SITES": " shop = wp_ , blog=wp_2_,, bare= ", "CLAW_TABLE_PREFIX": "wp_"}
+    settings = Settings.from_env(environment, tmp_path)
+    assert settings.site_prefixes == (("shop", "wp_"), ("blog", "wp_2_"), ("bare", ""))
+    assert settings.table_prefix == "wp_"  # what every command acts on stays CLAW_TABLE_PREFIX
+
+
+@pytest.mark.parametrize("sites", ["", " , "])
+def test_without_claw_sites_the_one_site_is_the_table_prefix(sites: str, tmp_path: Path) -> None:
+    settings = Settings.from_env({"CLAW_SITES": sites, "CLAW_TABLE_PREFIX": "wp_3_"}, tmp_path)
+    assert settings.site_prefixes == (("default", "wp_3_"),)
