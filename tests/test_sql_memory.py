@@ -86,7 +86,7 @@ def test_two_prefixes_never_see_each_other(engine: Any, prefix: str, clock: Any)
     [
         "mysql+pymysql://clawuser:s3cretpw@127.0.0.1:1/nowhere",
         "postgresql+psycopg://clawuser:s3cretpw@127.0.0.1:1/nowhere",
-        "sqlite:////nonexistent-dir/clawmem.db",
+        "sqlite:////dev/null/clawmem.db",  # a directory that cannot be made
     ],
 )
 def test_unreachable_database_raises_memory_error_without_password(url: str) -> None:

@@ -9,13 +9,23 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import NoSuchModuleError
+
+from clawmem.errors import ConfigError
 
 _WRITE = "clawmem_write"
 _T = TypeVar("_T")
 _RETRIES = 5
 _MYSQL_DEADLOCK = 1213
 _POSTGRES_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
+# backend: the driver clawmem is tested with, and the package extra that installs it
+_DRIVERS = {
+    "mysql": ("pymysql", "mysql"),
+    "mariadb": ("pymysql", "mysql"),
+    "postgresql": ("psycopg", "postgres"),
+}
+_SUPPORTED = "use sqlite:///…, mysql+pymysql://… or postgresql+psycopg://…"
 
 
 # str(raw, "utf-8", "replace") without a Python-level call per value.
@@ -79,7 +89,14 @@ def create_engine(url: str, **options: Any) -> Engine:
     options.setdefault("pool_pre_ping", True)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _private_file(parsed.database)
-    engine = sa.create_engine(parsed, **options)
+    try:
+        engine = sa.create_engine(parsed, **options)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(_missing_driver_message(parsed, exc.name or str(exc))) from None
+    except NoSuchModuleError:
+        raise ConfigError(
+            f"the database URL scheme '{parsed.drivername}://' is not one SQLAlchemy knows: {_SUPPORTED}"
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_connect)
         sa.event.listen(engine, "begin", _sqlite_begin)
@@ -88,10 +105,33 @@ def create_engine(url: str, **options: Any) -> Engine:
     return engine
 
 
+def _missing_driver_message(url: URL, module: str) -> str:
+    """Return the one line that says which URL scheme or package extra gives ``url`` the driver
+    ``module`` it could not import."""
+    needs = f"the database URL scheme '{url.drivername}://' needs the {module} module, which is not installed"
+    known = _DRIVERS.get(url.get_backend_name())
+    if known is None:
+        return f"{needs}; {_SUPPORTED}"
+    driver, extra = known
+    install = f"pip install 'clawmem[{extra}]'"
+    if url.get_driver_name() == driver:
+        return f"{needs}: {install}"
+    return f"{needs}: write {url.get_backend_name()}+{driver}://… instead ({install})"
+
+
 def _private_file(path: str) -> None:
     """Create a new SQLite database file readable by its owner only; SQLite gives its -wal and
-    -shm files the same mode. A missing directory is left for SQLite to report."""
-    if os.path.exists(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    -shm files the same mode. A missing directory (the default ``instance/``) is created first,
+    readable by its owner only, as the file driver does, so a first run needs no set-up."""
+    if os.path.exists(path):
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        # One that cannot be made is reported by SQLite on first use, like any unreachable database.
+        with contextlib.suppress(OSError):
+            os.makedirs(directory, mode=0o700)
+            os.chmod(directory, 0o700)  # makedirs' mode is filtered by the umask
+    if not os.path.isdir(directory):
         return
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
