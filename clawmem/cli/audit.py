@@ -154,6 +154,8 @@ def one_line_errors(function: F) -> F:
     def run(*args: Any, **params: Any) -> Any:
         try:
             return function(*args, **params)
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): the entry point stops quietly
         except EXPECTED_FAILURES as exc:
             raise click.ClickException(describe_failure(exc)) from None
 
@@ -203,6 +205,8 @@ def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
                 raise
             except EXPECTED_FAILURES as exc:
                 entry.outcome, entry.error = "error", type(exc).__name__
+                if isinstance(exc, BrokenPipeError):
+                    raise  # the reader went away (`| head`): the entry point stops quietly
                 raise click.ClickException(describe_failure(exc)) from None
             except BaseException as exc:
                 entry.outcome, entry.error = "error", type(exc).__name__
