@@ -86,13 +86,19 @@ def admin_count() -> int:
     return db.session.scalar(select(func.count()).select_from(Admin)) or 0
 
 
-def create_admin(username: str, password: str, now: float) -> Admin:
-    """Create an admin; raises :class:`AccountError` for a bad name, a short password or a taken name."""
+def check_new_username(username: str) -> None:
+    """Return when ``username`` can name a new admin; raises :class:`AccountError` for a bad or
+    taken name, so a command can say so before it asks for a password."""
     if not USERNAME_RULE.fullmatch(username):
         raise AccountError("a username is 1-80 ASCII letters, digits or . _ @ -")
-    _check_password(password)
     if db.session.scalar(select(Admin).where(Admin.username == username)) is not None:
         raise AccountError(f"an admin named {username!r} already exists; use set-password to change it")
+
+
+def create_admin(username: str, password: str, now: float) -> Admin:
+    """Create an admin; raises :class:`AccountError` for a bad name, a short password or a taken name."""
+    check_new_username(username)
+    _check_password(password)
     admin = Admin(username=username, password_hash=password_hasher().hash(password), created_at=now)
     db.session.add(admin)
     db.session.commit()

@@ -21,7 +21,7 @@ from clawmem.site import Site
 from clawmem.sql.schema import create_tables
 from clawmem.sql.sizes import present_tables
 from dashboard import accounts, state
-from dashboard.demo import DEMO_ALLOWED_KEY, load_demo, remove_demo
+from dashboard.demo import DEMO_ALLOWED_KEY, demo_loaded, load_demo, remove_demo
 
 
 def _open_site() -> Site:
@@ -70,6 +70,10 @@ def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
     clock = FakeClock(now)
     memory = open_memory(settings, clock)
     conversations = ConversationLog.from_settings(settings, clock)
+    if not reset and demo_loaded(conversations):
+        # A second load would add thirty more conversations beside the first thirty.
+        click.echo("Demo data is already loaded; nothing added (to load it afresh: flask claw demo --reset).")
+        return
     if reset:
         confirm_deletion("Delete the demo's keys and every conversation marked as demo data?", yes)
         removed = remove_demo(memory, conversations, settings.subject_namespace)
@@ -125,8 +129,9 @@ def create_admin(username: str, generate: bool, if_none: bool) -> None:
         click.echo("An admin account exists; sign in with it "
                    "(to reset a password: flask claw set-password NAME).")
         return
-    password = _new_password(generate)
     try:
+        accounts.check_new_username(username)  # before asking for a password it would not use
+        password = _new_password(generate)
         accounts.create_admin(username, password, state.clock()())
     except accounts.AccountError as exc:
         raise click.ClickException(str(exc)) from None

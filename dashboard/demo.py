@@ -334,11 +334,20 @@ def remove_demo(memory: MemoryInterface, conversations: ConversationLog, subject
         memory.forget(entry.key, namespace)
         report.entries += 1
         report.namespaces.add(namespace)
-    listed = every_item(lambda cursor: conversations.list(limit=500, cursor=cursor))
     # Collected in full before deleting, so no deletion happens under the listing's cursor.
-    marked = [c.id for c in listed if (c.metadata or {}).get(DEMO_MARKER) is True]
+    marked = list(_demo_conversation_ids(conversations))
     for conversation_id in marked:
         deleted, messages = conversations.delete(conversation_id)
         report.conversations += deleted
         report.messages += messages
     return report
+
+
+def demo_loaded(conversations: ConversationLog) -> bool:
+    """Return whether any conversation marked as demo data exists (stops at the first)."""
+    return next(_demo_conversation_ids(conversations), None) is not None
+
+
+def _demo_conversation_ids(conversations: ConversationLog) -> Iterator[str]:
+    listed = every_item(lambda cursor: conversations.list(limit=500, cursor=cursor))
+    return (c.id for c in listed if (c.metadata or {}).get(DEMO_MARKER) is True)
