@@ -14,6 +14,8 @@ from clawmem import events
 from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, StorageError, ValueTooLarge
 from clawmem.events import run_context
 
+__version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
+
 _LAZY = {
     "ArrayMemory": "clawmem.memory.array",
     "AugmentResult": "clawmem.recall",
