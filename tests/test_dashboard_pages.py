@@ -53,6 +53,7 @@ def example_urls(app: Flask) -> dict[str, str]:
         "memory.namespace": "/memory/default/",
         "memory.entry": "/memory/default/entry?key=shipping_policy",
         "recall.preview": "/preview?message=where+is+my+order",
+        "recall.unmatched": "/preview/unmatched?message=where+is+my+order",
         "recall.cold": "/cold",
         "settings.index": "/settings",
         "health.healthz": "/healthz",
@@ -72,6 +73,7 @@ GATED = [
     "memory.namespace",
     "memory.entry",
     "recall.preview",
+    "recall.unmatched",
     "recall.cold",
     "settings.index",
 ]

@@ -60,8 +60,7 @@ class _Numbering(dict[str, int]):
 
 @dataclass(frozen=True)
 class Candidates:
-    """The slots of one query with score > 0 among live entries, unordered, and the count of
-    live entries that share no word with the query.
+    """The scores of one query's live entries and the count of those sharing no word with it.
 
     It answers from the index as it was when queried, however the index changes later: a
     report's decisions are read lazily, maybe after another turn brought the index up to date
@@ -69,8 +68,8 @@ class Candidates:
     """
 
     index: WordIndex
-    slots: np.ndarray
-    scores: np.ndarray
+    counts: np.ndarray  # per slot as of the query: its score, 0 for dead and expired slots
+    hits: int  # slots with a score above 0
     zero_overlap: int
     # The index's per-slot data as of the query. It writes a slot's key, rank and line size
     # once, and never in place after that: it renumbers ranks or compacts into new ones.
@@ -81,22 +80,32 @@ class Candidates:
     _slot_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
-        return int(self.slots.size)
+        return self.hits
+
+    @property
+    def slots(self) -> np.ndarray:
+        """Return the slots with a score above 0, in slot order."""
+        return np.flatnonzero(self.counts)
+
+    def _best(self, count: int) -> np.ndarray:
+        """Return the slots scoring at least the highest score that ``count`` slots reach: a pass
+        over the scores per score level tried, from the top, rather than a sort of every hit."""
+        if count >= self.hits:
+            return self.slots
+        lowest = int(self.counts.max())
+        while True:
+            best = np.flatnonzero(self.counts >= lowest)
+            if best.size >= count or lowest <= 1:
+                return best
+            lowest -= 1
 
     def first(self, count: int) -> list[tuple[str, int, int]]:
         """Return the first ``count`` candidates in rank order (score desc, key asc) as
         ``(key, score, line bytes)``."""
-        if count <= 0 or not self.slots.size:
+        if count <= 0 or not self.hits:
             return []
-        slots, scores = self.slots, self.scores
-        if count < slots.size:
-            # Only the best scores can hold the first ``count``: the lowest of them is the
-            # highest score that at least ``count`` candidates reach.
-            at_least = np.cumsum(np.bincount(scores)[::-1])  # candidates scoring max, max-1, ...
-            lowest = at_least.size - 1 - int(np.searchsorted(at_least, count))
-            if lowest > 1:
-                best = np.flatnonzero(scores >= lowest)
-                slots, scores = slots[best], scores[best]
+        slots = self._best(count)
+        scores = self.counts[slots].astype(np.int64)
         ranks = self.rank[slots]
         ranks = ranks - ranks.min()
         # Scores are small integers and ranks span less than ``ceiling``, and neighbouring
@@ -158,6 +167,12 @@ class WordIndex:
             self.sorted_keys: list[str] = []
             self.postings: dict[str, np.ndarray] = {}
             self.pending: dict[str, list[int]] = {}
+            self._changed()
+
+    def _changed(self) -> None:
+        # Any change to which slots are alive or when they expire outdates the cached live mask.
+        self.version = getattr(self, "version", 0) + 1
+        self._live_cache: tuple[int, int, int, np.ndarray, int] | None = None
 
     def __len__(self) -> int:
         """Return how many entries (expired ones included) the index holds."""
@@ -185,6 +200,7 @@ class WordIndex:
             if slot is None:
                 return
             self.alive[slot] = False
+            self._changed()
             position = bisect.bisect_left(self.sorted_keys, key)
             del self.sorted_keys[position]
             self._maybe_compact()
@@ -228,6 +244,7 @@ class WordIndex:
             self.line_size[:count] = np.asarray(sizes, dtype=np.int64)
             self.alive[:count] = True
             self.size = count
+            self._changed()
             self.sorted_keys = sorted(slot_of)
             self._renumber_ranks()
             if word_ids:
@@ -266,6 +283,7 @@ class WordIndex:
         self.expires[slot] = NEVER if expires_at is None else expires_at
         self.line_size[slot] = line_bytes(key, text)
         self.alive[slot] = True
+        self._changed()
         if replaced is not None:
             self.rank[slot] = self.rank[replaced]
         else:
@@ -332,6 +350,7 @@ class WordIndex:
         self.rank = self.rank[kept]
         self.alive = np.ones(kept.size, dtype=bool)
         self.size = int(kept.size)
+        self._changed()
         self.slot_of = {key: slot for slot, key in enumerate(self.keys)}
 
     # -- reading ----------------------------------------------------------------------------
@@ -346,9 +365,23 @@ class WordIndex:
             return self.postings.get(word)
 
     def live_mask(self, now: int) -> np.ndarray:
-        """Return, per slot, whether it holds a live entry at ``now``."""
+        """Return, per slot, whether it holds a live entry at ``now`` (a new array)."""
         with self.lock:
-            return self.alive[: self.size] & (self.expires[: self.size] > now)
+            return self._live(now)[0].copy()
+
+    def _live(self, now: int) -> tuple[np.ndarray, int]:
+        """Return the live mask at ``now`` (not to be written) and how many slots are live:
+        computed again only after a change, or once ``now`` reaches the next expiry."""
+        cached = self._live_cache
+        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
+            return cached[3], cached[4]
+        expires = self.expires[: self.size]
+        live = self.alive[: self.size] & (expires > now)
+        later = expires[live & (expires != NEVER)]
+        until = int(later.min()) if later.size else NEVER
+        live.flags.writeable = False
+        self._live_cache = (self.version, now, until, live, int(np.count_nonzero(live)))
+        return live, self._live_cache[4]
 
     def query(self, words: Iterable[str], now: int) -> Candidates:
         """Return the live entries sharing at least one of ``words`` with their scores, and
@@ -357,18 +390,17 @@ class WordIndex:
             found = {
                 word: postings for word in set(words) if (postings := self.postings_of(word)) is not None
             }
-            live = self.live_mask(now)
+            live, live_count = self._live(now)
+            # A word's postings hold a slot once: one small add per posting, no sort, no cast.
+            counts = np.zeros(self.size, dtype=np.uint8 if len(found) < 256 else np.uint16)
+            for postings in found.values():
+                counts[postings] += 1
             if found:
-                arrays = list(found.values())
-                flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-                counts = np.bincount(flat, minlength=self.size)[: self.size]
-                counts[~live] = 0
-                slots = np.flatnonzero(counts)
-                scores = counts[slots]
-            else:
-                slots = scores = np.empty(0, dtype=np.int64)
-            zero_overlap = int(np.count_nonzero(live)) - int(slots.size)
-            return Candidates(self, slots, scores, zero_overlap, self.keys, self.rank, self.line_size, found)
+                np.multiply(counts, live, out=counts)
+            hits = int(np.count_nonzero(counts))
+            return Candidates(
+                self, counts, hits, live_count - hits, self.keys, self.rank, self.line_size, found
+            )
 
     def confirm(self, keys: Iterable[str], rows: Mapping[str, Any], now: int) -> bool:
         """Check indexed ``keys`` against ``rows`` just read from the backend (objects with
@@ -405,6 +437,33 @@ class WordIndex:
             sizes = self.line_size.tolist()
             slot_of = self.slot_of
             return {key: sizes[slot_of[key]] for key in self.sorted_keys if live[slot_of[key]]}
+
+    def without_words(
+        self, words: Iterable[str], now: int, after: str | None, limit: int
+    ) -> list[tuple[str, int, int | None]]:
+        """Return up to ``limit`` live entries holding none of ``words`` (the ones a query of
+        them scores 0), in key order after the key ``after``, as ``(key, line bytes, expires_at)``;
+        the postings of ``words`` are read, never a value."""
+        with self.lock:
+            unmatched = self.live_mask(now)
+            for word in set(words):
+                postings = self.postings_of(word)
+                if postings is not None:
+                    unmatched[postings] = False
+            slots = np.flatnonzero(unmatched)
+            if after is not None:
+                # Ranks follow key order: the first key past ``after`` bounds the rest.
+                position = bisect.bisect_right(self.sorted_keys, after)
+                if position == len(self.sorted_keys):
+                    return []
+                slots = slots[self.rank[slots] >= self.rank[self.slot_of[self.sorted_keys[position]]]]
+            if limit < slots.size:
+                slots = slots[np.argpartition(self.rank[slots], limit - 1)[:limit]]
+            slots = slots[np.argsort(self.rank[slots], kind="stable")]
+            return [
+                (self.keys[slot], int(self.line_size[slot]), None if expires == NEVER else int(expires))
+                for slot, expires in zip(slots.tolist(), self.expires[slots].tolist(), strict=True)
+            ]
 
     def nbytes(self) -> int:
         """Return roughly how many bytes of arrays the index holds (postings and per-slot data)."""

@@ -5,6 +5,7 @@ Both run the real :class:`clawmem.MessageAugmenter`; nothing here scores or rank
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,10 @@ from clawmem.memory.rules import validate_namespace
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
 from clawmem.ranking import ranker_for
 from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter, injection_counts
+from clawmem.sql.paging import decode_cursor, encode_cursor
+from clawmem.words import keywords
 from dashboard import state
+from dashboard.views.memory import ttl_label
 from dashboard.views.rendering import (
     format_bytes,
     int_arg,
@@ -31,6 +35,8 @@ bp = Blueprint("recall", __name__)
 
 DECISION_PAGE_SIZE = 50
 COLD_PAGE_SIZE = 50
+UNMATCHED_PAGE_SIZE = 50
+COLD_MESSAGES = 50  # user messages the cold-memory report reads unless asked for more
 MAX_MESSAGE_CHARS = 20_000
 # What the preview says about the scoring it shows (CLAW_RECALL_SCORING).
 SCORING_WORDS = {
@@ -132,6 +138,7 @@ def preview() -> str:
             "entries": len(result.decisions) + result.zero_overlap,
             "hits": len(result.decisions),
             "zero_overlap": result.zero_overlap,
+            "unmatched_url": url_for("recall.unmatched", message=message, namespace=namespace),
             "error": result.error,
             "guard": guard,
             "scoring": {"name": settings.recall_scoring, "words": SCORING_WORDS[settings.recall_scoring]},
@@ -150,27 +157,33 @@ def preview() -> str:
     )
 
 
-@bp.get("/cold")
-def cold() -> str:
-    """Entries that none of the last ``n`` user messages would have injected, and their share of
-    the namespace: stored memory that never reaches the model."""
-    count = int_arg("n", 50, 1, 1000)
-    namespace = _namespace_arg()
+def injection_survey(count: int, namespace: str) -> tuple[int, Counter[str], dict[str, int]]:
+    """Return how many of the last ``count`` user messages were read, how often each key of
+    ``namespace`` would have been injected into them, and every live entry's line size in bytes
+    (what it would cost in a prompt)."""
     settings = state.settings()
-    offset = offset_from_cursor(text_arg("cursor", 200))
     messages = state.conversations().recent_user_messages(count)
     now = now_seconds(state.clock())
-    memory = state.memory()
     injections = injection_counts(
-        memory,
+        state.memory(),
         (m.content or "" for m in messages),
         namespace,
         settings.recall_top_k,
         now,
         ranker=ranker_for(settings.recall_scoring),
     )
-    # Sizes are those of the entries' injection lines: what each would cost in a prompt.
-    sizes = state.driver().word_index(namespace).live_sizes(now)
+    return len(messages), injections, state.driver().word_index(namespace).live_sizes(now)
+
+
+@bp.get("/cold")
+def cold() -> str:
+    """Entries that none of the last ``n`` user messages would have injected, and their share of
+    the namespace: stored memory that never reaches the model."""
+    count = int_arg("n", COLD_MESSAGES, 1, 1000)
+    namespace = _namespace_arg()
+    settings = state.settings()
+    offset = offset_from_cursor(text_arg("cursor", 200))
+    read, injections, sizes = injection_survey(count, namespace)
     cold_keys = [key for key in sizes if key not in injections]
     cold_bytes = sum(sizes[key] for key in cold_keys)
     total_bytes = sum(sizes.values())
@@ -184,7 +197,7 @@ def cold() -> str:
         more_url = url_for("recall.cold", n=count, namespace=namespace,
                            cursor=offset_cursor(offset + COLD_PAGE_SIZE))
     summary = {
-        "messages": len(messages),
+        "messages": read,
         "entries": len(sizes),
         "cold": len(cold_keys),
         "cold_percent": round(100 * len(cold_keys) / len(sizes), 1) if sizes else 0.0,
@@ -205,4 +218,52 @@ def cold() -> str:
         rows=rows,
         hot=hot,
         more_url=more_url,
+    )
+
+
+def _unmatched_entries(message: str, namespace: str, after: str | None, limit: int) -> tuple[int, list[Any]]:
+    """Return how many live entries of ``namespace`` share no word with ``message`` under the
+    configured scoring, and up to ``limit`` of them after key ``after`` in key order, as
+    ``(key, line bytes, expires_at)``. Clawmem's scoring is answered from the word index alone;
+    phpClaw's (value words only) from its own ranking, which reads the namespace anyway."""
+    settings = state.settings()
+    now = now_seconds(state.clock())
+    ranking = ranker_for(settings.recall_scoring)(state.memory(), message, [namespace], now)
+    index = state.driver().word_index(namespace)
+    if settings.recall_scoring == "clawmem":
+        return ranking.zero_overlap, index.without_words(keywords(message), now, after, limit)
+    matched = {candidate.key for candidate in ranking.first(ranking.hits)}
+    sizes = index.live_sizes(now)
+    keys = [key for key in sizes if key not in matched and (after is None or key > after)][:limit]
+    return ranking.zero_overlap, [(key, sizes[key], (index.state(key) or (0, None))[1]) for key in keys]
+
+
+@bp.get("/preview/unmatched")
+def unmatched() -> str:
+    """The live entries of the preview's namespace that share no word with the message (score 0,
+    so never injected), by key, a page at a time: each key's line size and TTL, never its value."""
+    message = request.args.get("message", "")[:MAX_MESSAGE_CHARS]
+    namespace = _namespace_arg()
+    cursor = text_arg("cursor", 500)
+    after = decode_cursor(cursor, 1)[0] if cursor else None
+    count, found = _unmatched_entries(message, namespace, after, UNMATCHED_PAGE_SIZE + 1)
+    now = now_seconds(state.clock())
+    rows = [
+        {"key": key, "bytes": format_bytes(size), "ttl": ttl_label(expires_at, now)[1],
+         "url": url_for("memory.entry", namespace=namespace, key=key)}
+        for key, size, expires_at in found[:UNMATCHED_PAGE_SIZE]
+    ]
+    more_url = None
+    if len(found) > UNMATCHED_PAGE_SIZE:
+        more_url = url_for("recall.unmatched", message=message, namespace=namespace,
+                           cursor=encode_cursor([found[UNMATCHED_PAGE_SIZE - 1][0]]))
+    return render_page(
+        "recall/unmatched.html",
+        {"unmatched": "recall/_unmatched.html", "unmatched-more": "recall/_unmatched_rows.html"},
+        message=message,
+        namespace=namespace,
+        count=count,
+        rows=rows,
+        more_url=more_url,
+        preview_url=url_for("recall.preview", message=message, namespace=namespace),
     )

@@ -213,3 +213,23 @@ def test_a_turn_shows_what_it_was_given_and_its_preview_opens_in_place(page: Any
     expect(first_user.locator("div.turn-result")).to_contain_text("Given now")
     assert page.evaluate("window.stillTheSamePage") is True, "the preview opens without a page load"
     _shot(page, "conversation-turn-preview")
+
+
+def test_the_preview_lists_the_entries_sharing_no_word_in_place(page: Any, server: str) -> None:
+    page.goto(f"{server}/preview")
+    page.evaluate("window.stillTheSamePage = true")
+    page.click("#preview-message")
+    page.keyboard.type("my parcel arrived damaged", delay=15)
+    expect(page.locator("#preview-result a.unmatched-link")).to_be_visible()
+    shown = int(page.inner_text("#preview-result span.zero-overlap"))
+    assert shown > 0
+    page.click("#preview-result a.unmatched-link")
+    expect(page.locator("#unmatched span.unmatched-count")).to_have_text(str(shown))
+    expect(page.locator("#unmatched tr.unmatched-entry")).to_have_count(min(shown, 50))
+    assert page.evaluate("window.stillTheSamePage") is True, "the list opens without a page load"
+    assert "message=" not in page.url, "listing never puts the customer's text in the address bar or history"
+    # Without JavaScript the same link is a page of its own.
+    href = page.get_attribute("#preview-result a.unmatched-link", "href")
+    page.goto(f"{server}{href}")
+    expect(page.locator("h1")).to_have_text("Entries sharing no word with the message")
+    expect(page.locator("tr.unmatched-entry")).to_have_count(min(shown, 50))
