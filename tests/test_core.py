@@ -102,7 +102,7 @@ def test_redis_driver_names_the_missing_package(tmp_path: Any) -> None:
         "try:\n    registry.build('redis')\nexcept RuntimeError as e:\n    print(e)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install redis" in result.stdout
+    assert "pip install 'clawmem[redis]'" in result.stdout
 
 
 def test_open_memory_is_the_configured_driver_behind_the_switch(tmp_path: Any) -> None:

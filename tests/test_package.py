@@ -120,19 +120,20 @@ def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Pat
     assert missing == ["clawmem.memory.redis redis"]
 
 
-def test_a_core_install_names_the_extra_a_database_url_needs(venv: Path, tmp_path: Path) -> None:
+def test_a_core_install_names_the_extra_a_setting_needs(venv: Path, tmp_path: Path) -> None:
     environment = {name: value for name, value in os.environ.items() if not name.startswith("CLAW_")}
-    for url, extra in (
-        ("postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgres"),
-        ("mysql+pymysql://root@127.0.0.1:3306/test", "mysql"),
+    for setting, extra, needs in (
+        ("DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgres",
+         "the database URL scheme 'postgresql+psycopg://' needs the psycopg module"),
+        ("DATABASE_URL=mysql+pymysql://root@127.0.0.1:3306/test", "mysql",
+         "the database URL scheme 'mysql+pymysql://' needs the pymysql module"),
+        ("MEMORY_DRIVER=redis", "redis", "the redis memory driver needs the redis module"),
     ):
+        name, value = setting.split("=", 1)
         result = subprocess.run(
-            [venv / "bin" / "clawmem", "stats"], cwd=tmp_path, text=True, capture_output=True,
-            env={**environment, "CLAW_DATABASE_URL": url}, timeout=60,
+            [venv / "bin" / "clawmem", "sweep", "--dry-run"], cwd=tmp_path, text=True, capture_output=True,
+            env={**environment, f"CLAW_{name}": value}, timeout=60,
         )
-        scheme, module = url.split("://")[0], EXTRAS[extra]
         assert (result.returncode, result.stderr) == (
-            1,
-            f"Error: the database URL scheme '{scheme}://' needs the {module} module, which is not "
-            f"installed: pip install 'clawmem[{extra}]'\n",
-        )
+            1, f"Error: {needs}, which is not installed: pip install 'clawmem[{extra}]'\n"
+        ), setting

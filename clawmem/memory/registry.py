@@ -51,7 +51,10 @@ def _redis(settings: Settings, clock: Clock) -> MemoryInterface:
     try:
         import redis  # noqa: F401
     except ImportError:
-        raise RuntimeError("the redis memory driver needs the 'redis' package: pip install redis") from None
+        raise RuntimeError(
+            "the redis memory driver needs the redis module, which is not installed: "
+            "pip install 'clawmem[redis]'"
+        ) from None
     from clawmem.memory.redis import RedisMemory
 
     # Each site keeps its own keys (SPEC 4.2), as SQL keeps its own tables.
