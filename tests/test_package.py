@@ -101,6 +101,8 @@ def test_the_installed_wheel_imports_and_runs_clawmem_help_without_flask(venv: P
     assert shown.startswith("Usage: clawmem [OPTIONS] COMMAND [ARGS]...")
     for command in ("init-db", "prune", "export", "erase", "audit-hash"):
         assert f"  {command} " in shown, command
+    version = run([venv / "bin" / "clawmem", "--version"], cwd=tmp_path).stdout
+    assert version == f"clawmem, version {clawmem.__version__}\n"
 
 
 def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Path, tmp_path: Path) -> None:

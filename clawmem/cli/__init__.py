@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from clawmem import __version__
 from clawmem.settings import Settings
 from clawmem.site import Site
 
@@ -69,3 +70,4 @@ main = ClawGroup(
     "CLAW_MEMORY_DRIVER, ...). The instance folder, which holds the audit log and the default SQLite "
     "database, is CLAW_INSTANCE_PATH or ./instance.",
 )
+click.version_option(__version__, "--version", prog_name="clawmem")(main)
