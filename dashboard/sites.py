@@ -2,7 +2,8 @@
 
 The site is the ``site`` query parameter. Every ``url_for`` adds it, so links, htmx requests,
 "load more" cursors and redirects keep it, and every GET form holds it as a hidden input
-(``site_input()``, because a browser drops the query of a GET form's action). The first site of
+(``site_input()`` in templates/_site_input.html, because a browser drops the query of a GET
+form's action). The first site of
 ``CLAW_SITES`` is the one shown without it, so with one site every address stays as it was.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask, abort, current_app, g, request, url_for
-from markupsafe import Markup
 
 from dashboard import state
 
@@ -55,12 +55,15 @@ def add_site_to_url(endpoint: str, values: dict[str, Any]) -> None:
         values.setdefault(SITE_ARG, label)
 
 
-def site_input() -> Markup:
-    """Return the hidden input that keeps the site in a GET form (nothing on the first site)."""
-    label = _url_value(state.site_label())
-    if label is None:
-        return Markup("")
-    return Markup('<input type="hidden" name="{}" value="{}">').format(SITE_ARG, label)
+def site_param() -> str | None:
+    """Return the value of ``?site=`` that keeps the current site (``None`` on the first site)."""
+    return _url_value(state.site_label())
+
+
+def site_input() -> str:
+    """Return the hidden input that keeps the site in a GET form, rendered (and autoescaped) by
+    the macro of ``_site_input.html``, so every form template needs only ``{{ site_input() }}``."""
+    return current_app.jinja_env.get_template("_site_input.html").module.site_input()
 
 
 def switch_url(label: str) -> str:
@@ -81,7 +84,9 @@ def _switcher() -> dict[str, Any]:
     sites = _sites()
     others = [{"label": other, "prefix": site.prefix, "url": switch_url(other)}
               for other, site in sites.items() if other != label] if len(sites) > 1 else []
-    return {"site_nav": {"label": label, "prefix": sites[label].prefix, "others": others}}
+    # With CLAW_SITES unset the one site has no name of its own: its table prefix names it.
+    named = bool(sites[label].settings.sites)
+    return {"site_nav": {"label": label, "named": named, "prefix": sites[label].prefix, "others": others}}
 
 
 def init_app(app: Flask) -> None:
@@ -89,4 +94,4 @@ def init_app(app: Flask) -> None:
     app.before_request(choose_site)
     app.url_defaults(add_site_to_url)
     app.context_processor(_switcher)
-    app.jinja_env.globals["site_input"] = site_input
+    app.jinja_env.globals.update(site_param=site_param, site_input=site_input)
