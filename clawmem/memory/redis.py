@@ -210,15 +210,30 @@ class RedisMemory(BaseMemory):
             self._drop_vanished(namespace, vanished)
         return found
 
+    def _redis_expiries(self, namespace: str, keys: list[str]) -> dict[str, int]:
+        """Return ``expires_at`` of the ``keys`` stored without one that Redis itself will expire
+        (another program's ``SET … EX``): the operator sees the TTL Redis holds, not "never".
+        Only the operator's read API asks; a turn's recall never pays for it."""
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.pttl(self.entry_key(key, namespace))
+        now = self._now()
+        return {key: now + math.ceil(left / 1000) for key, left in zip(keys, pipe.execute(), strict=True)
+                if left is not None and left > 0}
+
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         # Scored by expires_at, so "score > now" is exactly the live members.
         stored = self._stored(namespace, f"({now}")
         return {key: value for key, _, expires_at, value in stored if not is_expired(expires_at, now)}
 
     def _records(self, namespace: str) -> list[MemoryRow]:
+        stored = self._stored(namespace, "-inf")
+        timed = self._redis_expiries(namespace, [key for key, _, expiry, _ in stored if expiry is None])
         return [
-            MemoryRow(namespace, key, value, expires_at, size)
-            for key, size, expires_at, value in self._stored(namespace, "-inf")
+            MemoryRow(namespace, key, value, expires_at if expires_at is not None else timed.get(key), size)
+            for key, size, expires_at, value in stored
         ]
 
     def _drop_vanished(self, namespace: str, keys: list[str]) -> None:
