@@ -100,3 +100,22 @@ def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -
     expect(tab.locator("#conversation-results tbody tr")).to_have_count(1)
     expect(_header(tab).locator("strong")).to_have_text("blog")
     context.close()
+
+
+def test_the_site_switcher_fits_a_phone(browser: Any, server: str) -> None:  # noqa: F811
+    context = browser.new_context(viewport={"width": 375, "height": 800})
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    tab.goto(f"{server}/conversations/?site=blog")
+    tab.fill("input[name=username]", ADMIN)
+    tab.fill("input[name=password]", PASSWORD)
+    tab.click("button[type=submit]")
+    tab.wait_for_url(f"{server}/conversations/?site=blog")
+    switch = _header(tab).locator("a", has_text="shop")
+    expect(switch).to_be_visible()
+    assert tab.evaluate("document.documentElement.scrollWidth") <= 375
+    _shot(tab, "sites-blog-conversations-375", full_page=False)
+    switch.click()
+    tab.wait_for_url(f"{server}/conversations/")
+    expect(_header(tab).locator("strong")).to_have_text("shop")
+    context.close()
