@@ -31,7 +31,9 @@ from clawmem.errors import ConfigError
 from clawmem.pipeline import Claw
 from clawmem.providers.base import ToolCall
 from clawmem.providers.echo import EchoProvider
+from clawmem.settings import PHPCLAW_SCHEMA
 from clawmem.site import Site
+from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables
 from dashboard import accounts, create_app, state
 from tests.conftest import backend_url
@@ -428,3 +430,13 @@ def test_a_malformed_sites_setting_stops_the_start_in_one_line(
     )
     assert started.returncode == 1
     assert started.stderr.strip().splitlines() == [f"Error: {message}"]
+
+
+def test_a_site_whose_tables_have_the_other_shape_stops_the_start(
+    make_app: Callable[..., Flask], prefix: str, tmp_path: Path
+) -> None:
+    app = make_app()
+    create_tables(engine_for(app.extensions["clawmem.settings"].database_url), f"{prefix}wp_", PHPCLAW_SCHEMA)
+    refusal = f"^CLAW_SCHEMA is clawmem but the existing tables of prefix '{prefix}wp_'"
+    with pytest.raises(ConfigError, match=refusal):
+        make_app(SITES=f"main={prefix},wp={prefix}wp_")
