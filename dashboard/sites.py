@@ -2,8 +2,7 @@
 
 The site is the ``site`` query parameter. Every ``url_for`` adds it, so links, htmx requests,
 "load more" cursors and redirects keep it, and every GET form holds it as a hidden input
-(``site_input()`` in templates/_site_input.html, because a browser drops the query of a GET
-form's action). The first site of
+(``site_input()``, because a browser drops the query of a GET form's action). The first site of
 ``CLAW_SITES`` is the one shown without it, so with one site every address stays as it was.
 """
 
@@ -17,14 +16,14 @@ from dashboard import state
 
 SITE_ARG = "site"
 # Pages that name one thing (a conversation, a message, a key) which the other site most likely
-# lacks: switching from them shows the list they belong to there, with the same path values.
-SWITCH_FALLBACK = {
+# lacks: switching from them shows the list they belong to there, keeping these path values.
+SWITCH_FALLBACK: dict[str, tuple[str, tuple[str, ...]]] = {
     "conversations.detail": ("conversations.index", ()),
     "conversations.turn": ("conversations.index", ()),
     "memory.entry": ("memory.namespace", ("namespace",)),
 }
 # Query values that only mean something on the site they came from.
-SITE_BOUND_ARGS = frozenset({SITE_ARG, "cursor", "key"})
+SITE_BOUND_ARGS = frozenset({SITE_ARG, "cursor"})
 
 
 def _sites() -> dict[str, Any]:
@@ -67,13 +66,14 @@ def site_input() -> str:
 
 
 def switch_url(label: str) -> str:
-    """Return this page on site ``label``: the same endpoint, path values and query, less what
-    only this site's data gives meaning (cursors, a key); a page naming one record gives its list."""
+    """Return this page on site ``label``: the same endpoint, path values and query, less a cursor
+    (it points into this site's list); a page naming one record gives its list, unfiltered."""
     endpoint, view_args = request.endpoint or "overview.index", dict(request.view_args or {})
+    query = {name: values for name, values in request.args.lists() if name not in SITE_BOUND_ARGS}
     if endpoint in SWITCH_FALLBACK:
         endpoint, kept = SWITCH_FALLBACK[endpoint]
         view_args = {name: value for name, value in view_args.items() if name in kept}
-    query = {name: values for name, values in request.args.lists() if name not in SITE_BOUND_ARGS}
+        query = {}
     return url_for(endpoint, **view_args, **query, **{SITE_ARG: _url_value(label)})
 
 

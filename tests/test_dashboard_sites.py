@@ -314,7 +314,7 @@ def test_switching_from_a_page_that_names_one_record_shows_its_list(
         conversation = beta.list(limit=1).items[0].id
         turn = next(m.id for m in beta.messages(conversation).items if m.role == "user")
     cases = {
-        f"/conversations/{conversation}?site=beta": "/conversations/",
+        f"/conversations/{conversation}?max_messages=3&site=beta": "/conversations/",
         f"/conversations/{conversation}/turns/{turn}?site=beta": "/conversations/",
         "/memory/default/entry?key=bumblebeeish_policy&site=beta": "/memory/default/",
         "/memory/bumblebeeish-ns/?state=live&site=beta": "/memory/bumblebeeish-ns/?state=live",
