@@ -82,15 +82,22 @@ def test_switching_sites_from_the_header_keeps_the_page(page: Any, server: str) 
     expect(page.locator("#memory-results")).not_to_contain_text(BLOG)
 
 
-def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -> None:  # noqa: F811
-    context = browser.new_context(java_script_enabled=False, viewport={"width": 1280, "height": 900})
+def _signed_in_at(browser: Any, server: str, path: str, **options: Any) -> tuple[Any, Any]:  # noqa: F811
+    """Open ``path`` in a new context with ``options``, sign in on the page it is sent to, and
+    return the context and the tab, back on ``path``."""
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
     tab = context.new_page()
     tab.set_default_timeout(10_000)
-    tab.goto(f"{server}/memory/?site=blog")
+    tab.goto(f"{server}{path}")
     tab.fill("input[name=username]", ADMIN)
     tab.fill("input[name=password]", PASSWORD)
     tab.click("button[type=submit]")
-    tab.wait_for_url(f"{server}/memory/?site=blog")
+    tab.wait_for_url(f"{server}{path}")
+    return context, tab
+
+
+def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -> None:  # noqa: F811
+    context, tab = _signed_in_at(browser, server, "/memory/?site=blog", java_script_enabled=False)
     tab.click("nav[aria-label=Sections] >> text=Conversations")
     tab.wait_for_url(f"{server}/conversations/?site=blog")
     tab.fill("input[name=q]", "feeds")
@@ -103,14 +110,8 @@ def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -
 
 
 def test_the_site_switcher_fits_a_phone(browser: Any, server: str) -> None:  # noqa: F811
-    context = browser.new_context(viewport={"width": 375, "height": 800})
-    tab = context.new_page()
-    tab.set_default_timeout(10_000)
-    tab.goto(f"{server}/conversations/?site=blog")
-    tab.fill("input[name=username]", ADMIN)
-    tab.fill("input[name=password]", PASSWORD)
-    tab.click("button[type=submit]")
-    tab.wait_for_url(f"{server}/conversations/?site=blog")
+    context, tab = _signed_in_at(browser, server, "/conversations/?site=blog",
+                                 viewport={"width": 375, "height": 800})
     switch = _header(tab).locator("a", has_text="shop")
     expect(switch).to_be_visible()
     assert tab.evaluate("document.documentElement.scrollWidth") <= 375
