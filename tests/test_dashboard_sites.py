@@ -440,3 +440,15 @@ def test_a_site_whose_tables_have_the_other_shape_stops_the_start(
     refusal = f"^CLAW_SCHEMA is clawmem but the existing tables of prefix '{prefix}wp_'"
     with pytest.raises(ConfigError, match=refusal):
         make_app(SITES=f"main={prefix},wp={prefix}wp_")
+
+
+def test_flask_claw_under_a_dashboard_of_several_sites_acts_on_the_table_prefix(
+    two_sites: tuple[Flask, FlaskClient],
+) -> None:
+    app, _ = two_sites
+    with app.app_context():
+        beta = state.sites_of(app)["beta"].conversations.list(limit=1).items[0].id
+    runner = app.test_cli_runner()
+    result = runner.invoke(args=["claw", "forget", "--conversation", beta, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert f"nothing to delete: no conversation {beta}" in result.output
