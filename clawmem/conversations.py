@@ -293,34 +293,61 @@ class ConversationLog:
         *,
         limit: int = 50,
         cursor: str | None = None,
+        sort: str = "created",
         user_id: str | None = None,
         namespace: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         query: str | None = None,
     ) -> Page[ConversationSummary]:
-        """Return a page of conversations, newest first (by created_at, then id).
+        """Return a page of conversations in ``sort`` order: ``created`` or ``updated`` (newest
+        first) or ``title`` (A to Z, untitled last), ties by id.
 
         Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
         ``query`` contained in the title or any message's content (case-insensitive).
-        Raises ``ValueError`` for a bad limit or namespace and ``InvalidCursor`` for a bad cursor.
+        Raises ``ValueError`` for a bad limit, sort or namespace and ``InvalidCursor`` for a bad
+        cursor, or one of another sort.
         """
         check_limit(limit)
+        sql.check_sort(sort)
+        filters = self._filters(user_id, namespace, since, until, query)
+        with self.engine.connect() as conn:
+            found = sql.summaries(conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, **filters)
+        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort))
+
+    def count(
+        self,
+        *,
+        user_id: str | None = None,
+        namespace: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        query: str | None = None,
+    ) -> int:
+        """Return how many conversations :meth:`list` gives under the same filters (one query)."""
+        filters = self._filters(user_id, namespace, since, until, query)
+        with self.engine.connect() as conn:
+            return sql.count_summaries(conn, self.prefix, **filters)
+
+    @staticmethod
+    def _filters(
+        user_id: str | None,
+        namespace: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        query: str | None,
+    ) -> dict[str, Any]:
         if namespace is not None:
             validate_namespace(namespace)
+        return {"user_id": user_id, "namespace": namespace, "since": since, "until": until, "query": query}
+
+    def first_matches(
+        self, conversation_ids: Sequence[str], query: str, max_chars: int = 100_000
+    ) -> dict[str, str]:
+        """Return, by conversation id, the start (``max_chars`` characters) of the first message
+        of each of ``conversation_ids`` whose content holds ``query`` as :meth:`list` matches it."""
         with self.engine.connect() as conn:
-            found = sql.summaries(
-                conn,
-                self.prefix,
-                limit=limit + 1,
-                cursor=cursor,
-                user_id=user_id,
-                namespace=namespace,
-                since=since,
-                until=until,
-                query=query,
-            )
-        return page_of(found, limit, lambda c: [moment_key(c.created_at, c.raw_created_at), c.id])
+            return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""

@@ -13,7 +13,7 @@ import abc
 import json
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from clawmem import events
 from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StorageError
 from clawmem.memory.index import WordIndex
+from clawmem.memory.listing import check_sort, cursor_key, sort_start, sorted_page
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     encode_value,
@@ -30,7 +31,7 @@ from clawmem.memory.rules import (
     validate_namespace,
     validate_ttl,
 )
-from clawmem.sql.paging import Page, check_limit, decode_cursor, page_of
+from clawmem.sql.paging import Page, check_limit, page_of
 from clawmem.words import keywords, rank
 
 DEFAULT_NAMESPACE = "default"
@@ -61,6 +62,9 @@ class MemoryRow:
     updated_at: datetime | None = None
     unreadable: str | None = None
     raw_value: bool = False
+    # An unreadable time as it was stored, so that a listing sorted by it continues after the row.
+    raw_updated_at: Any = field(default=None, repr=False, compare=False)
+    raw_expires_at: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -345,23 +349,35 @@ class BaseMemory(SearchableMemory):
         query: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        sort: str = "key",
     ) -> Page[MemoryRow]:
-        """Return a page of a namespace's entries by key. ``state`` is one of :data:`FILTERS`,
-        ``query`` matches key or value text (case-insensitive). Raises ``ValueError`` for a bad
-        state or limit and ``InvalidCursor`` for a bad cursor."""
+        """Return a page of a namespace's entries in ``sort`` order (see :data:`SORTS`).
+        ``state`` is one of :data:`FILTERS`, ``query`` matches key or value text
+        (case-insensitive). Raises ``ValueError`` for a bad state, sort or limit and
+        ``InvalidCursor`` for a bad cursor, or one of another sort."""
         check_filter(state)
+        check_sort(sort)
         check_limit(limit)
-        after = decode_cursor(cursor, 1)[0] if cursor else None
+        start = sort_start(cursor, sort) if cursor else None
+        rows = sorted_page(self._matching(namespace, state, query), sort, start, limit + 1)
+        return page_of(rows, limit, lambda row: cursor_key(row, sort))
+
+    def count_entries(
+        self, namespace: str = DEFAULT_NAMESPACE, *, state: str | None = None, query: str | None = None
+    ) -> int:
+        """Return how many entries :meth:`entries` lists under the same filters."""
+        check_filter(state)
+        return len(self._matching(namespace, state, query))
+
+    def _matching(self, namespace: str, state: str | None, query: str | None) -> list[MemoryRow]:
         needle = query.casefold() if query else None
         now = self._now()
-        rows = [
+        return [
             row
             for row in self.records(namespace)
-            if (after is None or row.key > after)
-            and passes_filter(state, row.expires_at, now)
+            if passes_filter(state, row.expires_at, now)
             and (needle is None or needle in row.key.casefold() or needle in _json(row.value).casefold())
         ]
-        return page_of(rows[: limit + 1], limit, lambda row: [row.key])
 
     def entry(self, namespace: str, key: str) -> MemoryRow | None:
         """Return one entry, expired or not, or ``None``."""

@@ -18,6 +18,7 @@ from clawmem.errors import StorageError
 from clawmem.memory.base import BaseMemory, MemoryRow, NamespaceCount, check_filter
 from clawmem.memory.codecs import UndecodableValue, codec_for
 from clawmem.memory.index import WordIndex
+from clawmem.memory.listing import check_sort, cursor_key, sort_start
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     validate_key,
@@ -29,7 +30,7 @@ from clawmem.sql import kv
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 from clawmem.sql.lenient import as_text, read_expiry, read_value
-from clawmem.sql.paging import Page, check_limit, decode_cursor, keyset_pages, page_of
+from clawmem.sql.paging import Page, check_limit, keyset_pages, page_of
 from clawmem.sql.schema import tables
 
 
@@ -206,11 +207,13 @@ class SqlMemory(SqlBackedMemory):
         query: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        sort: str = "key",
     ) -> Page[MemoryRow]:
         validate_namespace(namespace)
         check_filter(state)
+        check_sort(sort)
         check_limit(limit)
-        after = decode_cursor(cursor, 1)[0] if cursor else None
+        start = sort_start(cursor, sort, self.engine.dialect.name) if cursor else None
         rows = self._read(
             "entries",
             kv.namespace_rows,
@@ -218,10 +221,18 @@ class SqlMemory(SqlBackedMemory):
             self._now(),
             state=state,
             query=query,
-            after_key=after,
+            sort=sort,
+            start=start,
             limit=limit + 1,
         )
-        return page_of(rows, limit, lambda row: [row.key])
+        return page_of(rows, limit, lambda row: cursor_key(row, sort))
+
+    def count_entries(
+        self, namespace: str = "default", *, state: str | None = None, query: str | None = None
+    ) -> int:
+        validate_namespace(namespace)
+        check_filter(state)
+        return self._read("count_entries", kv.count_rows, namespace, self._now(), state=state, query=query)
 
     def entry(self, namespace: str, key: str) -> MemoryRow | None:
         return self._read("entry", kv.one_row, validate_namespace(namespace), validate_key(key))

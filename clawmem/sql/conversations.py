@@ -11,11 +11,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
 from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
 from clawmem.sql.lenient import as_text, raw_moment, read_json, read_moment, reasons
-from clawmem.sql.paging import after, decode_time_cursor
+from clawmem.sql.paging import (
+    after,
+    decode_moment,
+    decode_sorted_cursor,
+    decode_time_cursor,
+    moment_key,
+    sorted_rows,
+)
 from clawmem.sql.schema import tables
 
 ORDER_COLUMNS = ("created_at", "updated_at")
@@ -61,8 +69,8 @@ class StoredMessage:
 
 @dataclass(frozen=True)
 class ConversationSummary:
-    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` as in
-    :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
+    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` (and
+    ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
 
     id: str
     namespace: str
@@ -74,6 +82,7 @@ class ConversationSummary:
     message_count: int
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
+    raw_updated_at: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -292,30 +301,50 @@ def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
 
 
-def summaries(
-    conn: Connection,
+# How the conversation list can be ordered: the column, and whether newest (or Z) comes first.
+# Each is served by an index on (column, id); titles may be NULL, and untitled ones come last.
+SORTS = {"updated": ("updated_at", True), "created": ("created_at", True), "title": ("title", False)}
+
+
+def check_sort(sort: str) -> str:
+    """Return ``sort`` if the conversation list can be ordered by it, else raise ``ValueError``."""
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+    return sort
+
+
+def cursor_key(conversation: ConversationSummary, sort: str) -> list[Any]:
+    """Return the key of the cursor after ``conversation`` in the list ordered by ``sort``:
+    ``[sort, the sort column as text (None for no title), id]``."""
+    if sort == "title":
+        return [sort, conversation.title, conversation.id]
+    if sort == "updated":
+        return [sort, moment_key(conversation.updated_at, conversation.raw_updated_at), conversation.id]
+    return [sort, moment_key(conversation.created_at, conversation.raw_created_at), conversation.id]
+
+
+def _start(cursor: str, sort: str, dialect: str) -> tuple[Any, str]:
+    value, conversation_id = decode_sorted_cursor(cursor, sort)
+    if sort == "title":
+        return value, conversation_id
+    if value is None:  # both time columns are NOT NULL: no cursor of ours holds a NULL there
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+    return decode_moment(value, cursor, dialect), conversation_id
+
+
+def _filtered(
+    select: sa.Select[Any],
     prefix: str,
     *,
-    limit: int,
     conversation_id: str | None = None,
-    cursor: str | None = None,
     user_id: str | None = None,
     namespace: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
     query: str | None = None,
-) -> list[ConversationSummary]:
-    """Return up to ``limit`` conversations with their message counts, newest first (by
-    created_at, then id), filtered as :meth:`clawmem.ConversationLog.list` describes."""
+) -> sa.Select[Any]:
     schema = tables(prefix)
     table, messages = schema.conversations, schema.messages
-    count = (
-        sa.select(sa.func.count())
-        .where(messages.c.conversation_id == table.c.id)
-        .scalar_subquery()
-        .label("message_count")
-    )
-    select = sa.select(table, count)
     if conversation_id is not None:
         select = select.where(table.c.id == conversation_id)
     if user_id is not None:
@@ -332,18 +361,73 @@ def summaries(
             messages.c.conversation_id == table.c.id, messages.c.content.ilike(pattern, escape="\\")
         )
         select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
-    if cursor:
-        moment = decode_time_cursor(cursor, conn.dialect.name)
-        select = select.where(after([table.c.created_at, table.c.id], moment, descending=True))
-    select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
+    return select
+
+
+def summaries(
+    conn: Connection,
+    prefix: str,
+    *,
+    limit: int,
+    sort: str = "created",
+    cursor: str | None = None,
+    **filters: Any,
+) -> list[ConversationSummary]:
+    """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
+    :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
+    (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    count = (
+        sa.select(sa.func.count())
+        .where(messages.c.conversation_id == table.c.id)
+        .scalar_subquery()
+        .label("message_count")
+    )
+    name, descending = SORTS[check_sort(sort)]
+    select = _filtered(sa.select(table, count), prefix, **filters)
+    start = _start(cursor, sort, conn.dialect.name) if cursor else None
+    columns = [table.c[name], table.c.id]
+    rows = sorted_rows(conn, select, columns, limit, start, descending=descending, nullable=name == "title")
     return [
         ConversationSummary(
             **conversation_fields(row),
             message_count=row.message_count,
             raw_created_at=raw_moment(row.created_at),
+            raw_updated_at=raw_moment(row.updated_at),
         )
-        for row in conn.execute(select)
+        for row in rows
     ]
+
+
+def count_summaries(conn: Connection, prefix: str, **filters: Any) -> int:
+    """Return how many conversations :func:`summaries` lists under ``filters``, in one query."""
+    table = tables(prefix).conversations
+    select = _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
+    return int(conn.execute(select).scalar() or 0)
+
+
+def first_matches(
+    conn: Connection, prefix: str, conversation_ids: Sequence[str], query: str, max_chars: int
+) -> dict[str, str]:
+    """Return, for each of ``conversation_ids`` with a message whose content holds ``query``
+    (as the list's search matches it), the first ``max_chars`` characters of its first such
+    message."""
+    if not conversation_ids or not query:
+        return {}
+    table = tables(prefix).messages
+    first = (
+        sa.select(sa.func.min(table.c.id))
+        .where(
+            table.c.conversation_id.in_(list(conversation_ids)),
+            table.c.content.ilike(like_pattern(query), escape="\\"),
+        )
+        .group_by(table.c.conversation_id)
+    )
+    select = sa.select(table.c.conversation_id, sa.func.substr(table.c.content, 1, max_chars)).where(
+        table.c.id.in_(first)
+    )
+    return {as_text(conversation_id): as_text(text) or "" for conversation_id, text in conn.execute(select)}
 
 
 def json_text(value: Any) -> str | None:

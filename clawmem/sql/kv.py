@@ -20,8 +20,10 @@ from clawmem.clock import Clock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.base import MemoryRow, NamespaceCount
 from clawmem.memory.codecs import codec_for
+from clawmem.memory.listing import SORTS
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
-from clawmem.sql.lenient import as_text, read_expiry, read_json, read_moment, read_value, reasons
+from clawmem.sql.lenient import as_text, raw_moment, read_expiry, read_json, read_moment, read_value, reasons
+from clawmem.sql.paging import sorted_rows
 from clawmem.sql.schema import tables
 
 
@@ -196,6 +198,8 @@ def memory_row(row: Any, shape: str = CLAWMEM_SCHEMA) -> MemoryRow:
         updated_at=updated_at,
         unreadable=reasons(bad_value, bad_metadata, bad_expiry, bad_created, bad_updated),
         raw_value=bad_value is not None,
+        raw_updated_at=raw_moment(row.updated_at),
+        raw_expires_at=row.expires_at if bad_expiry else None,
     )
 
 
@@ -226,22 +230,10 @@ def newest_write(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> 
     return conn.execute(sa.select(sa.func.max(tables(prefix, shape).memory.c.updated_at))).scalar()
 
 
-def namespace_rows(
-    conn: Connection,
-    prefix: str,
-    namespace: str,
-    now: int,
-    *,
-    state: str | None = None,
-    query: str | None = None,
-    after_key: str | None = None,
-    limit: int | None = None,
-    shape: str = CLAWMEM_SCHEMA,
-) -> list[MemoryRow]:
-    """Return a namespace's rows by key, filtered by ``state`` (one of
-    :data:`clawmem.memory.base.FILTERS`) and by ``query`` in key or value (case-insensitive)."""
-    table = tables(prefix, shape).memory
-    select = sa.select(table).where(table.c.namespace == namespace)
+def _listed(
+    select: sa.Select[Any], table: sa.Table, now: int, state: str | None, query: str | None
+) -> sa.Select[Any]:
+    # The filters of a namespace listing: a TTL state, and text in the key or the value.
     if state == "live":
         select = select.where(_live(table, now))
     elif state == "permanent":
@@ -255,12 +247,57 @@ def namespace_rows(
         select = select.where(
             sa.or_(table.c.lookup_key.ilike(pattern, escape="\\"), table.c.value.ilike(pattern, escape="\\"))
         )
-    if after_key is not None:
-        select = select.where(table.c.lookup_key > after_key)
-    select = select.order_by(table.c.lookup_key)
-    if limit is not None:
-        select = select.limit(limit)
-    return [memory_row(row, shape) for row in conn.execute(select)]
+    return select
+
+
+# The column each order of :data:`clawmem.memory.listing.SORTS` reads, ties broken by key.
+SORT_COLUMNS = {"key": "lookup_key", "updated": "updated_at", "expires": "expires_at"}
+
+
+def namespace_rows(
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    now: int,
+    *,
+    state: str | None = None,
+    query: str | None = None,
+    sort: str = "key",
+    start: tuple[Any, str] | None = None,
+    limit: int | None = None,
+    shape: str = CLAWMEM_SCHEMA,
+) -> list[MemoryRow]:
+    """Return a namespace's rows in ``sort`` order (by key unless told; see
+    :data:`clawmem.memory.listing.SORTS`) after the ``start`` of a cursor, filtered by ``state``
+    (one of :data:`clawmem.memory.base.FILTERS`) and by ``query`` in key or value
+    (case-insensitive)."""
+    table = tables(prefix, shape).memory
+    select = _listed(sa.select(table).where(table.c.namespace == namespace), table, now, state, query)
+    if limit is None:
+        return [memory_row(row, shape) for row in conn.execute(select.order_by(table.c.lookup_key))]
+    if start is not None and sort == "expires" and isinstance(start[0], int):
+        start = (stored_moment(table, start[0]), start[1])
+    columns = [table.c[SORT_COLUMNS[sort]], table.c.lookup_key]
+    rows = sorted_rows(
+        conn, select, columns, limit, start, descending=SORTS[sort], nullable=sort != "key"
+    )
+    return [memory_row(row, shape) for row in rows]
+
+
+def count_rows(
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    now: int,
+    *,
+    state: str | None = None,
+    query: str | None = None,
+    shape: str = CLAWMEM_SCHEMA,
+) -> int:
+    """Return how many rows :func:`namespace_rows` lists under the same filters, in one query."""
+    table = tables(prefix, shape).memory
+    select = sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace)
+    return int(conn.execute(_listed(select, table, now, state, query)).scalar() or 0)
 
 
 def one_row(

@@ -31,16 +31,35 @@ def encode_cursor(values: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, size: int) -> list[Any]:
-    """Return the ``size`` sort-key values in ``cursor``; raise :class:`InvalidCursor` if malformed."""
+def _cursor_values(cursor: str, size: int) -> list[Any]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         values = json.loads(base64.urlsafe_b64decode(padded.encode()))
     except (ValueError, TypeError):
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}") from None
-    if not isinstance(values, list) or len(values) != size or not all(_bindable(v) for v in values):
+    if not isinstance(values, list) or len(values) != size:
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     return values
+
+
+def decode_cursor(cursor: str, size: int) -> list[Any]:
+    """Return the ``size`` sort-key values in ``cursor``; raise :class:`InvalidCursor` if malformed."""
+    values = _cursor_values(cursor, size)
+    if not all(_bindable(v) for v in values):
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+    return values
+
+
+def decode_sorted_cursor(cursor: str, sort: str) -> tuple[str | None, str]:
+    """Return the ``(value, tiebreak)`` of the cursor of a listing ordered by ``sort``, which
+    :func:`page_of` made from the key ``[sort, value as text or None, unique tiebreak]``.
+
+    Raises :class:`InvalidCursor` if it is malformed or was made for another sort.
+    """
+    made_for, value, tiebreak = _cursor_values(cursor, 3)
+    if made_for != sort or not _bindable(tiebreak) or not (value is None or _bindable(value)):
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+    return value, tiebreak
 
 
 def _bindable(value: object) -> bool:
@@ -70,6 +89,11 @@ def moment_key(moment: datetime | None, raw: Any = None) -> str:
     return _RAW + json.dumps({"blob": bytes(raw).hex()} if isinstance(raw, (bytes, bytearray)) else raw)
 
 
+def is_raw_key(text: str) -> bool:
+    """Return whether ``text`` is a value :func:`moment_key` carried raw (not a readable time)."""
+    return text.startswith(_RAW)
+
+
 def decode_time_cursor(cursor: str, dialect: str = "") -> tuple[Any, str]:
     """Return the ``(created_at, id)`` in a cursor of a time-ordered listing on ``dialect``:
     a datetime, or the raw value :func:`moment_key` carried.
@@ -77,14 +101,20 @@ def decode_time_cursor(cursor: str, dialect: str = "") -> tuple[Any, str]:
     Raises :class:`InvalidCursor` if it is malformed or its time is neither.
     """
     created, row_id = decode_cursor(cursor, 2)
+    return decode_moment(created, cursor, dialect), row_id
+
+
+def decode_moment(text: str, cursor: str, dialect: str = "") -> Any:
+    """Return the time :func:`moment_key` wrote as ``text`` in ``cursor``: a datetime, or the raw
+    value it carried. Raises :class:`InvalidCursor` if it is neither."""
     invalid = InvalidCursor(f"invalid cursor {cursor[:40]!r}")
-    if not created.startswith(_RAW):
+    if not text.startswith(_RAW):
         try:
-            return datetime.fromisoformat(created), row_id
+            return datetime.fromisoformat(text)
         except ValueError:
             raise invalid from None
     try:
-        raw = json.loads(created[len(_RAW):])
+        raw = json.loads(text[len(_RAW):])
     except ValueError:
         raise invalid from None
     if isinstance(raw, dict) and set(raw) == {"blob"} and isinstance(raw["blob"], str):
@@ -98,7 +128,7 @@ def decode_time_cursor(cursor: str, dialect: str = "") -> tuple[Any, str]:
         raise invalid
     if dialect == "postgresql" and not (isinstance(raw, str) and _POSTGRES_RAW.fullmatch(raw)):
         raise invalid
-    return raw, row_id
+    return raw
 
 
 def page_of(rows: Sequence[T], limit: int, key: Any) -> Page[T]:
@@ -124,6 +154,42 @@ def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = Fals
     if descending:
         return sa.or_(first < first_value, sa.and_(first == first_value, second < second_value))
     return sa.or_(first > first_value, sa.and_(first == first_value, second > second_value))
+
+
+def sorted_rows(
+    conn: Connection,
+    select: sa.Select[Any],
+    columns: Sequence[Any],
+    limit: int,
+    start: Sequence[Any] | None = None,
+    *,
+    descending: bool = False,
+    nullable: bool = False,
+) -> list[Any]:
+    """Return up to ``limit`` rows of ``select`` ordered by the two ``columns`` (a sort column
+    and a unique tiebreak, both descending if asked), after the row whose values are ``start``.
+
+    When the sort column is ``nullable`` its NULLs come last on every backend, in tiebreak
+    order: a second query reads them, so that each query follows one index.
+    """
+    column, tiebreak = columns
+    order = [column.desc(), tiebreak.desc()] if descending else [column, tiebreak]
+    if not nullable:
+        if start is not None:
+            select = select.where(after(columns, start, descending))
+        return list(conn.execute(select.order_by(*order).limit(limit)))
+    rows: list[Any] = []
+    if start is None or start[0] is not None:
+        present = select.where(column.is_not(None))
+        if start is not None:
+            present = present.where(after(columns, start, descending))
+        rows = list(conn.execute(present.order_by(*order).limit(limit)))
+    if len(rows) < limit:
+        missing = select.where(column.is_(None))
+        if start is not None and start[0] is None:
+            missing = missing.where(tiebreak < start[1] if descending else tiebreak > start[1])
+        rows += conn.execute(missing.order_by(order[1]).limit(limit - len(rows)))
+    return rows
 
 
 def keyset_pages(

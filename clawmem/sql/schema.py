@@ -135,8 +135,11 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Column("updated_at", _datetime(), nullable=False),
         sa.Index(f"{prefix}phpclaw_conv_ns_created", "namespace", "created_at"),
-        # Serves the newest-first listing without a sort of the whole table.
+        # Serve each order of the dashboard's list (see sql/conversations.py SORTS) without a
+        # sort of the whole table.
         sa.Index(f"{prefix}phpclaw_conv_created", "created_at", "id"),
+        sa.Index(f"{prefix}phpclaw_conv_updated", "updated_at", "id"),
+        sa.Index(f"{prefix}phpclaw_conv_title", "title", "id"),
         sa.Index(f"{prefix}phpclaw_conv_user_ns_updated", "user_id", "namespace", "updated_at"),
         **options,
     )
@@ -168,6 +171,9 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Index(f"{prefix}phpclaw_mem_ns_expires", "namespace", "expires_at"),
         # Lets the recall index read what changed since it last looked (see memory/sql.py).
         sa.Index(f"{prefix}phpclaw_mem_ns_updated", "namespace", "updated_at"),
+        # Serve a namespace's keys by last write and by expiry, ties by key (sql/kv.py SORTS).
+        sa.Index(f"{prefix}phpclaw_mem_ns_updated_key", "namespace", "updated_at", "lookup_key"),
+        sa.Index(f"{prefix}phpclaw_mem_ns_expires_key", "namespace", "expires_at", "lookup_key"),
         **options,
     )
     return Tables(metadata, conversations, messages, memory)

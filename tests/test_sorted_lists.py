@@ -1,0 +1,216 @@
+"""Every order of the conversation list and of a namespace's keys pages exactly: each row once,
+in the order a sort of the whole set gives, ties and missing values included, on every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from clawmem.clock import FakeClock
+from clawmem.conversations import ConversationLog
+from clawmem.errors import InvalidCursor
+from clawmem.ids import new_id
+from clawmem.memory.base import MemoryRow
+from clawmem.memory.listing import SORTS as KEY_SORTS
+from clawmem.memory.sql import SqlMemory
+from clawmem.sql.conversations import SORTS as CONVERSATION_SORTS
+from clawmem.sql.schema import create_tables, tables
+from tests.conftest import DRIVERS
+
+# Lower-case letters only, so that every backend's collation orders them as Python does.
+TITLES = ["delta", "alpha", None, "charlie", "alpha", "bravo", None, "delta"]
+START = datetime(2024, 3, 1, 12, 0, 0)
+
+
+def _conversations(engine: sa.engine.Engine, prefix: str, count: int = 45) -> list[dict[str, Any]]:
+    # Three conversations share each start and four each last activity, so ids break the ties.
+    rows = [
+        {
+            "id": new_id(),
+            "namespace": "web",
+            "user_id": f"cust-{number % 3}",
+            "title": TITLES[number % len(TITLES)],
+            "created_at": START + timedelta(seconds=number // 3),
+            "updated_at": START + timedelta(minutes=(count - number) // 4),
+        }
+        for number in range(count)
+    ]
+    with engine.begin() as conn:
+        conn.execute(sa.insert(tables(prefix).conversations), rows)
+    return rows
+
+
+def _expected_conversations(rows: list[dict[str, Any]], sort: str) -> list[str]:
+    if sort == "title":
+        titled = sorted((r for r in rows if r["title"] is not None), key=lambda r: (r["title"], r["id"]))
+        untitled = sorted((r for r in rows if r["title"] is None), key=lambda r: r["id"])
+        return [row["id"] for row in titled + untitled]
+    column = {"created": "created_at", "updated": "updated_at"}[sort]
+    return [row["id"] for row in sorted(rows, key=lambda row: (row[column], row["id"]), reverse=True)]
+
+
+def _walk(fetch: Callable[[str | None], Any]) -> Iterator[Any]:
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        yield from page.items
+        if page.next_cursor is None:
+            return
+        assert page.items, "a page with a next cursor holds rows"
+        cursor = page.next_cursor
+
+
+@pytest.mark.parametrize("sort", list(CONVERSATION_SORTS))
+def test_every_conversation_order_pages_each_row_once_in_order(
+    engine: sa.engine.Engine, prefix: str, sort: str
+) -> None:
+    rows = _conversations(engine, prefix)
+    log = ConversationLog(engine, prefix=prefix)
+    listed = [c.id for c in _walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort))]
+    assert listed == _expected_conversations(rows, sort)
+    of_one = {"user_id": "cust-1"}
+    filtered = [c.id for c in _walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort, **of_one))]
+    assert filtered == [i for i in _expected_conversations(rows, sort) if i in {r["id"] for r in rows[1::3]}]
+    assert log.count(user_id="cust-1") == len(filtered) == 15
+    assert log.count() == 45
+
+
+def test_a_conversation_cursor_of_another_order_is_refused(engine: sa.engine.Engine, prefix: str) -> None:
+    _conversations(engine, prefix, 10)
+    log = ConversationLog(engine, prefix=prefix)
+    cursors = {sort: log.list(limit=2, sort=sort).next_cursor for sort in CONVERSATION_SORTS}
+    for sort, cursor in cursors.items():
+        for other in CONVERSATION_SORTS:
+            if other != sort:
+                with pytest.raises(InvalidCursor):
+                    log.list(limit=2, sort=other, cursor=cursor)
+    with pytest.raises(ValueError, match="sort must be one of updated, created, title"):
+        log.list(sort="messages")
+
+
+def test_search_finds_the_start_of_each_conversations_first_matching_message(
+    engine: sa.engine.Engine, prefix: str
+) -> None:
+    log = ConversationLog(engine, prefix=prefix)
+    from clawmem.conversations import Message
+
+    log.append("c-refund", [Message("user", "Hello"), Message("user", "I want a REFUND now"),
+                            Message("user", "refund again")])
+    log.append("c-other", [Message("user", "where is my parcel")])
+    found = log.first_matches(["c-refund", "c-other"], "refund")
+    assert found == {"c-refund": "I want a REFUND now"}
+    assert log.count(query="refund") == 1
+
+
+# -- a namespace's keys, on every driver ------------------------------------------------------
+
+
+def _fill(memory: Any, clock: FakeClock) -> None:
+    # Keys written at three moments (ties within each), expiring at four moments or never;
+    # "c" expires after a minute.
+    for keys in (["m", "b", "x"], ["a", "k", "z", "c"], ["q", "d"]):
+        for index, key in enumerate(keys):
+            ttl = [None, 600, 600, 60][index % 4]
+            memory.set(key, {"note": f"value of {key}"}, "sorted", ttl=ttl)
+        clock.advance(10)
+
+
+def _expected_keys(rows: list[MemoryRow], sort: str) -> list[str]:
+    if sort == "key":
+        return sorted(row.key for row in rows)
+    value = {"updated": lambda row: row.updated_at, "expires": lambda row: row.expires_at}[sort]
+    newest_first = KEY_SORTS[sort]
+    present = sorted(
+        (r for r in rows if value(r) is not None), key=lambda r: (value(r), r.key), reverse=newest_first
+    )
+    missing = sorted((r for r in rows if value(r) is None), key=lambda r: r.key, reverse=newest_first)
+    return [row.key for row in present + missing]
+
+
+@pytest.mark.parametrize("sort", list(KEY_SORTS))
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_every_key_order_pages_each_entry_once_in_order(
+    make_driver: Callable[[str], Any], clock: FakeClock, driver: str, sort: str
+) -> None:
+    memory = make_driver(driver)
+    _fill(memory, clock)
+    clock.advance(100)  # the 60-second entries are now expired, not yet swept
+    rows = memory.records("sorted")
+
+    def keys(**filters: Any) -> list[str]:
+        pages = _walk(lambda cursor: memory.entries("sorted", limit=2, sort=sort, cursor=cursor, **filters))
+        return [row.key for row in pages]
+
+    listed = keys()
+    assert listed == _expected_keys(rows, sort)
+    assert len(listed) == 9
+    live = keys(state="live")
+    assert live == [key for key in _expected_keys(rows, sort) if key != "c"]
+    assert memory.count_entries("sorted", state="live") == len(live) == 8
+    assert memory.count_entries("sorted", query="VALUE OF Q") == 1
+    assert memory.count_entries("sorted") == memory.count("sorted") == 9
+
+
+@pytest.mark.parametrize("driver", ["array", "sql-sqlite"])
+def test_a_key_cursor_of_another_order_is_refused(make_driver: Callable[[str], Any], clock: FakeClock,
+                                                  driver: str) -> None:
+    memory = make_driver(driver)
+    _fill(memory, clock)
+    for sort in KEY_SORTS:
+        cursor = memory.entries("sorted", limit=2, sort=sort).next_cursor
+        for other in KEY_SORTS:
+            if other != sort:
+                with pytest.raises(InvalidCursor):
+                    memory.entries("sorted", limit=2, sort=other, cursor=cursor)
+    with pytest.raises(ValueError, match="sort must be one of key, updated, expires"):
+        memory.entries("sorted", sort="size")
+
+
+def test_init_db_adds_the_sort_indexes_to_existing_tables(engine: sa.engine.Engine, prefix: str) -> None:
+    schema = tables(prefix)
+    added = {index.name for table in (schema.conversations, schema.memory) for index in table.indexes}
+    wanted = {f"{prefix}phpclaw_{name}" for name in ("conv_updated", "conv_title", "mem_ns_updated_key",
+                                                     "mem_ns_expires_key")}
+    assert wanted <= added
+    with engine.begin() as conn:
+        for name in wanted:
+            # Tables an earlier version made: without the indexes of the sorts.
+            table = schema.conversations if "_conv_" in name else schema.memory
+            next(index for index in table.indexes if index.name == name).drop(conn)
+    create_tables(engine, prefix)
+    inspector = sa.inspect(engine)
+    present = {index["name"] for table in (schema.conversations, schema.memory)
+               for index in inspector.get_indexes(table.name)}
+    assert wanted <= present
+
+
+@pytest.mark.parametrize("sql_backend", ["sqlite"], indirect=True)
+def test_rows_with_unreadable_times_page_once_in_every_order(
+    engine: sa.engine.Engine, prefix: str, clock: FakeClock
+) -> None:
+    # Another program's rows: SQLite keeps whatever text it was given in a time column.
+    schema = tables(prefix)
+    rows = _conversations(engine, prefix, 12)
+    memory = SqlMemory(engine, prefix=prefix, clock=clock)
+    _fill(memory, clock)
+    with engine.begin() as conn:
+        for row in rows[::4]:
+            conn.exec_driver_sql(
+                f"UPDATE {schema.conversations.name} SET updated_at = 'soon', created_at = 'then' "
+                "WHERE id = ?",
+                (row["id"],),
+            )
+        conn.exec_driver_sql(f"UPDATE {schema.memory.name} SET updated_at = 'soon', expires_at = 'later' "
+                             "WHERE lookup_key IN ('b', 'k')")
+    log = ConversationLog(engine, prefix=prefix)
+    for sort in CONVERSATION_SORTS:
+        listed = [c.id for c in _walk(lambda cursor, sort=sort: log.list(limit=2, cursor=cursor, sort=sort))]
+        assert sorted(listed) == sorted(row["id"] for row in rows), sort
+    for sort in KEY_SORTS:
+        keys = [r.key for r in _walk(lambda cursor, sort=sort: memory.entries("sorted", limit=2, sort=sort,
+                                                                             cursor=cursor))]
+        assert sorted(keys) == sorted("mbxakzcqd"), sort
