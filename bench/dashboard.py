@@ -188,8 +188,32 @@ def _database(backend: str) -> Iterator[str]:
         yield os.environ.get("CLAW_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
 
 
-def run(backend: str, scale: float, runs: int, depth: int, report: Callable[[str], None]) -> None:
-    """Load the data set on ``backend``, time the pages and print one table row per page."""
+PAGE_NAMES = ("overview", "list", "deep", "conversation", "long", "memory", "preview", "cold")
+COLD_NAMESPACE, COLD_MESSAGES = "coldbench", 1000
+
+
+def load_cold_namespace(engine: sa.engine.Engine, prefix: str, entries: int, now: datetime) -> None:
+    """Insert ``entries`` memory entries into a namespace of their own, for the cold-memory page."""
+    chooser = random.Random(17)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for number in range(entries):
+            key, value = f"cold_{number:07}", _sentence(chooser, chooser.randint(6, 20))
+            yield {"id": new_id(), "namespace": COLD_NAMESPACE, "lookup_key": key,
+                   "value": encode_value(key, value), "metadata": None, "expires_at": None,
+                   "created_at": now, "updated_at": now}
+
+    with engine.begin() as conn:
+        for batch in _batches(rows()):
+            conn.execute(sa.insert(tables(prefix).memory), batch)
+
+
+def run(
+    backend: str, scale: float, runs: int, depth: int, report: Callable[[str], None],
+    only: tuple[str, ...] = PAGE_NAMES, cold_entries: int = 100_000,
+) -> None:
+    """Load the data set on ``backend``, time the pages named in ``only`` (of :data:`PAGE_NAMES`)
+    and print one table row per page."""
     prefix = f"bench{uuid.uuid4().hex[:6]}_"
     with _database(backend) as url, tempfile.TemporaryDirectory() as instance:
         engine = engine_for(url)
@@ -205,17 +229,23 @@ def run(backend: str, scale: float, runs: int, depth: int, report: Callable[[str
             listing = client.get("/conversations/").get_data(as_text=True)
             first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
             assert first_conversation
-            deep = _deep_url(client, depth)
+            deep = _deep_url(client, depth if "deep" in only else 0)
             long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
+            if "cold" in only:
+                load_cold_namespace(engine, prefix, cold_entries, now)
             pages = {
-                "conversations, first page": "/conversations/",
-                f"conversations, page {depth + 1} (keyset)": deep,
-                "one conversation (20 messages)": first_conversation.group(1),
-                f"one conversation ({LONG_TURNS} turns with recall records)": f"/conversations/{long_id}",
-                "memory list, namespace default": "/memory/default/",
-                "injection preview, namespace default": f"/preview?message={PREVIEW_MESSAGE}",
+                "overview": ("overview, with its charts", "/"),
+                "list": ("conversations, first page", "/conversations/"),
+                "deep": (f"conversations, page {depth + 1} (keyset)", deep),
+                "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
+                "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
+                         f"/conversations/{long_id}"),
+                "memory": ("memory list, namespace default", "/memory/default/"),
+                "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
+                "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
+                         f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
             }
-            for name, page in pages.items():
+            for name, page in (pages[name] for name in only):
                 median, p95 = _time(client, page, runs)
                 report(f"| {backend} | {name} | {median:.1f} | {p95:.1f} |")
         finally:
@@ -230,10 +260,18 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full data set to load")
     parser.add_argument("--runs", type=int, default=30, help="timed requests per page")
     parser.add_argument("--depth", type=int, default=100, help="cursor pages followed for the deep page")
+    parser.add_argument("--pages", default=",".join(PAGE_NAMES),
+                        help=f"pages to time, comma-separated, of: {', '.join(PAGE_NAMES)}")
+    parser.add_argument("--cold-entries", type=int, default=100_000,
+                        help="entries of the namespace the cold-memory page reports on")
     options = parser.parse_args()
+    only = tuple(name.strip() for name in options.pages.split(","))
+    unknown = [name for name in only if name not in PAGE_NAMES]
+    if unknown:
+        parser.error(f"--pages: unknown {', '.join(unknown)}; choose from {', '.join(PAGE_NAMES)}")
     print("| backend | page | median ms | p95 ms |\n|---|---|---|---|")
     for backend in options.backends.split(","):
-        run(backend.strip(), options.scale, options.runs, options.depth, print)
+        run(backend.strip(), options.scale, options.runs, options.depth, print, only, options.cold_entries)
 
 
 if __name__ == "__main__":
