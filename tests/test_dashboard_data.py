@@ -174,12 +174,15 @@ def test_ttl_state_follows_the_fake_clock(
     assert "read through the memory contract" not in body and "Live entries only" not in body
     detail = page_text(driver_client.get("/memory/ttl/entry?key=soon"))
     assert '<span class="tag expiring">expires in 1 h 58 min</span>' in detail
-    assert "<dt>Expires</dt><dd>2023-11-15 00:13:20 UTC</dd>" in detail  # floor(set time) + 7200
+    # floor(set time) + 7200, said relative to the fake clock, with the UTC time on hover
+    expires = '<time datetime="2023-11-15T00:13:20Z" title="2023-11-15 00:13:20 UTC">in 2 h</time>'
+    assert f"<dt>Expires</dt><dd>{expires}</dd>" in detail
     expired = driver_client.get("/memory/ttl/entry?key=gone")
     assert expired.status_code == 200, "an expired entry the driver still holds has a detail page"
     assert '<span class="tag expired">expired 1 min ago (not yet swept)</span>' in page_text(expired)
     # Only the SQL driver keeps write times; the others show none rather than an empty field.
-    assert ("<dt>Updated</dt><dd>2023-11-14 22:13:20 UTC</dd>" in detail) == (memory_driver == "sql")
+    updated = '<time datetime="2023-11-14T22:13:20Z" title="2023-11-14 22:13:20 UTC">2 min ago</time>'
+    assert (f"<dt>Updated</dt><dd>{updated}</dd>" in detail) == (memory_driver == "sql")
     assert ("<dt>Created</dt>" in detail) == (memory_driver == "sql")
     index = page_text(driver_client.get("/memory/"))
     assert re.search(
@@ -413,7 +416,9 @@ def test_demo_on_the_file_driver_fills_the_memory_index(make_app: Callable[..., 
     index = page_text(client.get("/memory/"))
     number = r'\s*<td class="num">(\d+)</td>'
     listed = re.findall(
-        r'<code>([^<]+)</code></a>(?: <span class="subject">subject ([^<]+)</span>)?</td>' + number * 3, index
+        r'<code>([^<]+)</code></a>(?: <span class="subject">subject <a [^>]+><bdi>([^<]+)</bdi></a></span>)?'
+        r"</td>" + number * 3,
+        index,
     )
     assert [(name, int(total), int(live), int(expired)) for name, _, total, live, expired in listed] == [
         (n.namespace, n.total, n.live, n.expired) for n in counts

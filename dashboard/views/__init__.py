@@ -11,7 +11,7 @@ from werkzeug.exceptions import BadRequest, HTTPException, ServiceUnavailable
 
 from clawmem.errors import ConfigError, InvalidCursor, InvalidNamespace, StorageError, redact
 from clawmem.sql.engine import describe_error
-from dashboard.views import conversations, health, memory, overview, recall, settings
+from dashboard.views import conversations, health, memory, overview, recall, rendering, settings
 
 BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, settings.bp)
 HTMX_FILE = "vendor/htmx.min.js"
@@ -71,3 +71,4 @@ def init_app(app: Flask) -> None:
     # Looked up once: htmx is fetched before the app starts (make run), not while it serves.
     app.extensions["dashboard.has_htmx"] = (Path(app.static_folder or "") / HTMX_FILE).is_file()
     app.context_processor(_page_globals)
+    app.jinja_env.filters.update(rendering.TEMPLATE_FILTERS)

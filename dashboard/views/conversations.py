@@ -11,8 +11,7 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.compaction import analyse, configured_thresholds, estimate_tokens
 from clawmem.conversations import ConversationLog, message_page_of
 from clawmem.pipeline import provider_history
-from clawmem.sql.conversations import ConversationSummary, StoredMessage
-from clawmem.sql.paging import Page
+from clawmem.sql.conversations import SORTS, ConversationSummary, StoredMessage
 from dashboard import state
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
@@ -21,7 +20,10 @@ from dashboard.views.rendering import (
     pretty_json,
     preview_text,
     render_page,
+    sort_arg,
+    sort_links,
     text_arg,
+    wants_fragment,
 )
 from dashboard.views.turns import recall_rows, turn_preview
 
@@ -33,6 +35,9 @@ ANALYSIS_LIMIT = 5000  # messages read for the compaction analysis of one conver
 NOT_SAID = ("summary", "recall")  # rows the analysis leaves out: not part of what the model said
 THRESHOLD_NAMES = {"messages": "message count", "tokens": "token estimate"}
 FILTERS = ("q", "user_id", "namespace", "since", "until")
+DEFAULT_SORT = "updated"  # the conversations an operator is most likely looking for
+SORT_DIRECTIONS = {name: descending for name, (_, descending) in SORTS.items()}
+MORE_TARGET = "conversations-more"
 # The form labels the date filters "From" and "To", so those names are understood too.
 DATE_ALIASES = {"since": "from", "until": "to"}
 DATE_LABELS = {"since": "From", "until": "To"}
@@ -67,49 +72,62 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "url": url_for("conversations.detail", conversation_id=conversation.id),
         "title": conversation.title or "(untitled)",
         "user_id": conversation.user_id or "anonymous",
+        # The subject's conversations; the anonymous ones share no subject to filter by.
+        "subject_url": url_for("conversations.index", user_id=conversation.user_id)
+        if conversation.user_id
+        else None,
         "namespace": conversation.namespace,
         # Both columns are NOT NULL: no time means one the row's writer left unreadable.
-        "created_at": format_time(conversation.created_at, UNREADABLE_TIME),
-        "updated_at": format_time(conversation.updated_at, UNREADABLE_TIME),
+        "created_at": conversation.created_at or UNREADABLE_TIME,
+        "updated_at": conversation.updated_at or UNREADABLE_TIME,
         "message_count": conversation.message_count,
         "unreadable": conversation.unreadable,
     }
 
 
+def _list_page(
+    filters: dict[str, str], sort: str, since: datetime | None, until: datetime | None
+) -> dict[str, Any]:
+    """Return the page of the list the request asks for, its rows, and (unless only more rows
+    are asked for) how many conversations match in all."""
+    store = state.conversations()
+    chosen = {
+        "user_id": filters.get("user_id"),
+        "namespace": filters.get("namespace"),
+        "since": since,
+        "until": until,
+        "query": filters.get("q"),
+    }
+    page = store.list(limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, **chosen)
+    found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
+    return {
+        "rows": [{**_summary_row(c), "match": found.get(c.id)} for c in page.items],
+        "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen),
+        "more_url": url_for("conversations.index", **filters, sort=sort, cursor=page.next_cursor)
+        if page.next_cursor
+        else None,
+    }
+
+
 @bp.get("/")
 def index() -> str | tuple[str, int]:
-    """The newest conversations first, filtered by search text, subject, namespace and date."""
+    """Conversations, the most recently active first unless another ``sort`` is asked for,
+    filtered by search text, subject, namespace and date, with how many match."""
     filters = _filters()
+    sort = sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)
     (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
     errors = [error for error in (since_error, until_error) if error]
-    store = state.conversations()
-    if errors:
-        # Said on the page beside the filters, instead of silently listing everything.
-        page = Page([], None)
-    else:
-        page = store.list(
-            limit=PAGE_SIZE,
-            cursor=text_arg("cursor", 500) or None,
-            user_id=filters.get("user_id"),
-            namespace=filters.get("namespace"),
-            since=since,
-            until=until,
-            query=filters.get("q"),
-        )
-    more_url = (
-        url_for("conversations.index", **filters, cursor=page.next_cursor) if page.next_cursor else None
-    )
+    # Said on the page beside the filters, instead of silently listing everything.
+    listed = {"rows": [], "total": 0, "more_url": None} if errors else _list_page(filters, sort, since, until)
     body = render_page(
         "conversations/index.html",
-        {
-            "conversation-results": "conversations/_results.html",
-            "conversations-more": "conversations/_rows.html",
-        },
+        {"conversation-results": "conversations/_results.html", MORE_TARGET: "conversations/_rows.html"},
         filters=filters,
         errors=errors,
-        page_context=lambda: {"namespaces": store.namespaces()},
-        rows=[_summary_row(conversation) for conversation in page.items],
-        more_url=more_url,
+        page_context=lambda: {"namespaces": state.conversations().namespaces()},
+        sort=sort,
+        sorts=sort_links(SORT_DIRECTIONS, sort, "conversations.index", **filters),
+        **listed,
     )
     return (body, 400) if errors else body
 

@@ -8,7 +8,8 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.clock import now_seconds
 from clawmem.errors import InvalidKey, InvalidNamespace
-from clawmem.memory.base import FILTERS, MemoryRow, check_filter
+from clawmem.memory.base import FILTERS, BaseMemory, MemoryRow, check_filter
+from clawmem.memory.listing import SORTS
 from clawmem.memory.rules import ttl_state, validate_namespace
 from clawmem.subjects import subject_of_namespace
 from clawmem.words import text_of
@@ -17,18 +18,19 @@ from dashboard.views.rendering import (
     UNREADABLE_TIME,
     format_bytes,
     format_duration,
-    format_time,
-    format_unix,
     pretty_json,
-    preview_text,
     render_page,
     shell_command,
+    sort_arg,
+    sort_links,
     text_arg,
+    wants_fragment,
 )
 
 bp = Blueprint("memory", __name__, url_prefix="/memory")
 
 PAGE_SIZE = 50
+MORE_TARGET = "memory-more"
 STATE_LABELS = {
     "": "every state",
     "live": "live (not expired)",
@@ -54,9 +56,11 @@ def index() -> str:
     """Every namespace with its total, live and expired-but-unswept entry counts."""
     template = state.settings().subject_namespace
     rows = []
-    for n in state.driver().namespace_counts():
+    counts = state.driver().namespace_counts()
+    for n in counts:
+        subject = subject_of_namespace(n.namespace, template)
         row = {"namespace": n.namespace, "total": n.total, "live": n.live, "expired": n.expired,
-               "subject": subject_of_namespace(n.namespace, template)}
+               "subject": subject, "subject_url": _subject_url(subject)}
         try:
             row["url"] = url_for("memory.namespace", namespace=validate_namespace(n.namespace))
         except InvalidNamespace:
@@ -65,7 +69,15 @@ def index() -> str:
             row["url"] = None
             row["flush"] = shell_command("flask", "claw", "flush", "--namespace", n.namespace, "--dry-run")
         rows.append(row)
-    return render_page("memory/index.html", {}, rows=rows, driver=state.settings().memory_driver)
+    totals = {name: sum(getattr(n, name) for n in counts) for name in ("total", "live", "expired")}
+    return render_page(
+        "memory/index.html", {}, rows=rows, totals=totals, driver=state.settings().memory_driver
+    )
+
+
+def _subject_url(subject: str | None) -> str | None:
+    """Return the list of the conversations of ``subject`` (``None`` for no subject)."""
+    return url_for("conversations.index", user_id=subject) if subject else None
 
 
 def _entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
@@ -76,40 +88,57 @@ def _entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
         "state": status,
         "ttl": words,
         "bytes": format_bytes(row.bytes),
-        "preview": preview_text(text_of(row.value), 120),
-        "updated_at": format_time(row.updated_at, UNREADABLE_TIME if row.unreadable else ""),
+        "text": text_of(row.value),
+        "updated_at": row.updated_at or (UNREADABLE_TIME if row.raw_updated_at is not None else None),
+        "expires_at": row.expires_at,
         "unreadable": row.unreadable,
     }
 
 
 @bp.get("/<namespace>/")
 def namespace(namespace: str) -> str:
-    """The keys of one namespace in key order, with TTL state; filter by state and search."""
+    """The keys of one namespace by key, last write or expiry (``sort``), with TTL state and
+    how many there are; filter by state and search."""
     namespace = validate_namespace(namespace)
     status = text_arg("state", 20)
     try:
         check_filter(status or None)
     except ValueError as exc:
         abort(400, description=str(exc))
+    sort = sort_arg(SORTS, "key")
     query, cursor = text_arg("q"), text_arg("cursor", 500)
     now = now_seconds(state.clock())
-    page = state.driver().entries(
-        namespace, state=status or None, query=query or None, limit=PAGE_SIZE, cursor=cursor or None
-    )
-    rows = [_entry_row(row, now) for row in page.items]
+    driver = state.driver()
+    listed = {"state": status or None, "query": query or None}
+    page = driver.entries(namespace, **listed, limit=PAGE_SIZE, cursor=cursor or None, sort=sort)
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
-    more_url = url_for("memory.namespace", namespace=namespace, **filters, cursor=page.next_cursor) \
-        if page.next_cursor else None
+    more_url = (
+        url_for("memory.namespace", namespace=namespace, **filters, sort=sort, cursor=page.next_cursor)
+        if page.next_cursor
+        else None
+    )
+    subject = subject_of_namespace(namespace, state.settings().subject_namespace)
     return render_page(
         "memory/namespace.html",
-        {"memory-results": "memory/_results.html", "memory-more": "memory/_rows.html"},
+        {"memory-results": "memory/_results.html", MORE_TARGET: "memory/_rows.html"},
         namespace=namespace,
-        subject=subject_of_namespace(namespace, state.settings().subject_namespace),
+        subject=subject,
+        subject_url=_subject_url(subject),
         filters=filters,
         state_labels=STATE_LABELS,
-        rows=rows,
+        sort=sort,
+        sorts=sort_links(SORTS, sort, "memory.namespace", namespace=namespace, **filters),
+        rows=[_entry_row(row, now) for row in page.items],
+        total=None if wants_fragment(MORE_TARGET) else _totals(driver, namespace, listed),
         more_url=more_url,
     )
+
+
+def _totals(driver: BaseMemory, namespace: str, listed: dict[str, str | None]) -> dict[str, int]:
+    """Return how many entries match the filters, and how many the namespace holds in all."""
+    everything = driver.count(namespace)
+    matching = driver.count_entries(namespace, **listed) if any(listed.values()) else everything
+    return {"matching": matching, "all": everything}
 
 
 def _detail(row: MemoryRow, now: int) -> dict[str, Any]:
@@ -121,12 +150,20 @@ def _detail(row: MemoryRow, now: int) -> dict[str, Any]:
         "metadata": pretty_json(row.metadata) if row.metadata is not None else "",
         "state": status,
         "ttl": words,
-        "expires_at": format_unix(row.expires_at) or "never",
-        "created_at": format_time(row.created_at, UNREADABLE_TIME if row.unreadable else ""),
-        "updated_at": format_time(row.updated_at, UNREADABLE_TIME if row.unreadable else ""),
+        "expires_at": "never" if row.expires_at is None else row.expires_at,
+        "created_at": row.created_at or (UNREADABLE_TIME if row.unreadable else None),
+        "updated_at": row.updated_at or (UNREADABLE_TIME if row.unreadable else None),
         "bytes": format_bytes(row.bytes),
         "unreadable": row.unreadable,
+        "forget": _forget_command(row.namespace, row.key),
     }
+
+
+def _forget_command(namespace: str, key: str) -> str:
+    """Return the shell command that deletes this one key (``--`` keeps a key such as ``-x``
+    from being read as an option)."""
+    words = ["--", key] if key.startswith("-") else [key]
+    return shell_command("flask", "claw", "forget", "--namespace", namespace, "--yes", *words)
 
 
 @bp.get("/<namespace>/entry")
@@ -142,5 +179,7 @@ def entry(namespace: str) -> str:
         abort(400, description=str(exc))
     if row is None:
         abort(404, description="No entry has this key; it may have been deleted or swept.")
+    subject = subject_of_namespace(namespace, state.settings().subject_namespace)
     return render_page("memory/entry.html", {}, entry=_detail(row, now_seconds(state.clock())),
-                       back_url=url_for("memory.namespace", namespace=namespace))
+                       back_url=url_for("memory.namespace", namespace=namespace), subject=subject,
+                       subject_url=_subject_url(subject))

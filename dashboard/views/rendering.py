@@ -6,12 +6,14 @@ Also the small formatters views use to turn rows into the plain strings template
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from flask import abort, has_request_context, render_template, request
+from flask import abort, has_request_context, render_template, request, url_for
+from markupsafe import Markup, escape
 
 from clawmem.errors import InvalidCursor
 from clawmem.sql.lenient import unix_to_datetime
@@ -49,6 +51,30 @@ def render_page(
 def text_arg(name: str, max_chars: int = 200) -> str:
     """Return the stripped query parameter ``name`` ('' when absent), cut to ``max_chars``."""
     return request.args.get(name, "").strip()[:max_chars]
+
+
+def sort_arg(sorts: Mapping[str, bool], default: str) -> str:
+    """Return the ``sort`` query parameter if it names one of ``sorts`` (``default`` if absent);
+    abort with a 400 naming the choices otherwise."""
+    sort = text_arg("sort", 40) or default
+    if sort not in sorts:
+        abort(400, description=f"sort must be one of {', '.join(sorts)}, got {sort!r}")
+    return sort
+
+
+def sort_links(
+    sorts: Mapping[str, bool], current: str, endpoint: str, **params: Any
+) -> dict[str, dict[str, Any]]:
+    """Return, for each of ``sorts`` (name -> newest first), the URL of page one of the list in
+    that order with the same ``params``, and the ``aria-sort`` of its column header (only the
+    ``current`` sort has one)."""
+    return {
+        name: {
+            "url": url_for(endpoint, **params, sort=name),
+            "aria_sort": ("descending" if descending else "ascending") if name == current else None,
+        }
+        for name, descending in sorts.items()
+    }
 
 
 def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
@@ -103,6 +129,71 @@ def format_time(moment: Any, missing: str = "") -> str:
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
     return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+TIME_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def relative_words(seconds_ahead: float) -> str:
+    """Return how far a moment ``seconds_ahead`` of now is, roughly: ``now``, ``in 10 min``,
+    ``3 h ago``, ``12 d ago`` (the largest unit it reaches, to the nearest whole one)."""
+    size = abs(seconds_ahead)
+    if size < 1:
+        return "now"
+    unit, length = next((unit, length) for unit, length in TIME_UNITS if size >= length)
+    amount = f"{int(size / length + 0.5)} {unit}"
+    return f"in {amount}" if seconds_ahead > 0 else f"{amount} ago"
+
+
+def when(moment: Any) -> Markup | str:
+    """Return a time as a ``<time>`` element saying how long ago (or ahead of the app's clock)
+    it is, with the UTC time on hover. Takes a naive-UTC datetime or Unix seconds; ``None`` is
+    '', words (``never``, :data:`UNREADABLE_TIME`) stay as they are, anything else is unreadable."""
+    if moment is None or isinstance(moment, str):
+        return moment or ""
+    if isinstance(moment, int) and not isinstance(moment, bool):
+        readable = unix_to_datetime(moment)
+        if readable is None:
+            return format_unix(moment)
+        moment = readable
+    if not isinstance(moment, datetime):
+        return UNREADABLE_TIME
+    ahead = moment.replace(tzinfo=UTC).timestamp() - state.clock()()
+    return Markup('<time datetime="{}Z" title="{}">{}</time>').format(
+        moment.isoformat(timespec="seconds"), format_time(moment), relative_words(ahead)
+    )
+
+
+def marked(text: str | None, query: str | None) -> Markup:
+    """Return ``text`` escaped, with every case-insensitive occurrence of ``query`` in
+    ``<mark>``: built from escaped pieces, so neither can add markup."""
+    text = text or ""
+    needle = " ".join((query or "").split())
+    if not needle:
+        return escape(text)
+    pieces, done = [], 0
+    for found in re.finditer(re.escape(needle), text, re.IGNORECASE):
+        pieces += [escape(text[done:found.start()]), Markup("<mark>{}</mark>").format(found.group())]
+        done = found.end()
+    return Markup("").join([*pieces, escape(text[done:])])
+
+
+def snippet(text: str | None, query: str | None, max_chars: int = 160) -> Markup:
+    """Return about ``max_chars`` characters of ``text`` on one line around the first match of
+    ``query``, marked as :func:`marked` does (the start of ``text`` when nothing matches)."""
+    flat = " ".join((text or "").split())
+    needle = " ".join((query or "").split())
+    found = re.search(re.escape(needle), flat, re.IGNORECASE) if needle else None
+    if found is None:
+        return escape(preview_text(flat, max_chars))
+    start = max(0, min(found.start() - max_chars // 3, len(flat) - max_chars))
+    end = max(start + max_chars, found.end())
+    window = marked(flat[start:end], needle)
+    return Markup("").join(["…" if start else "", window, "…" if end < len(flat) else ""])
+
+
+# The filters templates use, registered on the app by dashboard.views.
+TEMPLATE_FILTERS = {"when": when, "marked": marked, "snippet": snippet}
 
 
 def format_unix(seconds: Any) -> str:

@@ -128,7 +128,8 @@ def test_memory_index_names_the_subject_of_a_subject_namespace(page: Any, server
     page.goto(f"{server}/memory/")
     row = page.locator("tr", has=page.locator("code", has_text="user:cust-1001"))
     expect(row.locator("span.subject")).to_have_text("subject cust-1001")
-    row.locator("a").click()
+    expect(row.locator("span.subject a")).to_have_attribute("href", "/conversations/?user_id=cust-1001")
+    row.locator("a").first.click()
     page.wait_for_url(f"{server}/memory/user:cust-1001/")
     assert "Alice Moreau" in page.inner_text("#memory-results")
 
@@ -233,3 +234,56 @@ def test_the_preview_lists_the_entries_sharing_no_word_in_place(page: Any, serve
     page.goto(f"{server}{href}")
     expect(page.locator("h1")).to_have_text("Entries sharing no word with the message")
     expect(page.locator("tr.unmatched-entry")).to_have_count(min(shown, 50))
+
+
+SORTED_ROWS = "#conversation-results tbody tr:not(.more)"
+
+
+def _titles(tab: Any) -> list[str]:
+    return [title.strip() for title in tab.locator(f"{SORTED_ROWS} td:first-child > a").all_inner_texts()]
+
+
+def _links(tab: Any) -> list[str]:
+    return [link.get_attribute("href") for link in tab.locator(f"{SORTED_ROWS} td:first-child > a").all()]
+
+
+def test_a_column_header_sorts_and_load_more_keeps_the_order(app: Flask, page: Any, server: str) -> None:
+    start = datetime(2023, 1, 1)
+    rows = [
+        {
+            "id": new_id(),
+            "namespace": "support",
+            "user_id": "cust-9",
+            # Oldest first by time, but their titles run the other way.
+            "title": f"zz sorted {99 - n:02}",
+            "created_at": start + timedelta(minutes=n),
+            "updated_at": start + timedelta(minutes=n),
+        }
+        for n in range(80)
+    ]
+    with app.app_context(), state.engine().begin() as conn:
+        conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
+    page.goto(f"{server}/conversations/")
+    expect(page.locator("th[aria-sort=descending]")).to_contain_text("Last activity")
+    newest_first = _titles(page)
+    page.click("th >> text=Title")
+    page.wait_for_url("**sort=title**")
+    expect(page.locator("th[aria-sort=ascending]")).to_contain_text("Title")
+    assert page.locator("th[aria-sort]").count() == 1
+    first_page = _titles(page)
+    _shot(page, "conversations-by-title", full_page=False)
+    assert first_page != newest_first, "the order changed"
+    assert len(first_page) == 50
+    page.evaluate("window.stillTheSamePage = true")
+    page.click("#conversations-more a")
+    expect(page.locator(SORTED_ROWS)).to_have_count(100)
+    titles = _titles(page)
+    assert titles[:50] == first_page, "the next page is appended, not a new list"
+    titled = [title for title in titles if title != "(untitled)"]
+    assert titled == sorted(titled), "the second page continues in title order"
+    assert len(set(_links(page))) == 100, "each conversation once"
+    assert page.evaluate("window.stillTheSamePage") is True
+    page.click("th >> text=Started")
+    page.wait_for_url("**sort=created**")
+    expect(page.locator("th[aria-sort=descending]")).to_contain_text("Started")
+    assert _titles(page)[0] != first_page[0]
