@@ -11,18 +11,26 @@ from werkzeug.exceptions import BadRequest, HTTPException, ServiceUnavailable
 
 from clawmem.errors import ConfigError, InvalidCursor, InvalidNamespace, StorageError, redact
 from clawmem.sql.engine import describe_error
+from clawmem.sql.sizes import present_tables, table_names
+from dashboard import state
 from dashboard.views import conversations, health, memory, overview, recall, rendering, settings
+from dashboard.views.rendering import shell_command
 
 BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, settings.bp)
 HTMX_FILE = "vendor/htmx.min.js"
 
 
-def _error(error: HTTPException) -> tuple[str | dict[str, str], int]:
-    # JSON for API-style callers, an HTML page for browsers.
+def _error(error: HTTPException, command: str | None = None) -> tuple[str | dict[str, str], int]:
+    # JSON for API-style callers, an HTML page for browsers; ``command`` is what fixes it.
     body = {"error": error.name, "detail": error.description or ""}
+    if command:
+        body["command"] = command
     if request.accept_mimetypes.best_match(["text/html", "application/json"]) == "application/json":
         return body, error.code or 500
-    return render_template("errors/error.html", error=body, code=error.code), error.code or 500
+    # Rebuilt from the route, never the raw path, so the link cannot point off this site.
+    retry_url = url_for(request.endpoint, **(request.view_args or {})) if request.url_rule else None
+    page = render_template("errors/error.html", error=body, code=error.code, retry_url=retry_url)
+    return page, error.code or 500
 
 
 def _bad_cursor(error: InvalidCursor) -> tuple[str | dict[str, str], int]:
@@ -35,9 +43,23 @@ def _bad_namespace(error: InvalidNamespace) -> tuple[str | dict[str, str], int]:
     return _error(BadRequest(str(error)))
 
 
+def _missing_tables() -> list[str]:
+    # Asked only once a page failed; [] when even that cannot be told (the database is down).
+    try:
+        site = state.site()
+        present = set(present_tables(site.engine, site.prefix))
+    except (sa.exc.SQLAlchemyError, StorageError, ConfigError):
+        return []
+    return [name for name in table_names(site.prefix) if name not in present]
+
+
 def _storage_down(error: Exception) -> tuple[str | dict[str, str], int]:
     # The database or a memory backend failed: say which, without SQL, values or passwords.
     logging.getLogger(__name__).error("storage failed on %s: %s", request.path, type(error).__name__)
+    missing = _missing_tables()
+    if missing:
+        detail = f"This site's tables do not exist yet ({', '.join(missing)} missing)."
+        return _error(ServiceUnavailable(detail), command=shell_command("flask", "claw", "init-db"))
     if isinstance(error, StorageError):
         detail = error.detail
     elif isinstance(error, (sa.exc.OperationalError, sa.exc.InterfaceError)):
