@@ -154,6 +154,8 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Column("tool_input", sa.Text, nullable=True),
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Index(f"{prefix}phpclaw_msg_conv_created", "conversation_id", "created_at"),
+        # Serves the Overview's messages per day and the newest user messages (cold memory).
+        sa.Index(f"{prefix}phpclaw_msg_created", "created_at", "id"),
         **options,
     )
     memory = sa.Table(
@@ -171,6 +173,8 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Index(f"{prefix}phpclaw_mem_ns_expires", "namespace", "expires_at"),
         # Lets the recall index read what changed since it last looked (see memory/sql.py).
         sa.Index(f"{prefix}phpclaw_mem_ns_updated", "namespace", "updated_at"),
+        # Serves the Overview's memory rows over time (rows first written per day).
+        sa.Index(f"{prefix}phpclaw_mem_created", "created_at"),
         # Serve a namespace's keys by last write and by expiry, ties by key (sql/kv.py SORTS).
         sa.Index(f"{prefix}phpclaw_mem_ns_updated_key", "namespace", "updated_at", "lookup_key"),
         sa.Index(f"{prefix}phpclaw_mem_ns_expires_key", "namespace", "expires_at", "lookup_key"),
