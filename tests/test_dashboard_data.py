@@ -401,7 +401,8 @@ def test_conversation_shows_roles_times_and_tool_calls(
     assert '<span class="role">tool</span>' in detail and '<span class="role">user</span>' in detail
     assert "<code>lookup_order</code>" in detail
     assert "&#34;order_id&#34;" in detail
-    assert re.search(r"<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", detail)
+    stamp = r'<time datetime="[0-9T:-]+Z" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">[^<]+ ago</time>'
+    assert re.search(stamp, detail), "each message's time, relative, with the UTC time on hover"
 
 
 def test_demo_on_the_file_driver_fills_the_memory_index(make_app: Callable[..., Flask]) -> None:

@@ -6,29 +6,25 @@ from __future__ import annotations
 import html
 import re
 import shlex
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
 from clawmem.conversations import Message
-from clawmem.ids import new_id
-from clawmem.sql.schema import tables
 from dashboard import state
 from tests.conftest import SQL_BACKENDS
 from tests.dashboard_helpers import page_text
+from tests.test_sorted_lists import TITLES, expected_order, insert_conversations
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 CONVERSATION_LINK = re.compile(r'<a href="/conversations/([0-9A-Z]{26})">')
 KEY_LINK = re.compile(r'<a href="/memory/[^/]+/entry\?key=[^"]*"><code>(.*?)</code></a>')
-START = datetime(2024, 3, 1, 12, 0, 0)
-TITLES = ["delta", "alpha", None, "charlie", "bravo"]
 
 
 def _more(body: str, target: str) -> str | None:
@@ -49,28 +45,8 @@ def _walk(client: FlaskClient, url: str, target: str, pattern: re.Pattern[str]) 
 
 
 def _conversations(app: Flask, count: int) -> list[dict[str, Any]]:
-    rows = [
-        {
-            "id": new_id(),
-            "namespace": "web",
-            "user_id": f"cust-{number % 4}",
-            "title": TITLES[number % len(TITLES)],
-            "created_at": START + timedelta(seconds=number // 3),
-            "updated_at": START + timedelta(minutes=(count - number) // 5),
-        }
-        for number in range(count)
-    ]
-    with app.app_context(), state.engine().begin() as conn:
-        conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
-    return rows
-
-
-def _in_order(rows: list[dict[str, Any]], sort: str) -> list[str]:
-    if sort == "title":
-        titled = sorted((r for r in rows if r["title"]), key=lambda r: (r["title"], r["id"]))
-        return [r["id"] for r in titled + sorted((r for r in rows if not r["title"]), key=lambda r: r["id"])]
-    column = {"created": "created_at", "updated": "updated_at"}[sort]
-    return [r["id"] for r in sorted(rows, key=lambda r: (r[column], r["id"]), reverse=True)]
+    with app.app_context():
+        return insert_conversations(state.engine(), state.settings().table_prefix, count)
 
 
 @pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
@@ -78,9 +54,9 @@ def test_each_column_order_pages_every_conversation_once(app: Flask, signed_in: 
     rows = _conversations(app, 120)
     for sort in ("updated", "created", "title"):
         listed = _walk(signed_in, f"/conversations/?sort={sort}", "conversations-more", CONVERSATION_LINK)
-        assert listed == _in_order(rows, sort), sort
+        assert listed == expected_order(rows, sort), sort
     by_default = _walk(signed_in, "/conversations/", "conversations-more", CONVERSATION_LINK)
-    assert by_default == _in_order(rows, "updated")
+    assert by_default == expected_order(rows, "updated")
 
 
 def test_column_headers_link_to_each_order_and_say_which_is_current(
@@ -122,7 +98,7 @@ def test_every_list_says_how_many_match(app: Flask, signed_in: FlaskClient) -> N
     _conversations(app, 120)
     assert "<strong>120</strong> conversations</p>" in page_text(signed_in.get("/conversations/"))
     matching = page_text(signed_in.get("/conversations/?user_id=cust-2&q=alp"))
-    expected = sum(1 for n in range(120) if n % 4 == 2 and TITLES[n % 5] == "alpha")
+    expected = sum(1 for n in range(120) if n % 3 == 2 and TITLES[n % len(TITLES)] == "alpha")
     assert f"<strong>{expected}</strong> conversations match</p>" in matching
     with app.app_context():
         memory = state.memory()

@@ -26,8 +26,9 @@ TITLES = ["delta", "alpha", None, "charlie", "alpha", "bravo", None, "delta"]
 START = datetime(2024, 3, 1, 12, 0, 0)
 
 
-def _conversations(engine: sa.engine.Engine, prefix: str, count: int = 45) -> list[dict[str, Any]]:
-    # Three conversations share each start and four each last activity, so ids break the ties.
+def insert_conversations(engine: sa.engine.Engine, prefix: str, count: int = 45) -> list[dict[str, Any]]:
+    """Insert ``count`` conversations of three subjects and return their rows: three share each
+    start and four each last activity (so ids break the ties), and some have no title."""
     rows = [
         {
             "id": new_id(),
@@ -44,7 +45,8 @@ def _conversations(engine: sa.engine.Engine, prefix: str, count: int = 45) -> li
     return rows
 
 
-def _expected_conversations(rows: list[dict[str, Any]], sort: str) -> list[str]:
+def expected_order(rows: list[dict[str, Any]], sort: str) -> list[str]:
+    """Return the ids of ``rows`` in the order the list sorted by ``sort`` must give them."""
     if sort == "title":
         titled = sorted((r for r in rows if r["title"] is not None), key=lambda r: (r["title"], r["id"]))
         untitled = sorted((r for r in rows if r["title"] is None), key=lambda r: r["id"])
@@ -68,19 +70,19 @@ def _walk(fetch: Callable[[str | None], Any]) -> Iterator[Any]:
 def test_every_conversation_order_pages_each_row_once_in_order(
     engine: sa.engine.Engine, prefix: str, sort: str
 ) -> None:
-    rows = _conversations(engine, prefix)
+    rows = insert_conversations(engine, prefix)
     log = ConversationLog(engine, prefix=prefix)
     listed = [c.id for c in _walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort))]
-    assert listed == _expected_conversations(rows, sort)
+    assert listed == expected_order(rows, sort)
     of_one = {"user_id": "cust-1"}
     filtered = [c.id for c in _walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort, **of_one))]
-    assert filtered == [i for i in _expected_conversations(rows, sort) if i in {r["id"] for r in rows[1::3]}]
+    assert filtered == [i for i in expected_order(rows, sort) if i in {r["id"] for r in rows[1::3]}]
     assert log.count(user_id="cust-1") == len(filtered) == 15
     assert log.count() == 45
 
 
 def test_a_conversation_cursor_of_another_order_is_refused(engine: sa.engine.Engine, prefix: str) -> None:
-    _conversations(engine, prefix, 10)
+    insert_conversations(engine, prefix, 10)
     log = ConversationLog(engine, prefix=prefix)
     cursors = {sort: log.list(limit=2, sort=sort).next_cursor for sort in CONVERSATION_SORTS}
     for sort, cursor in cursors.items():
@@ -194,7 +196,7 @@ def test_rows_with_unreadable_times_page_once_in_every_order(
 ) -> None:
     # Another program's rows: SQLite keeps whatever text it was given in a time column.
     schema = tables(prefix)
-    rows = _conversations(engine, prefix, 12)
+    rows = insert_conversations(engine, prefix, 12)
     memory = SqlMemory(engine, prefix=prefix, clock=clock)
     _fill(memory, clock)
     with engine.begin() as conn:

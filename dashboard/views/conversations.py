@@ -15,7 +15,6 @@ from clawmem.sql.conversations import SORTS, ConversationSummary, StoredMessage
 from dashboard import state
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
-    format_time,
     int_arg,
     pretty_json,
     preview_text,
@@ -172,7 +171,7 @@ def _message_row(
         "id": message.id,
         "position": positions.get(message.id),
         "role": message.role,
-        "created_at": format_time(message.created_at),
+        "created_at": message.created_at or UNREADABLE_TIME,  # NOT NULL: none means unreadable
         "content": message.content or "",
         "tool_name": message.tool_name or "",
         "tool_input": "" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),

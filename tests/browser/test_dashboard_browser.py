@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -167,21 +167,26 @@ def test_preview_updates_while_typing(page: Any, server: str) -> None:
     expect(augmented).to_contain_text("gift_wrapping")
 
 
-def test_load_more_appends_conversations_in_place(app: Flask, page: Any, server: str) -> None:
+def _older_conversations(app: Flask, count: int, title: Callable[[int], str]) -> None:
+    """Insert ``count`` conversations older than the demo's, a minute apart, titled ``title(n)``."""
     start = datetime(2023, 1, 1)
     rows = [
         {
             "id": new_id(),
             "namespace": "support",
             "user_id": "cust-9",
-            "title": f"Older #{n}",
+            "title": title(n),
             "created_at": start + timedelta(minutes=n),
             "updated_at": start + timedelta(minutes=n),
         }
-        for n in range(100)
+        for n in range(count)
     ]
     with app.app_context(), state.engine().begin() as conn:
         conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
+
+
+def test_load_more_appends_conversations_in_place(app: Flask, page: Any, server: str) -> None:
+    _older_conversations(app, 100, lambda n: f"Older #{n}")
     page.goto(f"{server}/conversations/")
     page.evaluate("window.stillTheSamePage = true")
     body_rows = "#conversation-results tbody tr:not(.more)"
@@ -248,21 +253,7 @@ def _links(tab: Any) -> list[str]:
 
 
 def test_a_column_header_sorts_and_load_more_keeps_the_order(app: Flask, page: Any, server: str) -> None:
-    start = datetime(2023, 1, 1)
-    rows = [
-        {
-            "id": new_id(),
-            "namespace": "support",
-            "user_id": "cust-9",
-            # Oldest first by time, but their titles run the other way.
-            "title": f"zz sorted {99 - n:02}",
-            "created_at": start + timedelta(minutes=n),
-            "updated_at": start + timedelta(minutes=n),
-        }
-        for n in range(80)
-    ]
-    with app.app_context(), state.engine().begin() as conn:
-        conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
+    _older_conversations(app, 80, lambda n: f"zz sorted {99 - n:02}")  # titles run against time
     page.goto(f"{server}/conversations/")
     expect(page.locator("th[aria-sort=descending]")).to_contain_text("Last activity")
     newest_first = _titles(page)
