@@ -18,6 +18,7 @@ from clawmem.memory.base import MemoryRow
 from clawmem.memory.listing import SORTS as KEY_SORTS
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.conversations import SORTS as CONVERSATION_SORTS
+from clawmem.sql.paging import encode_cursor
 from clawmem.sql.schema import create_tables, tables
 from tests.conftest import DRIVERS
 
@@ -170,6 +171,11 @@ def test_a_key_cursor_of_another_order_is_refused(make_driver: Callable[[str], A
                     memory.entries("sorted", limit=2, sort=other, cursor=cursor)
     with pytest.raises(ValueError, match="sort must be one of key, updated, expires"):
         memory.entries("sorted", sort="size")
+    forged = [["expires", str(2**63), "a"], ["expires", "soon", "a"], ["updated", "yesterday", "a"],
+              ["key", "a", "b"], ["updated", 'raw:"soon"', "a"] if driver == "array" else ["key", None, "a"]]
+    for values in forged:
+        with pytest.raises(InvalidCursor):
+            memory.entries("sorted", limit=2, sort=values[0], cursor=encode_cursor(values))
 
 
 def test_init_db_adds_the_sort_indexes_to_existing_tables(engine: sa.engine.Engine, prefix: str) -> None:

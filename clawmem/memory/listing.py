@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # expiry (soonest first, entries that never expire last). Ties are broken by key, in the
 # sort's direction; a missing time sorts last. SQL serves each from an index (sql/kv.py).
 SORTS = {"key": False, "updated": True, "expires": False}  # sort -> newest (largest) first
+BIGGEST_EXPIRY = 2**63 - 1  # what a BIGINT column holds: a forged cursor beyond it is refused
 
 
 def check_sort(sort: str) -> str:
@@ -67,7 +68,7 @@ def sort_start(cursor: str, sort: str, dialect: str | None = None) -> tuple[Any,
         if not isinstance(moment, datetime):
             raise invalid
         return moment, key
-    if not re.fullmatch(r"-?[0-9]{1,19}", text):
+    if not re.fullmatch(r"-?[0-9]{1,19}", text) or abs(int(text)) > BIGGEST_EXPIRY:
         raise invalid
     return int(text), key
 
