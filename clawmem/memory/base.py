@@ -2,9 +2,9 @@
 
 Rules (every driver, identically): keys are non-empty str of at most 191 characters with no
 control characters; namespaces follow :func:`~clawmem.memory.rules.validate_namespace`; values
-are JSON-representable and round-trip exactly; ``ttl=None`` never expires, a positive int
-expires at ``floor(now) + ttl``; an entry is expired when ``now >= expires_at``. Backend
-failures raise :class:`clawmem.StorageError`.
+are JSON-representable and round-trip exactly; ``ttl=None`` never expires, a positive int (or a
+``timedelta`` of whole seconds) expires at ``floor(now) + ttl``; an entry is expired when
+``now >= expires_at``. Backend failures raise :class:`clawmem.StorageError`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from clawmem.memory.index import WordIndex
 from clawmem.memory.listing import check_sort, cursor_key, sort_start, sorted_page
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
+    Ttl,
     encode_value,
     is_expired,
     validate_count,
@@ -114,7 +115,7 @@ class MemoryHit:
 
 
 def emit_write(
-    driver: str, namespace: str, key: str, encoded: str, ttl: int | None, gated: bool = False
+    driver: str, namespace: str, key: str, encoded: str, ttl: Ttl, gated: bool = False
 ) -> None:
     """Emit ``memory.write`` for a write of ``encoded`` (its size only; never the value)."""
     events.emit(
@@ -123,7 +124,7 @@ def emit_write(
         namespace=namespace,
         key=key,
         bytes=len(encoded.encode("utf-8")),
-        ttl=ttl,
+        ttl=validate_ttl(ttl),  # in seconds, a timedelta's too
         gated=gated,
     )
 
@@ -136,7 +137,7 @@ class MemoryInterface(abc.ABC):
         """Return the value, or ``None`` when the key is missing or expired."""
 
     @abc.abstractmethod
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: int | None = None) -> None:
+    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
         """Create or replace the entry; ``ttl=None`` clears any earlier TTL."""
 
     @abc.abstractmethod
@@ -250,15 +251,15 @@ class BaseMemory(SearchableMemory):
         events.emit("memory.read", driver=self.name, namespace=namespace, key=key, hit=found)
         return found
 
-    def _prepare_write(self, key: str, namespace: str, ttl: int | None) -> tuple[int, int | None]:
+    def _prepare_write(self, key: str, namespace: str, ttl: Ttl) -> tuple[int, int | None]:
         """Validate a write's key, namespace and TTL; return ``(now, expires_at)`` for it."""
         validate_key(key)
         validate_namespace(namespace)
-        validate_ttl(ttl)
+        seconds = validate_ttl(ttl)
         now = self._now()
-        return now, None if ttl is None else now + ttl
+        return now, None if seconds is None else now + seconds
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: int | None = None) -> None:
+    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
         now, expires_at = self._prepare_write(key, namespace, ttl)
         encoded = self._encode(key, value)
         self._call("set", self._set, key, encoded, namespace, expires_at, now)

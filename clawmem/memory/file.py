@@ -30,6 +30,7 @@ from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, MemoryRow, emit_w
 from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import (
     DEFAULT_MAX_VALUE_BYTES,
+    Ttl,
     decode_value,
     is_expired,
     validate_namespace,
@@ -389,7 +390,7 @@ class FileMemory(BaseMemory):
         key: str,
         function: Callable[[Any], Any],
         namespace: str = DEFAULT_NAMESPACE,
-        ttl: int | None = None,
+        ttl: Ttl = None,
     ) -> Any:
         """Store ``function(current)`` under one exclusive lock and return it, so no update is lost.
 

@@ -6,6 +6,7 @@ import json
 import math
 import re
 import unicodedata
+from datetime import timedelta
 from typing import Any
 
 from clawmem.errors import ConfigError, InvalidKey, InvalidNamespace, ValueTooLarge
@@ -67,15 +68,31 @@ def validate_key(key: object) -> str:
     return key
 
 
+Ttl = int | timedelta | None
+"""What ``set`` takes as ``ttl``: seconds, a ``timedelta`` of whole seconds, or ``None`` (never expires)."""
+
+
 def validate_ttl(ttl: object) -> int | None:
-    """Return ``ttl`` if it is ``None`` or a positive int, else raise ``ValueError``."""
+    """Return ``ttl`` in whole seconds: ``None``, a positive int, or a positive ``timedelta`` of
+    whole seconds (``timedelta(hours=1)`` is 3600). Anything else (a bool, a float, a fraction of
+    a second, zero or less) raises ``ValueError``."""
     if ttl is None:
         return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int):
-        raise ValueError(f"ttl must be None or a positive int of seconds, got {ttl!r}")
+    if isinstance(ttl, timedelta):
+        seconds, fraction = divmod(ttl, _SECOND)
+        if fraction:
+            raise ValueError(f"ttl must be a whole number of seconds, got {ttl!r}")
+        ttl = seconds
+    elif isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise ValueError(
+            f"ttl must be None, a positive int of seconds or a timedelta of whole seconds, got {ttl!r}"
+        )
     if ttl <= 0:
         raise ValueError(f"ttl must be a positive number of seconds, got {ttl}")
     return ttl
+
+
+_SECOND = timedelta(seconds=1)
 
 
 def validate_count(name: str, value: object, hint: str = "") -> int:

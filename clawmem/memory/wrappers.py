@@ -12,7 +12,7 @@ from clawmem.memory.base import (
     SearchableMemory,
     emit_write,
 )
-from clawmem.memory.rules import encode_value, validate_key, validate_namespace, validate_ttl
+from clawmem.memory.rules import Ttl, encode_value, validate_key, validate_namespace, validate_ttl
 from clawmem.words import rank
 
 
@@ -76,7 +76,7 @@ class RouterMemory(SearchableMemory):
     def get(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         return self.driver_for(namespace).get(key, namespace)
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: int | None = None) -> None:
+    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
         self.driver_for(namespace).set(key, value, namespace, ttl)
 
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
@@ -126,7 +126,7 @@ class PrivacyAwareMemory(SearchableMemory):
     def get(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         return self.inner.get(key, namespace)
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: int | None = None) -> None:
+    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
         if self.store_messages:
             self.inner.set(key, value, namespace, ttl)
             return

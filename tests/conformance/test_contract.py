@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import unicodedata
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -173,7 +174,25 @@ def test_expired_entry_can_be_set_again(memory: Any, clock: Any) -> None:
     assert memory.all() == {"k": 2}
 
 
-@pytest.mark.parametrize("ttl", [0, -1, True, False, 1.5, "10", 10.0])
+def test_a_timedelta_ttl_of_whole_seconds_counts_its_seconds(memory: Any, clock: Any, recorded: Any) -> None:
+    clock.now = 1000.75  # floor(now) + 3600 = 4600
+    memory.set("k", "v", ttl=timedelta(hours=1))
+    clock.now = 4599.999
+    assert memory.get("k") == "v"
+    clock.now = 4600.0
+    assert memory.get("k") is None
+    written = [event for event in recorded if event["event"] == "memory.write"]
+    assert written and all(event["ttl"] == 3600 for event in written), written
+
+
+@pytest.mark.parametrize(
+    "ttl",
+    [
+        0, -1, True, False, 1.5, "10", 10.0, float("nan"),
+        timedelta(0), timedelta(seconds=-5), timedelta(seconds=1.5), timedelta(microseconds=1),
+    ],
+    ids=repr,
+)
 def test_bad_ttl_raises_and_writes_nothing(memory: Any, ttl: Any) -> None:
     memory.set("k", "old")
     with pytest.raises(ValueError, match="ttl"):
