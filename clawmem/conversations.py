@@ -323,11 +323,15 @@ class ConversationLog:
         since: datetime | None = None,
         until: datetime | None = None,
         query: str | None = None,
+        at_most: int | None = None,
     ) -> int:
-        """Return how many conversations :meth:`list` gives under the same filters (one query)."""
+        """Return how many conversations :meth:`list` gives under the same filters (one query),
+        or ``at_most`` when there are at least that many."""
+        if at_most is not None:
+            check_limit(at_most, 1_000_000)
         filters = self._filters(user_id, namespace, since, until, query)
         with self.engine.connect() as conn:
-            return sql.count_summaries(conn, self.prefix, **filters)
+            return sql.count_summaries(conn, self.prefix, at_most, **filters)
 
     @staticmethod
     def _filters(

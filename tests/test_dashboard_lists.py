@@ -113,6 +113,14 @@ def test_every_list_says_how_many_match(app: Flask, signed_in: FlaskClient) -> N
     assert "<strong>2</strong> namespaces hold <strong>71</strong> entries: 71 live, 0 expired" in index
 
 
+def test_a_search_stops_counting_at_a_thousand(app: Flask, signed_in: FlaskClient) -> None:
+    rows = _conversations(app, 4100)  # a quarter are titled "alpha"
+    assert sum(1 for row in rows if row["title"] == "alpha") > 1000
+    body = page_text(signed_in.get("/conversations/?q=alpha"))
+    assert "<strong>1000</strong> or more conversations match</p>" in body
+    assert "<strong>4100</strong> conversations</p>" in page_text(signed_in.get("/conversations/")), "exact"
+
+
 @pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
 def test_keys_page_by_key_update_and_expiry(app: Flask, signed_in: FlaskClient, clock: FakeClock) -> None:
     with app.app_context():

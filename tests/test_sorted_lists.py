@@ -80,6 +80,9 @@ def test_every_conversation_order_pages_each_row_once_in_order(
     assert filtered == [i for i in expected_order(rows, sort) if i in {r["id"] for r in rows[1::3]}]
     assert log.count(user_id="cust-1") == len(filtered) == 15
     assert log.count() == 45
+    titled_alpha = sum(1 for row in rows if row["title"] == "alpha")
+    assert log.count(query="alpha", at_most=5) == 5 < titled_alpha
+    assert log.count(query="alpha", at_most=1000) == titled_alpha == 12
 
 
 def test_a_conversation_cursor_of_another_order_is_refused(engine: sa.engine.Engine, prefix: str) -> None:

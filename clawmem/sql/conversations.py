@@ -400,10 +400,15 @@ def summaries(
     ]
 
 
-def count_summaries(conn: Connection, prefix: str, **filters: Any) -> int:
-    """Return how many conversations :func:`summaries` lists under ``filters``, in one query."""
+def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:
+    """Return how many conversations :func:`summaries` lists under ``filters``, in one query;
+    with ``at_most``, counting stops there (a search through every message can stop early)."""
     table = tables(prefix).conversations
-    select = _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
+    if at_most is None:
+        select = _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
+    else:
+        found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
+        select = sa.select(sa.func.count()).select_from(found)
     return int(conn.execute(select).scalar() or 0)
 
 

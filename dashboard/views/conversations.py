@@ -37,6 +37,7 @@ FILTERS = ("q", "user_id", "namespace", "since", "until")
 DEFAULT_SORT = "updated"  # the conversations an operator is most likely looking for
 SORT_DIRECTIONS = {name: descending for name, (_, descending) in SORTS.items()}
 MORE_TARGET = "conversations-more"
+SEARCH_COUNT_LIMIT = 1000
 # The form labels the date filters "From" and "To", so those names are understood too.
 DATE_ALIASES = {"since": "from", "until": "to"}
 DATE_LABELS = {"since": "From", "until": "To"}
@@ -99,9 +100,12 @@ def _list_page(
     }
     page = store.list(limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, **chosen)
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
+    # A search reads message text, which no index serves: its count stops at a bound.
+    bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     return {
         "rows": [{**_summary_row(c), "match": found.get(c.id)} for c in page.items],
-        "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen),
+        "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
+        "bound": bound,
         "more_url": url_for("conversations.index", **filters, sort=sort, cursor=page.next_cursor)
         if page.next_cursor
         else None,
@@ -117,7 +121,9 @@ def index() -> str | tuple[str, int]:
     (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
     errors = [error for error in (since_error, until_error) if error]
     # Said on the page beside the filters, instead of silently listing everything.
-    listed = {"rows": [], "total": 0, "more_url": None} if errors else _list_page(filters, sort, since, until)
+    listed = {"rows": [], "total": 0, "bound": None, "more_url": None} if errors else _list_page(
+        filters, sort, since, until
+    )
     body = render_page(
         "conversations/index.html",
         {"conversation-results": "conversations/_results.html", MORE_TARGET: "conversations/_rows.html"},
