@@ -586,6 +586,49 @@ def test_a_report_read_after_the_index_changed_still_describes_its_turn(clock: F
     assert len(result.decisions) == 3000 and result.zero_overlap == 0
 
 
+@pytest.mark.parametrize("backend", ["array", "sql-sqlite"])
+def test_common_words_scored_from_their_marks_recall_as_a_scan(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At scale a word held by many entries is scored by adding one byte per slot; here every
+    # word held by a quarter of a namespace's slots is.
+    from clawmem.memory import index as index_module
+
+    monkeypatch.setattr(index_module, "_DENSE_FROM", 1)
+    monkeypatch.setattr(index_module, "_DENSE_SHARE", 4)
+    test_process_b_recalls_what_a_scan_of_the_backend_gives(backend, tmp_path)
+
+
+def test_common_words_scored_from_their_marks_stay_exact_through_writes_and_compaction(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clawmem.memory import index as index_module
+
+    monkeypatch.setattr(index_module, "_DENSE_FROM", 256)
+    memory = ArrayMemory(clock=clock)
+    for number in range(3000):
+        memory.set(f"k{number:05d}", f"tea {'green' if number % 3 else 'black'} w{number % 50}", "notes")
+
+    def recall_as_a_scan(message: str) -> None:
+        indexed = MessageAugmenter(memory, namespace="notes", announce=False).augment(message)
+        scanned = MessageAugmenter(memory, namespace="notes", announce=False, ranker=scan_ranking).augment(
+            message
+        )
+        assert report_of(indexed) == report_of(scanned)
+        assert list(indexed.decisions) == list(scanned.decisions)
+
+    recall_as_a_scan("green tea w7")
+    assert {"tea", "green"} <= set(memory.word_index("notes").dense)
+    for number in range(0, 3000, 2):  # half the slots die: the index compacts
+        memory.forget(f"k{number:05d}", "notes")
+    recall_as_a_scan("green tea w7")
+    for number in range(1, 3000, 4):  # replaced entries: new slots merged into the marks
+        memory.set(f"k{number:05d}", "coffee w7", "notes")
+    memory.set("a-first-key", "black tea", "notes")
+    recall_as_a_scan("green tea w7")
+    recall_as_a_scan("black tea coffee")
+
+
 def test_postings_stay_in_ascending_slot_order() -> None:
     # Candidates.matched binary-searches them: loading, appending and compacting keep the order.
     import numpy as np
@@ -645,6 +688,48 @@ def test_a_redis_index_built_on_an_empty_log_notices_the_log_was_cut(
         for name in client.scan_iter(match=f"{prefix}*", count=1000):
             client.delete(name)
         client.close()
+
+
+@pytest.mark.parametrize("backend", ["mysql", "postgres"])
+def test_a_bulk_stamped_namespace_reads_again_only_the_rows_that_changed(
+    backend: str, tmp_path: Path, prefix: str, clock: FakeClock
+) -> None:
+    # A bulk import stamps every row alike, so all of them stay within the overlap window. A row
+    # another program rewrites without changing its stamp is still seen, and only the values of
+    # the rows that changed are read again (plus the hits' own, to answer).
+    url = sql_url(backend, tmp_path)
+    engine, program = create_engine(url), create_engine(url)
+    create_tables(engine, prefix)
+    table = tables(prefix).memory
+    stamp = utc_datetime(clock)
+    rows = [
+        {"id": new_id(), "namespace": "bulk", "lookup_key": f"k{number:03d}", "expires_at": None,
+         "value": json.dumps(f"note {number}"), "created_at": stamp, "updated_at": stamp}
+        for number in range(300)
+    ]  # fmt: skip
+    rows[7]["value"] = json.dumps("green tea")
+    values_read: list[int] = []
+
+    def count_values(conn: Any, cursor: Any, *args: Any) -> None:
+        if any(column[0] == "value" for column in cursor.description or ()):
+            values_read.append(cursor.rowcount)
+
+    try:
+        with program.begin() as conn:
+            conn.execute(sa.insert(table), rows)
+        memory = SqlMemory(engine, prefix=prefix, clock=clock)
+        assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k007"]
+        with program.begin() as conn:
+            for key, value in (("k007", "coffee"), ("k123", "green tea, again")):
+                where = (table.c.namespace == "bulk", table.c.lookup_key == key)
+                conn.execute(sa.update(table).where(*where).values(value=json.dumps(value)))
+        sa.event.listen(engine, "after_cursor_execute", count_values)
+        assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k123"]
+        assert 0 < sum(values_read) <= 3
+    finally:
+        drop_tables(program, prefix)
+        engine.dispose()
+        program.dispose()
 
 
 # -- the dashboard's preview -----------------------------------------------------------------------

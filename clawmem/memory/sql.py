@@ -74,7 +74,18 @@ class _IndexState:
     index: WordIndex
     newest: datetime | None = None
     unreadable: set[str] = field(default_factory=set)
-    data_version: int | None = None
+    # SQLite's data_version or PostgreSQL's snapshot when last brought up to date: while it is
+    # the same, nothing has been committed since, and nothing needs reading.
+    marker: Any = None
+    # What was seen of each row stamped within REINDEX_OVERLAP of the newest: a changed row
+    # there shows a different mark, and only those are read again.
+    window: dict[str, int] = field(default_factory=dict)
+
+
+def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
+    """Return, per key of :func:`clawmem.sql.kv.index_probe`'s rows, what tells two states of
+    the row apart: a hash of its stamp, expiry and version."""
+    return {as_text(key): hash((str(stamp), str(expires), version)) for key, stamp, expires, version in probe}
 
 
 class SqlMemory(SqlBackedMemory):
@@ -82,10 +93,12 @@ class SqlMemory(SqlBackedMemory):
     clock, never the database's ``NOW()``; upserts are single atomic statements.
 
     The recall index of a namespace follows the table, whoever writes it (another worker, the
-    CLI, another program with plain SQL): each call reads the rows changed since the newest
-    ``updated_at`` it saw (less :data:`REINDEX_OVERLAP`) and compares the namespace's row
-    count, reading every key again only when rows went missing. On SQLite, when no other
-    connection has committed since (``PRAGMA data_version``), it reads nothing at all.
+    CLI, another program with plain SQL): each call reads the key, stamp and version (see
+    :func:`clawmem.sql.kv.row_version`) of the rows stamped since the newest ``updated_at`` it
+    saw (less :data:`REINDEX_OVERLAP`), reads the values of only those that changed, and
+    compares the namespace's row count, reading every key again only when rows went missing.
+    When nothing has been committed since (SQLite's ``PRAGMA data_version``, PostgreSQL's
+    current snapshot), it reads nothing more.
     """
 
     name = "sql"
@@ -269,16 +282,21 @@ class SqlMemory(SqlBackedMemory):
 
     def _fresh_index(self, namespace: str) -> WordIndex:
         with self._index_lock:
-            version = self._data_version()
             state = self._indexes.get(namespace)
-            if state is not None and version is not None and version == state.data_version:
+            version = self._data_version()
+            if state is not None and version is not None and version == state.marker:
                 return state.index
-            if state is None:
-                state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
-                self._load(state, namespace)
-            else:
-                self._catch_up(state, namespace)
-            state.data_version = version
+            with self.engine.connect() as conn:
+                # Read before the rows, so a commit after it is seen by the next call.
+                marker = version if version is not None else kv.commit_marker(conn)
+                if state is not None and marker is not None and marker == state.marker:
+                    return state.index
+                if state is None:
+                    state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
+                    self._load(state, conn)
+                else:
+                    self._catch_up(state, conn)
+            state.marker = marker
             return state.index
 
     def _decoded(self, state: _IndexState, rows: Any) -> Iterator[tuple[str, Any, int | None]]:
@@ -294,40 +312,65 @@ class SqlMemory(SqlBackedMemory):
             # An expiry that is not a number (SQLite keeps 'soon') never compares as expired in SQL.
             yield key, value, read_expiry(expires_at)[0]
 
-    def _load(self, state: _IndexState, namespace: str) -> None:
-        with self.engine.connect() as conn:
-            rows = kv.index_rows(conn, self.prefix, namespace, None, self.shape)
-            state.index.load(self._decoded(state, rows))
+    def _load(self, state: _IndexState, conn: Any) -> None:
+        namespace = state.index.namespace
+        # The window's marks are read before the values: a row changed in between shows a
+        # different mark on the next call and is read again, never the other way round.
+        newest = kv.newest_stamp(conn, self.prefix, namespace, self.shape)
+        since = newest - REINDEX_OVERLAP if isinstance(newest, datetime) else None
+        probe = kv.index_probe(conn, self.prefix, namespace, since, self.shape)
+        state.window = _marks(probe)
+        state.index.load(self._decoded(state, kv.index_rows(conn, self.prefix, namespace, None, self.shape)))
 
-    def _catch_up(self, state: _IndexState, namespace: str) -> None:
-        index = state.index
+    def _catch_up(self, state: _IndexState, conn: Any) -> None:
+        """Bring the index up to date: read the key, stamp and version of the rows stamped within
+        the overlap of the newest seen, index again only those that differ from what was seen
+        there, and compare the row count to find rows deleted (or stamped far back) elsewhere."""
+        index, namespace = state.index, state.index.namespace
         since = None if state.newest is None else state.newest - REINDEX_OVERLAP
-        with self.engine.connect() as conn:
-            changed = kv.index_rows(conn, self.prefix, namespace, since, self.shape)
-            for key, value, expires_at in self._decoded(state, changed):
-                index.put(key, value, expires_at)
-            count = kv.count_namespace(conn, self.prefix, namespace, self.shape)
-            if count == len(index) + len(state.unreadable):
-                return
-            # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
-            present = kv.namespace_keys(conn, self.prefix, namespace, self.shape)
-            for key in (set(index.slot_of) | state.unreadable) - present:
+        probe = kv.index_probe(conn, self.prefix, namespace, since, self.shape)
+        window = _marks(probe)
+        changed = [key for key, mark in window.items() if state.window.get(key) != mark]
+        # Rows that fell out of the window are not probed again, so their marks go with it.
+        state.window = window
+        stamps = [stamp for _, stamp, _, _ in probe if isinstance(stamp, datetime)]
+        if stamps and (state.newest is None or max(stamps) > state.newest):
+            state.newest = max(stamps)
+        if changed:
+            self._index_keys(state, conn, changed)
+        count = kv.count_namespace(conn, self.prefix, namespace, self.shape)
+        if count == len(index) + len(state.unreadable):
+            return
+        # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
+        present = kv.namespace_keys(conn, self.prefix, namespace, self.shape)
+        for key in (set(index.slot_of) | state.unreadable) - present:
+            index.remove(key)
+            state.unreadable.discard(key)
+        self._index_keys(state, conn, sorted(present - set(index.slot_of) - state.unreadable))
+
+    def _index_keys(self, state: _IndexState, conn: Any, keys: list[str]) -> None:
+        """Index the stored rows of ``keys`` as they are now; drop those no longer stored."""
+        index, unknown = state.index, sorted(keys)
+        while unknown:
+            try:
+                rows = kv.rows_of_keys(conn, self.prefix, index.namespace, unknown, self.shape)
+            except UndecodableValue as exc:  # another program's row; recall cannot use it
+                state.unreadable.add(exc.key)
+                index.remove(exc.key)
+                unknown.remove(exc.key)
+                continue
+            found = {row.key for row in rows}
+            for row in rows:
+                if row.raw_value:  # another program's row; recall cannot use it
+                    state.unreadable.add(row.key)
+                    index.remove(row.key)
+                else:
+                    state.unreadable.discard(row.key)
+                    index.put(row.key, row.value, row.expires_at)
+            for key in set(unknown) - found:
                 index.remove(key)
                 state.unreadable.discard(key)
-            unknown = sorted(present - set(index.slot_of) - state.unreadable)
-            while unknown:
-                try:
-                    rows = kv.rows_of_keys(conn, self.prefix, namespace, unknown, self.shape)
-                except UndecodableValue as exc:  # another program's row; recall cannot use it
-                    state.unreadable.add(exc.key)
-                    unknown.remove(exc.key)
-                    continue
-                for row in rows:
-                    if row.raw_value:  # another program's row; recall cannot use it
-                        state.unreadable.add(row.key)
-                    else:
-                        index.put(row.key, row.value, row.expires_at)
-                break
+            break
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys))

@@ -314,6 +314,17 @@ def one_row(
 # -- what the recall index reads --------------------------------------------------------------
 
 
+def row_version(table: sa.Table, dialect: str) -> sa.ColumnElement[Any]:
+    """Return what changes whenever a row is written, whoever writes it and whatever its
+    ``updated_at`` says: PostgreSQL's ``xmin`` (the writing transaction), MariaDB's MD5 of the
+    value, and on SQLite the value itself (it has no hash function, and no network to cross)."""
+    if dialect == "postgresql":
+        return sa.literal_column("xmin", sa.Text).cast(sa.Text)
+    if dialect in ("mysql", "mariadb"):
+        return sa.func.md5(table.c.value)
+    return table.c.value
+
+
 def index_rows(
     conn: Connection,
     prefix: str,
@@ -331,6 +342,40 @@ def index_rows(
         select = select.where(table.c.updated_at >= since)
     for key, text, expires_at, updated_at in conn.execution_options(yield_per=5000).execute(select):
         yield key, text, unix_seconds(expires_at), updated_at
+
+
+def newest_stamp(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> Any:
+    """Return the latest ``updated_at`` of the namespace's rows, or ``None``."""
+    table = tables(prefix, shape).memory
+    newest = sa.select(sa.func.max(table.c.updated_at)).where(table.c.namespace == namespace)
+    return conn.execute(newest).scalar()
+
+
+def index_probe(
+    conn: Connection, prefix: str, namespace: str, since: datetime | None, shape: str = CLAWMEM_SCHEMA
+) -> list[tuple[Any, Any, Any, Any]]:
+    """Return ``(key, updated_at, expires_at, version)`` of the namespace's rows stamped at or
+    after ``since`` (every row without it): what tells the recall index which rows changed,
+    without reading their values (except on SQLite, see :func:`row_version`)."""
+    table = tables(prefix, shape).memory
+    select = sa.select(
+        table.c.lookup_key, table.c.updated_at, table.c.expires_at, row_version(table, conn.dialect.name)
+    ).where(table.c.namespace == namespace)
+    if since is not None:
+        select = select.where(table.c.updated_at >= since)
+    return [
+        (key, updated_at, unix_seconds(expires), version)
+        for key, updated_at, expires, version in conn.execute(select)
+    ]
+
+
+def commit_marker(conn: Connection) -> str | None:
+    """Return what changes whenever any transaction commits, or ``None`` where the database
+    does not say. PostgreSQL's current snapshot (the next transaction id and those still in
+    progress) is equal at two moments only if nothing committed in between."""
+    if conn.dialect.name != "postgresql":
+        return None
+    return str(conn.execute(sa.select(sa.func.pg_current_snapshot().cast(sa.Text))).scalar())
 
 
 def namespace_keys(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> set[str]:
