@@ -14,6 +14,7 @@ from flask import Blueprint, request, url_for
 from clawmem.clock import now_seconds
 from clawmem.errors import GuardBlocked
 from clawmem.guards import PiiGuard
+from clawmem.memory.index import WordIndex
 from clawmem.memory.rules import validate_namespace
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
 from clawmem.ranking import ranker_for
@@ -235,7 +236,12 @@ def _unmatched_entries(message: str, namespace: str, after: str | None, limit: i
     matched = {candidate.key for candidate in ranking.first(ranking.hits)}
     sizes = index.live_sizes(now)
     keys = [key for key in sizes if key not in matched and (after is None or key > after)][:limit]
-    return ranking.zero_overlap, [(key, sizes[key], (index.state(key) or (0, None))[1]) for key in keys]
+    return ranking.zero_overlap, [(key, sizes[key], _expiry(index, key)) for key in keys]
+
+
+def _expiry(index: WordIndex, key: str) -> int | None:
+    indexed = index.state(key)  # (fingerprint, expires_at), or None once gone
+    return indexed[1] if indexed else None
 
 
 @bp.get("/preview/unmatched")
