@@ -9,13 +9,28 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from clawmem.errors import InvalidCursor
 from clawmem.sql.paging import decode_moment, decode_sorted_cursor, is_raw_key, moment_key
 
-if TYPE_CHECKING:
-    from clawmem.memory.base import MemoryRow
+
+class Listed(Protocol):
+    """What a listing orders an entry by (:class:`clawmem.memory.base.MemoryRow` has it all)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def updated_at(self) -> datetime | None: ...
+    @property
+    def expires_at(self) -> int | None: ...
+    @property
+    def raw_updated_at(self) -> Any: ...
+    @property
+    def raw_expires_at(self) -> Any: ...
+
+
+Row = TypeVar("Row", bound=Listed)
 
 # How a namespace's keys can be listed: by key (A to Z), by last write (newest first) or by
 # expiry (soonest first, entries that never expire last). Ties are broken by key, in the
@@ -32,12 +47,12 @@ def check_sort(sort: str) -> str:
     return sort
 
 
-def sort_value(row: MemoryRow, sort: str) -> Any:
+def sort_value(row: Listed, sort: str) -> Any:
     """Return what ``row`` is ordered by under ``sort`` (``None`` sorts last)."""
     return {"key": row.key, "updated": row.updated_at, "expires": row.expires_at}[sort]
 
 
-def cursor_key(row: MemoryRow, sort: str) -> list[Any]:
+def cursor_key(row: Listed, sort: str) -> list[Any]:
     """Return the key of the cursor after ``row`` in a listing by ``sort``: ``[sort, its sort
     value as text (``None`` when missing; a time another program made unreadable as it was
     stored), key]``."""
@@ -73,9 +88,7 @@ def sort_start(cursor: str, sort: str, dialect: str | None = None) -> tuple[Any,
     return int(text), key
 
 
-def sorted_page(
-    rows: Sequence[MemoryRow], sort: str, start: tuple[Any, str] | None, limit: int
-) -> list[MemoryRow]:
+def sorted_page(rows: Sequence[Row], sort: str, start: tuple[Any, str] | None, limit: int) -> list[Row]:
     """Return up to ``limit`` of ``rows`` in ``sort`` order after ``start``, as SQL orders them."""
     descending = SORTS[sort]
     present = sorted(
@@ -92,7 +105,7 @@ def sorted_page(
     return ordered[:limit]
 
 
-def _comes_after(row: MemoryRow, sort: str, start: tuple[Any, str], descending: bool) -> bool:
+def _comes_after(row: Listed, sort: str, start: tuple[Any, str], descending: bool) -> bool:
     value, (start_value, start_key) = sort_value(row, sort), start
     if start_value is None:
         return value is None and (row.key < start_key if descending else row.key > start_key)
