@@ -44,6 +44,12 @@ ROW = re.compile(
 MORE = re.compile(r'id="unmatched-more".*?href="([^"]+)"', re.S)
 
 
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 7 entries, so that a few hundred entries make several."""
+    monkeypatch.setattr(view, "UNMATCHED_PAGE_SIZE", 7)
+
+
 def _fill(clock: FakeClock, prefix: str) -> None:
     """Store 200 entries (some with a TTL, some as another program writes them), then let some
     expire."""
@@ -100,9 +106,8 @@ def _listed(client: FlaskClient, url: str | None, shown_count: int) -> list[tupl
 
 @pytest.mark.parametrize("dashboard_backend", ["sqlite", "postgres"], indirect=True)
 def test_the_preview_lists_every_entry_sharing_no_word_a_page_at_a_time(
-    app: Flask, signed_in: FlaskClient, clock: FakeClock, prefix: str, monkeypatch: pytest.MonkeyPatch
+    app: Flask, signed_in: FlaskClient, clock: FakeClock, prefix: str
 ) -> None:
-    monkeypatch.setattr(view, "UNMATCHED_PAGE_SIZE", 7)
     with app.app_context():
         _fill(clock, prefix)
     signed_in.get("/preview", query_string={"message": "warm the index up"})
@@ -118,9 +123,8 @@ def test_the_preview_lists_every_entry_sharing_no_word_a_page_at_a_time(
 
 
 def test_htmx_gets_the_list_in_place_and_its_next_rows_only(
-    app: Flask, signed_in: FlaskClient, clock: FakeClock, prefix: str, monkeypatch: pytest.MonkeyPatch
+    app: Flask, signed_in: FlaskClient, clock: FakeClock, prefix: str
 ) -> None:
-    monkeypatch.setattr(view, "UNMATCHED_PAGE_SIZE", 7)
     with app.app_context():
         _fill(clock, prefix)
         expected = _reference(int(clock()))
@@ -137,9 +141,8 @@ def test_htmx_gets_the_list_in_place_and_its_next_rows_only(
 
 
 def test_with_phpclaws_scoring_the_list_is_of_the_entries_whose_value_shares_no_word(
-    make_app: Callable[..., Flask], clock: FakeClock, prefix: str, monkeypatch: pytest.MonkeyPatch
+    make_app: Callable[..., Flask], clock: FakeClock, prefix: str
 ) -> None:
-    monkeypatch.setattr(view, "UNMATCHED_PAGE_SIZE", 7)
     app = make_app(RECALL_SCORING="phpclaw")
     with app.app_context():
         accounts.create_admin(ADMIN, PASSWORD, clock())
