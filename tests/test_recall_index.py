@@ -695,8 +695,9 @@ def test_a_bulk_stamped_namespace_reads_again_only_the_rows_that_changed(
     backend: str, tmp_path: Path, prefix: str, clock: FakeClock
 ) -> None:
     # A bulk import stamps every row alike, so all of them stay within the overlap window. A row
-    # another program rewrites without changing its stamp is still seen, and only the values of
-    # the rows that changed are read again (plus the hits' own, to answer).
+    # another program rewrites without changing its stamp is still seen, only the values of the
+    # rows that changed are read again (plus the hits' own, to answer), and when nothing changed
+    # the window is not read at all.
     url = sql_url(backend, tmp_path)
     engine, program = create_engine(url), create_engine(url)
     create_tables(engine, prefix)
@@ -726,6 +727,11 @@ def test_a_bulk_stamped_namespace_reads_again_only_the_rows_that_changed(
         sa.event.listen(engine, "after_cursor_execute", count_values)
         assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k123"]
         assert 0 < sum(values_read) <= 3
+        # Nothing changed since: not even the marks of the window's 300 rows are read again.
+        rows_read: list[int] = []
+        sa.event.listen(engine, "after_cursor_execute", lambda *args: rows_read.append(args[1].rowcount))
+        assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k123"]
+        assert rows_read and max(rows_read) < 300
     finally:
         drop_tables(program, prefix)
         engine.dispose()

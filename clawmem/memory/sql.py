@@ -80,6 +80,8 @@ class _IndexState:
     # What was seen of each row stamped within REINDEX_OVERLAP of the newest: a changed row
     # there shows a different mark, and only those are read again.
     window: dict[str, int] = field(default_factory=dict)
+    # MariaDB: the window's bounds and digest (see clawmem.sql.kv.window_digest) when last probed.
+    digest: tuple[Any, Any] = (None, None)
 
 
 def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
@@ -328,16 +330,11 @@ class SqlMemory(SqlBackedMemory):
         there, and compare the row count to find rows deleted (or stamped far back) elsewhere."""
         index, namespace = state.index, state.index.namespace
         since = None if state.newest is None else state.newest - REINDEX_OVERLAP
-        probe = kv.index_probe(conn, self.prefix, namespace, since, self.shape)
-        window = _marks(probe)
-        changed = [key for key, mark in window.items() if state.window.get(key) != mark]
-        # Rows that fell out of the window are not probed again, so their marks go with it.
-        state.window = window
-        stamps = [stamp for _, stamp, _, _ in probe if isinstance(stamp, datetime)]
-        if stamps and (state.newest is None or max(stamps) > state.newest):
-            state.newest = max(stamps)
-        if changed:
-            self._index_keys(state, conn, changed)
+        # Read before the marks: a row changed after it makes the next digest differ.
+        digest = (since, kv.window_digest(conn, self.prefix, namespace, since, self.shape))
+        if digest[1] is None or digest != state.digest:
+            self._probe_window(state, conn, since)
+            state.digest = digest
         count = kv.count_namespace(conn, self.prefix, namespace, self.shape)
         if count == len(index) + len(state.unreadable):
             return
@@ -347,6 +344,19 @@ class SqlMemory(SqlBackedMemory):
             index.remove(key)
             state.unreadable.discard(key)
         self._index_keys(state, conn, sorted(present - set(index.slot_of) - state.unreadable))
+
+    def _probe_window(self, state: _IndexState, conn: Any, since: datetime | None) -> None:
+        """Read the marks of the rows stamped since ``since``; index again those that changed."""
+        probe = kv.index_probe(conn, self.prefix, state.index.namespace, since, self.shape)
+        window = _marks(probe)
+        changed = [key for key, mark in window.items() if state.window.get(key) != mark]
+        if changed:
+            self._index_keys(state, conn, changed)
+        # Only once indexed: marks of rows that fell out of the window go with it.
+        state.window = window
+        stamps = [stamp for _, stamp, _, _ in probe if isinstance(stamp, datetime)]
+        if stamps and (state.newest is None or max(stamps) > state.newest):
+            state.newest = max(stamps)
 
     def _index_keys(self, state: _IndexState, conn: Any, keys: list[str]) -> None:
         """Index the stored rows of ``keys`` as they are now; drop those no longer stored."""
