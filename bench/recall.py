@@ -15,9 +15,10 @@ words drawn from the same vocabulary:
   earlier ones freed, so read it on the largest size, or run one backend and size at a time.
 
 SQL rows are stamped ``--spacing`` seconds apart (default 60), the newest now, as a namespace
-written over time is. SqlMemory reads again, on every turn, the rows stamped within its overlap
-window (five minutes) of the newest; ``--spacing 1`` puts 300 rows there, and ``--spacing 0``
-all of them, as after a bulk import with one stamp.
+written over time is. After a commit it has not seen (always on MariaDB, which cannot tell),
+SqlMemory reads the key, stamp and version of the rows stamped within its overlap window (five
+minutes) of the newest, on MariaDB only when the window's digest changed; ``--spacing 1`` puts
+300 rows there, and ``--spacing 0`` all of them, as after a bulk import with one stamp.
 With ``--churn`` one entry is written through the driver before each timed turn, so every turn
 finds a commit it has not seen (no "nothing changed" shortcut).
 Nothing is left behind: each SQL run has a table prefix of its own, dropped afterwards, and each
