@@ -22,7 +22,9 @@ from clawmem.memory.file import remove_store_files, store_files
 from clawmem.memory.file import site_directory as file_site_directory
 from clawmem.memory.rules import is_expired
 from clawmem.site import Site
+from clawmem.sql import activity as sql_activity
 from clawmem.sql import sizes
+from clawmem.sql.activity import Activity
 from clawmem.sql.conversations import Conversation
 from clawmem.sql.engine import after_erasure
 from clawmem.sql.lenient import unix_to_datetime
@@ -348,6 +350,14 @@ def init_db(site: Site) -> list[str]:
     return their names. Raises :class:`clawmem.ConfigError` when tables of the other shape exist."""
     create_tables(site.engine, site.prefix, site.settings.schema)
     return sizes.table_names(site.prefix)
+
+
+def activity(site: Site, days: int = 30) -> Activity:
+    """Return the messages written and conversations begun on each of the last ``days`` UTC
+    days, today (on the site's clock) last, with the conversations stored now. Raises
+    ``ValueError`` for days outside 1..366."""
+    with site.engine.connect() as conn:
+        return sql_activity.activity(conn, site.prefix, utc_datetime(site.clock), days)
 
 
 def table_stats(site: Site) -> list[sizes.TableStats]:

@@ -70,12 +70,14 @@ class MemoryRow:
 
 @dataclass(frozen=True)
 class NamespaceCount:
-    """Entries of one namespace: all of them, the live ones and the expired-but-unswept ones."""
+    """Entries of one namespace: all of them, the live ones, the expired-but-unswept ones, and
+    ``expiring``: the live ones that carry an expiry (``live - expiring`` never expire)."""
 
     namespace: str
     total: int
     live: int
     expired: int
+    expiring: int
 
 
 def check_filter(state: str | None) -> str | None:
@@ -327,8 +329,14 @@ class BaseMemory(SearchableMemory):
         for namespace in self.namespaces():
             rows = self.stored_records(namespace)
             expired = sum(1 for row in rows if is_expired(row.expires_at, now))
-            found.append(NamespaceCount(namespace, len(rows), len(rows) - expired, expired))
+            expiring = sum(1 for row in rows if row.expires_at is not None) - expired
+            found.append(NamespaceCount(namespace, len(rows), len(rows) - expired, expired, expiring))
         return found
+
+    def rows_per_day(self, edges: Sequence[datetime]) -> list[int] | None:
+        """Return how many entries were first written in each interval of ``edges`` (UTC
+        midnights, oldest first), or ``None`` from a driver that keeps no write times."""
+        return None
 
     def newest_write(self) -> datetime | None:
         """Return when any entry was last written, or ``None`` (no entries, or a driver that

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -26,7 +26,7 @@ from clawmem.memory.rules import (
     validate_prefix,
 )
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.sql import kv
+from clawmem.sql import activity, kv
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 from clawmem.sql.lenient import as_text, read_expiry, read_value
@@ -209,6 +209,9 @@ class SqlMemory(SqlBackedMemory):
 
     def count(self, namespace: str = "default") -> int:
         return self._read("count", kv.count_namespace, validate_namespace(namespace))
+
+    def rows_per_day(self, edges: Sequence[datetime]) -> list[int]:
+        return self._read("rows_per_day", activity.memory_rows_per_day, edges)
 
     def newest_write(self) -> datetime | None:
         """Return when any entry was last written, or ``None`` for an empty table."""

@@ -209,13 +209,16 @@ def namespace_counts(
     """Return every namespace with its total, live and expired counts, sorted by name."""
     table = tables(prefix, shape).memory
     expired = sa.func.sum(sa.case((_expired(table, now), 1), else_=0))
+    with_expiry = sa.func.count(table.c.expires_at)
     query = (
-        sa.select(table.c.namespace, sa.func.count(), expired)
+        sa.select(table.c.namespace, sa.func.count(), expired, with_expiry)
         .group_by(table.c.namespace)
         .order_by(table.c.namespace)
     )
-    rows = conn.execute(query).all()
-    return [NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0)) for ns, total, gone in rows]
+    return [
+        NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0), int(timed or 0) - int(gone or 0))
+        for ns, total, gone, timed in conn.execute(query)
+    ]
 
 
 def count_namespace(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> int:

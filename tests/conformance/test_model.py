@@ -120,6 +120,9 @@ def machine_for(
             counts = {count.namespace: count for count in memory.namespace_counts()}
             if namespace in counts:
                 assert counts[namespace].live == len(self.live(namespace))
+                # Live entries that carry an expiry: the Overview's "expiring" TTL state.
+                timed = [key for key in self.live(namespace) if self.model[namespace][key][1] is not None]
+                assert counts[namespace].expiring == len(timed)
 
         @rule(text=st.sampled_from(["a", "ship", "é", "1"]))
         def find(self, text: str) -> None:
