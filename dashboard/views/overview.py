@@ -2,22 +2,86 @@
 
 from __future__ import annotations
 
+import heapq
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, current_app, url_for
 
 from clawmem import operations
 from clawmem.clock import utc_datetime
 from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
+from clawmem.memory.base import NamespaceCount
+from clawmem.sql.activity import day_edges
 from clawmem.sql.schema import tables
-from dashboard import state
-from dashboard.views.rendering import format_bytes, format_time, render_page, shell_command
+from clawmem.sql.sizes import TableStats
+from dashboard import charts, state
+from dashboard.views.recall import COLD_MESSAGES, injection_survey
+from dashboard.views.rendering import format_bytes, format_duration, format_time, render_page, shell_command
 
 bp = Blueprint("overview", __name__)
 
 MAX_LISTED = 10
+TOTALS_MAX_AGE = 60  # seconds an Overview shows the same table counts and sizes
+CHART_DAYS = 30
+CHART_NAMESPACES = 12  # namespaces drawn in the TTL chart, the largest first
+CHART_KEYS = 10  # keys in each of the most and least injected bars
+TTL_STATES = (("permanent", "never expire"), ("expiring", "expiring"), ("expired", "expired, not yet swept"))
+
+
+def _daily(added: list[int], days: list[str], total: int | None = None) -> dict[str, Any]:
+    values = added if total is None else charts.totals_over_time(total, added)
+    return {"bars": charts.columns(days, values), "points": charts.line_points(values),
+            "rows": list(zip(days, values, strict=True)), "top": max(values, default=0)}
+
+
+def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
+    activity = operations.activity(state.site(), CHART_DAYS)
+    days = [charts.day_label(day) for day in activity.days]
+    memory_added = state.driver().rows_per_day(day_edges(now, CHART_DAYS))
+    return {
+        "first": days[0], "last": days[-1], "days": CHART_DAYS,
+        "messages": _daily(activity.messages, days),
+        "conversations": _daily(activity.conversations, days, activity.conversations_now),
+        "memory": None if memory_added is None else _daily(memory_added, days, memory_total),
+    }
+
+
+def _ttl_chart(namespaces: list[NamespaceCount]) -> dict[str, Any]:
+    largest = sorted(namespaces, key=lambda n: (-n.total, n.namespace))[:CHART_NAMESPACES]
+    widest = max((n.total for n in largest), default=0)
+    rows = []
+    for found in largest:
+        counts = {"permanent": found.live - found.expiring, "expiring": found.expiring,
+                  "expired": found.expired}
+        parts = [(name, words, counts[name]) for name, words in TTL_STATES]
+        rows.append({"namespace": found.namespace, "total": found.total, "counts": counts,
+                     "shares": charts.shares(parts, widest),
+                     "url": url_for("memory.namespace", namespace=found.namespace)})
+    return {"rows": rows, "states": TTL_STATES, "more": max(0, len(namespaces) - len(largest))}
+
+
+def _injected_chart(namespace: str) -> dict[str, Any]:
+    read, injections, sizes = injection_survey(COLD_MESSAGES, namespace)
+    times = {key: injections.get(key, 0) for key in sizes}
+    # Ten of thousands of keys: pick them without sorting the rest.
+    most = [item for item in heapq.nsmallest(CHART_KEYS, times.items(), key=lambda item: (-item[1], item[0]))
+            if item[1] > 0]
+    shown = {key for key, _ in most}
+    rest = ((key, count) for key, count in times.items() if key not in shown)
+    least = heapq.nsmallest(CHART_KEYS, rest, key=lambda item: (item[1], item[0]))
+    widest = max(times.values(), default=0)
+
+    def bars(items: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        return [{"key": key, "times": count, "shares": charts.shares([("injected", "", count)], widest),
+                 "url": url_for("memory.entry", namespace=namespace, key=key)} for key, count in items]
+
+    return {"namespace": namespace, "messages": read, "entries": len(sizes),
+            "cold": sum(1 for count in times.values() if count == 0),
+            "most": bars(most), "least": bars(least),
+            "url": url_for("recall.cold", namespace=namespace, n=COLD_MESSAGES)}
 
 
 def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict[str, Any]:
@@ -44,6 +108,30 @@ def _deletion_commands() -> dict[str, Any]:
     return {"listed": commands, "more_namespaces": max(0, len(namespaces) - MAX_LISTED)}
 
 
+@dataclass(frozen=True)
+class Totals:
+    """Exact row counts and sizes of the three tables and messages per role, and when (clock
+    seconds) they were taken."""
+
+    tables: list[TableStats]
+    roles: dict[str, int]
+    counted_at: float
+
+
+def _totals() -> Totals:
+    # Exact counts and sizes cost a pass over every row (a third of a second at a million
+    # messages), so one Overview in TOTALS_MAX_AGE takes them and the others reuse them.
+    cache: dict[tuple[str, str], Totals] = current_app.extensions.setdefault("dashboard.overview_totals", {})
+    site, now = state.site(), state.clock()()
+    key = (site.settings.database_url, site.prefix)
+    found = cache.get(key)
+    if found is None or not 0 <= now - found.counted_at < TOTALS_MAX_AGE:
+        found = Totals(operations.table_stats(site), operations.message_roles(site), now)
+        if all(table.exists for table in found.tables):  # never keep "missing" past init-db
+            cache[key] = found
+    return found
+
+
 @bp.get("/")
 def index() -> str:
     """The three tables, the retention window, unswept keys, the privacy switch and the drivers."""
@@ -57,7 +145,8 @@ def index() -> str:
         "expired": sum(n.expired for n in namespaces),
     }
     now = utc_datetime(state.clock())
-    found = operations.table_stats(state.site())
+    totals = _totals()
+    found = totals.tables
     table_rows = [
         {"name": t.name, "rows": t.rows,
          "size": format_bytes(t.bytes) if t.exists else "missing: run flask claw init-db"}
@@ -73,14 +162,17 @@ def index() -> str:
         "messages": counts["messages"],
         "memory_rows": memory_counts["total"],
         "newest": format_time(newest),
-        "memory_newest": format_time(driver.newest_write()),
+        # Only the notice shown while storage is off says these.
+        "memory_newest": None if settings.store_messages else format_time(driver.newest_write()),
         "commands": None if settings.store_messages else _deletion_commands(),
     }
     return render_page(
         "overview/index.html",
         {},
         tables=table_rows,
-        roles=operations.message_roles(state.site()),
+        roles=totals.roles,
+        counted={"at": format_time(utc_datetime(lambda: totals.counted_at)),
+                 "max_age": format_duration(TOTALS_MAX_AGE)},
         retention=_retention(conversations.oldest(), now, settings.retention_days),
         memory=memory_counts,
         privacy=privacy,
@@ -92,4 +184,7 @@ def index() -> str:
         },
         compaction=configured_thresholds(settings),
         recall={"top_k": settings.recall_top_k, "namespace": settings.recall_namespace},
+        growth=_growth(memory_counts["total"], now),
+        ttl_chart=_ttl_chart(namespaces),
+        injected=_injected_chart(settings.recall_namespace),
     )
