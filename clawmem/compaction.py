@@ -10,6 +10,7 @@ never rewritten.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import re
@@ -21,7 +22,7 @@ from typing import Any
 from clawmem import events
 from clawmem.memory.rules import validate_count
 from clawmem.settings import Settings
-from clawmem.sql.conversations import StoredMessage
+from clawmem.sql.conversations import MessageSize, StoredMessage
 from clawmem.words import clip, keywords, utf8_len
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ SUMMARY_PREFIX = "[Conversation summary]\n"
 SUMMARY_UNAVAILABLE = "(summary unavailable)"
 SUMMARY_INSTRUCTION = "Summarise the conversation above in 2\u20133 sentences. Be concise."
 BYTES_PER_TOKEN = 4
+SUMMARISED_ROLES = ("user", "assistant")  # the only messages the extractive summary reads
 
 Message = Mapping[str, Any]
 
@@ -48,10 +50,12 @@ Summarizer = Callable[[list[dict[str, Any]]], "str | Summary"]
 
 def message_bytes(message: Message) -> int:
     """Return the UTF-8 size of a message's content plus the JSON of its ``tool_input``."""
-    size = utf8_len(message.get("content") or "")
-    if message.get("tool_input") is not None:
-        size += utf8_len(json.dumps(message["tool_input"]))
-    return size
+    return utf8_len(message.get("content") or "") + tool_input_bytes(message.get("tool_input"))
+
+
+def tool_input_bytes(tool_input: Any) -> int:
+    """Return the UTF-8 size of ``tool_input`` as JSON, as a turn counts it (0 for ``None``)."""
+    return 0 if tool_input is None else utf8_len(json.dumps(tool_input))
 
 
 def history_bytes(history: Sequence[Message]) -> int:
@@ -71,10 +75,15 @@ def split_history(history: Sequence[Message]) -> tuple[int, int]:
     n messages the newest ceil(n/2) are kept; the boundary then moves earlier while the first
     kept message is a ``tool`` row, so a tool row stays with the assistant turn that called it.
     """
-    start = 1 if history and history[0].get("role") == "system" else 0
-    count = len(history) - start
+    return split_roles([message.get("role") for message in history])
+
+
+def split_roles(roles: Sequence[str | None]) -> tuple[int, int]:
+    """Return :func:`split_history` of a history with these roles."""
+    start = 1 if roles and roles[0] == "system" else 0
+    count = len(roles) - start
     boundary = start + count - (count + 1) // 2
-    while boundary > start and history[boundary].get("role") == "tool":
+    while boundary > start and roles[boundary] == "tool":
         boundary -= 1
     return start, boundary
 
@@ -263,26 +272,30 @@ class ExtractiveSummarizer:
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
         """Return the summary of ``messages`` (empty when they hold no user or assistant text)."""
-        candidates: list[tuple[str, str]] = []
+        candidates: list[tuple[str, str, set[str]]] = []
         message_count: Counter[str] = Counter()
         for message in messages:
-            if message.get("role") not in ("user", "assistant"):
+            if message.get("role") not in SUMMARISED_ROLES:
                 continue
+            # Sentences split at whitespace, which no word spans: a message's words are those of
+            # its sentences, so each sentence is tokenised once.
             content = message.get("content") or ""
-            message_count.update(keywords(content))
-            candidates.extend((message["role"], sentence) for sentence in _sentences(content))
+            sentences = [(sentence, set(keywords(sentence))) for sentence in _sentences(content)]
+            message_count.update(set().union(*(words for _, words in sentences)))
+            candidates.extend((message["role"], sentence, words) for sentence, words in sentences)
         recurring = {word for word, count in message_count.items() if count > 1}
-        weight = [len(recurring.intersection(keywords(sentence))) for _, sentence in candidates]
-        opening = next((index for index, (role, _) in enumerate(candidates) if role == "user"), None)
+        weight = [len(recurring & words) for _, _, words in candidates]
+        opening = next((index for index, (role, _, _) in enumerate(candidates) if role == "user"), None)
         chosen = {opening} if opening is not None else set()
-        ranked = sorted(
+        ranked = heapq.nsmallest(
+            2,
             (index for index in range(len(candidates)) if index not in chosen),
             key=lambda index: (-weight[index], index),
         )
-        chosen.update(index for index in ranked[:2] if weight[index] > 0)
+        chosen.update(index for index in ranked if weight[index] > 0)
         parts = [
             f"{role}: {clip(sentence, self.sentence_chars)}"
-            for index, (role, sentence) in enumerate(candidates)
+            for index, (role, sentence, _) in enumerate(candidates)
             if index in chosen
         ]
         return clip(" ".join(parts), self.max_chars) if parts else ""
@@ -313,17 +326,27 @@ def as_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
 def first_crossings(history: Sequence[Message], max_messages: int, max_tokens: int) -> dict[str, int]:
     """Return, per threshold that ``history`` exceeds, the 1-based message at which it was first
     exceeded: ``{"messages": 21, "tokens": 18}``. Thresholds of 0 are off and never listed."""
+    return crossings_of_sizes([message_bytes(message) for message in history], max_messages, max_tokens)
+
+
+def crossings_of_sizes(sizes: Sequence[int], max_messages: int, max_tokens: int) -> dict[str, int]:
+    """Return :func:`first_crossings` of a history whose messages have these :func:`message_bytes`."""
     found: dict[str, int] = {}
-    if max_messages > 0 and len(history) > max_messages:
+    if max_messages > 0 and len(sizes) > max_messages:
         found["messages"] = max_messages + 1
     if max_tokens > 0:
-        size = 0
-        for position, message in enumerate(history, start=1):
-            size += message_bytes(message)
-            if size // BYTES_PER_TOKEN > max_tokens:
+        total = 0
+        for position, size in enumerate(sizes, start=1):
+            total += size
+            if total // BYTES_PER_TOKEN > max_tokens:
                 found["tokens"] = position
                 break
     return found
+
+
+def size_of(message: StoredMessage) -> MessageSize:
+    """Return the :class:`~clawmem.sql.conversations.MessageSize` of a message read in full."""
+    return MessageSize(message.id, message.role, utf8_len(message.content or ""), message.tool_input)
 
 
 def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: int) -> dict[str, Any]:
@@ -334,29 +357,50 @@ def analyse(messages: Sequence[StoredMessage], max_messages: int, max_tokens: in
     with its first message), ``summarised_ids``, counts, bytes, tokens, and a local extractive
     ``summary`` of what would be summarised.
     """
-    history = as_history(messages)
-    compactor = HistoryCompactor(ExtractiveSummarizer(), max_messages=max_messages, max_tokens=max_tokens)
-    crossings = first_crossings(history, max_messages, max_tokens)
+    by_id = {message.id: message for message in messages}
+    return analyse_sizes(
+        [size_of(message) for message in messages],
+        max_messages,
+        max_tokens,
+        lambda ids: [by_id[message_id] for message_id in ids],
+    )
+
+
+def analyse_sizes(
+    sizes: Sequence[MessageSize],
+    max_messages: int,
+    max_tokens: int,
+    read: Callable[[list[str]], Sequence[StoredMessage]],
+) -> dict[str, Any]:
+    """Return :func:`analyse` of the messages with these sizes (a history's ids, roles and sizes,
+    in order). Only the text the summary is made from is read, with ``read(ids)``, which returns
+    those messages in the order of ``ids`` and is called only when something would be summarised."""
+    validate_count("max_messages", max_messages, " (0 = off)")
+    validate_count("max_tokens", max_tokens, " (0 = off)")
+    each = [size.content_bytes + tool_input_bytes(size.tool_input) for size in sizes]
+    crossings = crossings_of_sizes(each, max_messages, max_tokens)
     # The earlier crossing is the one that fired; on a tie, the message count is named.
     reason = min(crossings, key=lambda name: (crossings[name], name != "messages")) if crossings else None
-    start, boundary = split_history(history)
+    start, boundary = split_roles([size.role for size in sizes])
     summarised = slice(start, boundary) if reason else slice(0, 0)
-    old = history[summarised]
+    old = sizes[summarised]
     fires_at = crossings[reason] if reason else None
-    size = history_bytes(history)
+    total = sum(each)
+    # The summariser reads only user and assistant text, so only those rows are read.
+    wanted = [size.id for size in old if size.role in SUMMARISED_ROLES]
     return {
         **thresholds(max_messages, max_tokens),
-        "messages": len(history),
-        "tokens": size // BYTES_PER_TOKEN,
-        "bytes": size,
+        "messages": len(sizes),
+        "tokens": total // BYTES_PER_TOKEN,
+        "bytes": total,
         "reason": reason,
         "first_fire": fires_at,
         "crossings": crossings,
-        "first_fire_id": messages[fires_at - 1].id if fires_at else None,
-        "summarised_ids": {m.id for m in messages[summarised]},
+        "first_fire_id": sizes[fires_at - 1].id if fires_at else None,
+        "summarised_ids": {size.id for size in old},
         "summarised_count": len(old),
-        "summarised_tokens": estimate_tokens(old),
-        "kept_count": len(history) - len(old),
+        "summarised_tokens": sum(each[summarised]) // BYTES_PER_TOKEN,
+        "kept_count": len(sizes) - len(old),
         "kept_system": start == 1,
-        "summary": compactor.summarizer(old) if old else "",
+        "summary": ExtractiveSummarizer()(as_history(read(wanted))) if wanted else "",
     }

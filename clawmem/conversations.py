@@ -31,7 +31,13 @@ from clawmem.memory.rules import (
 from clawmem.php import json_encode as php_json_encode
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql import conversations as sql
-from clawmem.sql.conversations import Conversation, ConversationSummary, MessageRecord, StoredMessage
+from clawmem.sql.conversations import (
+    Conversation,
+    ConversationSummary,
+    MessageRecord,
+    MessageSize,
+    StoredMessage,
+)
 from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
 from clawmem.sql.paging import Page, check_limit, moment_key, page_of
 
@@ -367,6 +373,20 @@ class ConversationLog:
         with self.engine.connect() as conn:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor)
         return message_page_of(rows, limit)
+
+    def message_sizes(self, conversation_id: str, limit: int = 5000) -> list[MessageSize]:
+        """Return the id, role, content size and ``tool_input`` of up to ``limit`` of one
+        conversation's messages, oldest first: what the compaction analysis needs, without the
+        content (see :func:`clawmem.compaction.analyse_sizes`)."""
+        check_limit(limit, 100_000)
+        with self.engine.connect() as conn:
+            return sql.message_sizes(conn, self.prefix, conversation_id, limit)
+
+    def messages_with_ids(self, conversation_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
+        """Return the messages of one conversation among ``message_ids``, by id; ids of no
+        message of it are left out."""
+        with self.engine.connect() as conn:
+            return sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids)
 
     def turn(
         self, conversation_id: str, message_id: str

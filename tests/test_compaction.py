@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem import events
@@ -17,11 +19,17 @@ from clawmem.compaction import (
     ExtractiveSummarizer,
     HistoryCompactor,
     ProviderSummarizer,
+    analyse,
+    analyse_sizes,
     estimate_tokens,
     split_history,
 )
+from clawmem.conversations import ConversationLog
 from clawmem.errors import ProviderError
+from clawmem.ids import new_id
 from clawmem.providers import EchoProvider, OpenAICompatibleProvider
+from clawmem.sql.conversations import StoredMessage
+from clawmem.sql.schema import tables
 
 
 def msg(role: str, content: str, **extra: Any) -> dict[str, Any]:
@@ -304,3 +312,62 @@ def test_bad_thresholds_are_refused() -> None:
         HistoryCompactor(ExtractiveSummarizer(), max_messages=-1)
     with pytest.raises(ValueError, match="max_tokens"):
         HistoryCompactor(ExtractiveSummarizer(), max_tokens=1.5)  # type: ignore[arg-type]
+
+
+# -- the analysis from sizes: what the dashboard reads instead of every message -------------------
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
+_WORDS = ["parcel", "refund", "late.", "Größe", "日本語", "don't", "ok!\n"]
+_WORDY = st.lists(st.sampled_from(_WORDS), max_size=12).map(" ".join)
+_TOOL_INPUT = st.none() | st.dictionaries(_TEXT, _TEXT | st.integers(), max_size=3).map(
+    lambda value: json.dumps(value, ensure_ascii=False)
+) | _TEXT.map(lambda text: "not json: " + text)
+
+
+@st.composite
+def stored_rows(draw: st.DrawFn, dialect: str) -> list[dict[str, Any]]:
+    """Draw message rows as any program may store them: every role, any text, JSON or not."""
+    roles = st.sampled_from(["system", "user", "assistant", "tool", "summary", "recall"])
+    # Another program may leave a BLOB of any bytes in SQLite's content column.
+    content = st.none() | _TEXT | _WORDY | (st.binary(max_size=20) if dialect == "sqlite" else _TEXT)
+    count = draw(st.integers(0, 14))
+    return [
+        {"role": draw(roles), "content": draw(content), "tool_input": draw(_TOOL_INPUT)} for _ in range(count)
+    ]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_analysis_from_sizes_equals_the_analysis_of_the_whole_history(
+    engine: sa.engine.Engine, prefix: str, data: st.DataObject
+) -> None:
+    rows = data.draw(stored_rows(engine.dialect.name))
+    max_messages = data.draw(st.integers(0, len(rows) + 1))
+    max_tokens = data.draw(st.integers(0, 60))
+    schema, conversation_id, stamp = tables(prefix), new_id(), datetime(2026, 1, 5, 9, 0)
+    with engine.begin() as conn:
+        conn.execute(sa.insert(schema.conversations).values(
+            id=conversation_id, namespace="default", user_id="", title=None, metadata=None,
+            created_at=stamp, updated_at=stamp))
+        for position, row in enumerate(rows):
+            conn.execute(sa.insert(schema.messages).values(
+                id=new_id(), conversation_id=conversation_id, tool_name=None,
+                created_at=stamp + timedelta(seconds=position), **row))
+    log = ConversationLog(engine, prefix)
+    history = log.messages(conversation_id, limit=1000).items
+    assert len(history) == len(rows)
+    read: list[list[str]] = []
+
+    def read_text(ids: list[str]) -> list[StoredMessage]:
+        read.append(ids)
+        found = log.messages_with_ids(conversation_id, ids)
+        return [found[message_id] for message_id in ids]
+
+    sizes = log.message_sizes(conversation_id)
+    expected = analyse(history, max_messages, max_tokens)
+    assert analyse_sizes(sizes, max_messages, max_tokens, read_text) == expected
+    # Only the text of what would be summarised is read, and only when there is any.
+    assert [message_id for ids in read for message_id in ids] == [
+        message.id for message in history
+        if message.id in expected["summarised_ids"] and message.role in ("user", "assistant")
+    ]

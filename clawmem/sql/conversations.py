@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 
 from clawmem.errors import InvalidCursor
@@ -25,8 +26,10 @@ from clawmem.sql.paging import (
     sorted_rows,
 )
 from clawmem.sql.schema import tables
+from clawmem.words import utf8_len
 
 ORDER_COLUMNS = ("created_at", "updated_at")
+IDS_PER_STATEMENT = 500  # ids bound in one IN list, well under every backend's limit
 
 
 def check_order_column(column: str, name: str = "by") -> str:
@@ -65,6 +68,18 @@ class StoredMessage:
     created_at: datetime | None
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class MessageSize:
+    """What the compaction analysis reads of a message instead of the whole row: its id and
+    role, the UTF-8 size of its content in bytes, and its ``tool_input`` read as in
+    :class:`StoredMessage` (a turn sends it as JSON, so its size is measured from the value)."""
+
+    id: str
+    role: str
+    content_bytes: int
+    tool_input: Any
 
 
 @dataclass(frozen=True)
@@ -249,6 +264,60 @@ def message_page(
         select = select.where(after([table.c.created_at, table.c.id], moment))
     select = select.order_by(table.c.created_at, table.c.id).limit(limit)
     return [_message(row) for row in conn.execute(select)]
+
+
+def _content_size(content: Any, dialect: str) -> tuple[Any, Any | None]:
+    """Return two expressions over the ``content`` column: its UTF-8 size in bytes as the
+    database measures it, and the content itself where the database cannot measure it as Python
+    reads it (a SQLite BLOB another program wrote is read with U+FFFD for bad bytes; a dialect
+    without a rule here), so that row's size is measured from what is read; ``None`` when the
+    database measures every row."""
+    if dialect == "sqlite":
+        kind = sa.func.typeof(content)
+        size = sa.case((kind == "text", sa.func.length(sa.cast(content, sa.LargeBinary))), else_=0)
+        return size, sa.case((kind.in_(("text", "null")), sa.null()), else_=content)
+    if dialect in ("mysql", "mariadb"):
+        return sa.func.octet_length(sa.cast(content, mysql.CHAR(charset="utf8mb4"))), None
+    if dialect == "postgresql":
+        return sa.func.octet_length(sa.func.convert_to(content, "UTF8")), None
+    return sa.literal(0), content
+
+
+def message_sizes(conn: Connection, prefix: str, conversation_id: str, limit: int) -> list[MessageSize]:
+    """Return the :class:`MessageSize` of up to ``limit`` of one conversation's messages, oldest
+    first, without reading their content."""
+    table = tables(prefix).messages
+    size, unmeasured = _content_size(table.c.content, conn.dialect.name)
+    columns = [table.c.id, table.c.role, table.c.tool_input, size.label("size")]
+    select = (
+        sa.select(*columns, *([] if unmeasured is None else [unmeasured.label("raw")]))
+        .where(table.c.conversation_id == conversation_id)
+        .order_by(table.c.created_at, table.c.id)
+        .limit(limit)
+    )
+    found = []
+    for row in conn.execute(select):
+        tool_input, _ = read_json(row.tool_input, "tool_input")
+        raw = None if unmeasured is None else row.raw
+        measured = int(row.size or 0) if raw is None else utf8_len(as_text(raw) or "")
+        found.append(MessageSize(as_text(row.id), as_text(row.role), measured, tool_input))
+    return found
+
+
+def messages_with_ids(
+    conn: Connection, prefix: str, conversation_id: str, message_ids: Sequence[str]
+) -> dict[str, StoredMessage]:
+    """Return the messages of one conversation among ``message_ids``, by id (a deleted one is
+    left out)."""
+    table = tables(prefix).messages
+    found: dict[str, StoredMessage] = {}
+    for start in range(0, len(message_ids), IDS_PER_STATEMENT):
+        chunk = list(message_ids[start : start + IDS_PER_STATEMENT])
+        rows = conn.execute(
+            sa.select(table).where(table.c.conversation_id == conversation_id, table.c.id.in_(chunk))
+        )
+        found.update((message.id, message) for message in map(_message, rows))
+    return found
 
 
 def recent_messages(conn: Connection, prefix: str, role: str, limit: int) -> list[StoredMessage]:

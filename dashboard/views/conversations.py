@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
 
-from clawmem.compaction import analyse, configured_thresholds, estimate_tokens
-from clawmem.conversations import ConversationLog, message_page_of
+from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
+from clawmem.conversations import ConversationLog
 from clawmem.pipeline import provider_history
-from clawmem.sql.conversations import SORTS, ConversationSummary, StoredMessage
+from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
 from dashboard import state
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
@@ -194,13 +195,16 @@ def _message_row(
     }
 
 
-def _analysis(history: list[StoredMessage], max_messages: int, max_tokens: int) -> dict[str, Any]:
-    """Return :func:`analyse` of what was said (summary and recall rows left out), its message
-    numbers given as positions in the whole conversation, and the other threshold's first
-    crossing when both are exceeded."""
-    said = [message for message in history if message.role not in NOT_SAID]
-    found = analyse(said, max_messages, max_tokens)
-    position = {message.id: index for index, message in enumerate(history, start=1)}
+Reader = Callable[[list[str]], list[StoredMessage]]
+
+
+def _analysis(sizes: list[MessageSize], read: Reader, max_messages: int, max_tokens: int) -> dict[str, Any]:
+    """Return :func:`analyse_sizes` of what was said (summary and recall rows left out), its
+    message numbers given as positions in the whole conversation, and the other threshold's
+    first crossing when both are exceeded."""
+    said = [message for message in sizes if message.role not in NOT_SAID]
+    found = analyse_sizes(said, max_messages, max_tokens, read)
+    position = {message.id: index for index, message in enumerate(sizes, start=1)}
     at = {name: position[said[crossing - 1].id] for name, crossing in found["crossings"].items()}
     other = next((name for name in at if name != found["reason"]), None)
     return {
@@ -208,14 +212,26 @@ def _analysis(history: list[StoredMessage], max_messages: int, max_tokens: int) 
         "first_fire": at.get(found["reason"]) if found["reason"] else None,
         "threshold": THRESHOLD_NAMES.get(found["reason"] or ""),
         "other": {"threshold": THRESHOLD_NAMES[other], "at": at[other]} if other else None,
-        "left_out": len(history) - len(said),
+        "left_out": len(sizes) - len(said),
     }
 
 
-def _full_history(store: ConversationLog, conversation_id: str, count: int) -> list[StoredMessage] | None:
+def _sizes(store: ConversationLog, conversation_id: str, count: int) -> list[MessageSize] | None:
+    """Return every message's size for the analysis, or ``None`` when there are too many."""
     if count > ANALYSIS_LIMIT:
         return None
-    return list(state.every_item(lambda cursor: store.messages(conversation_id, limit=1000, cursor=cursor)))
+    sizes = store.message_sizes(conversation_id, limit=ANALYSIS_LIMIT + 1)
+    return None if len(sizes) > ANALYSIS_LIMIT else sizes
+
+
+def _reader(store: ConversationLog, conversation_id: str) -> Reader:
+    """Return what reads the analysed messages' text, in the order of the ids asked for."""
+
+    def read(message_ids: list[str]) -> list[StoredMessage]:
+        found = store.messages_with_ids(conversation_id, message_ids)
+        return [found[message_id] for message_id in message_ids if message_id in found]
+
+    return read
 
 
 @bp.get("/<conversation_id>")
@@ -230,14 +246,12 @@ def detail(conversation_id: str) -> str:
     max_messages = int_arg("max_messages", settings.compact_max_messages, 0, 1_000_000)
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
-    history = _full_history(store, conversation_id, conversation.message_count)
-    if cursor is None and history is not None:
-        # The history was read whole for the analysis: the first page is its start.
-        page = message_page_of(history[: MESSAGE_PAGE_SIZE + 1], MESSAGE_PAGE_SIZE)
-    else:
-        page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
-    analysis = _analysis(history, max_messages, max_tokens) if history is not None else None
-    positions = {message.id: index for index, message in enumerate(history or [], start=1)}
+    # The analysis reads every message's size, not its text; only this page is read in full.
+    sizes = _sizes(store, conversation_id, conversation.message_count)
+    page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
+    reader = _reader(store, conversation_id)
+    analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None
+    positions = {message.id: index for index, message in enumerate(sizes or [], start=1)}
     given = recall_rows([message for message in page.items if message.role == "recall"])
     what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
     more_url = (
