@@ -188,7 +188,9 @@ def _database(backend: str) -> Iterator[str]:
         yield os.environ.get("CLAW_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
 
 
-PAGE_NAMES = ("overview", "list", "deep", "conversation", "long", "memory", "preview", "cold")
+PAGE_NAMES = (
+    "overview", "list", "deep", "conversation", "long", "long-compacting", "memory", "preview", "cold",
+)
 COLD_NAMESPACE, COLD_MESSAGES = "coldbench", 1000
 
 
@@ -240,6 +242,8 @@ def run(
                 "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
                 "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
                          f"/conversations/{long_id}"),
+                "long-compacting": (f"the same, its analysis summarising {LONG_TURNS} messages",
+                                    f"/conversations/{long_id}?max_messages=40"),
                 "memory": ("memory list, namespace default", "/memory/default/"),
                 "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
                 "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
