@@ -190,6 +190,7 @@ def _database(backend: str) -> Iterator[str]:
 
 PAGE_NAMES = (
     "overview", "list", "deep", "conversation", "long", "long-compacting", "memory", "preview", "cold",
+    "unmatched",
 )
 COLD_NAMESPACE, COLD_MESSAGES = "coldbench", 1000
 
@@ -233,7 +234,7 @@ def run(
             assert first_conversation
             deep = _deep_url(client, depth if "deep" in only else 0)
             long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
-            if "cold" in only:
+            if {"cold", "unmatched"} & set(only):
                 load_cold_namespace(engine, prefix, cold_entries, now)
             pages = {
                 "overview": ("overview, with its charts", "/"),
@@ -248,6 +249,8 @@ def run(
                 "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
                 "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
                          f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
+                "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
+                              f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
             }
             for name, page in (pages[name] for name in only):
                 median, p95 = _time(client, page, runs)
