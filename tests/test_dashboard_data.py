@@ -120,7 +120,7 @@ DRIVER_CASES = [
     pytest.param("sqlite", "file", id="file"),
     pytest.param("sqlite", "redis", id="redis"),
 ]
-TTL_ROW = re.compile(r'<code>([^<]+)</code></a></td>\s*<td><span class="tag (\w+)">([^<]+)</span>')
+TTL_ROW = re.compile(r'<code>([^<]+)</code></a></td>\s*<td[^>]*><span class="tag (\w+)">([^<]+)</span>')
 
 
 @pytest.fixture
