@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clawmem import php
-from clawmem.memory.base import BaseMemory
-from clawmem.memory.index import Candidates, line_bytes
+from clawmem.memory.base import BaseMemory, MemoryRow
+from clawmem.memory.index import Candidates, WordIndex, line_bytes
 from clawmem.memory.wrappers import serving_driver
 from clawmem.words import _WORD, keywords, text_of
 
@@ -115,10 +115,18 @@ class ScanRanking:
         return [self._texts[c.namespace, c.key] for c in candidates]
 
 
+class IndexSource(Protocol):
+    """What an :class:`IndexRanking` reads of a namespace's driver."""
+
+    def word_index(self, namespace: str) -> WordIndex: ...
+
+    def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]: ...
+
+
 class IndexRanking:
     """A ranking answered from each namespace's word index (see :mod:`clawmem.memory.index`)."""
 
-    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, BaseMemory]], now: int) -> None:
+    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, IndexSource]], now: int) -> None:
         self.words = list(words)
         self.now = now
         self._drivers = {namespace: driver for namespace, driver in sources}
@@ -169,6 +177,33 @@ def word_overlap(memory: Any, message: str, namespaces: Sequence[str], now: int)
     if all(isinstance(driver, BaseMemory) for driver in drivers):
         return IndexRanking(words, list(zip(namespaces, drivers, strict=True)), now)
     return ScanRanking(words, [(namespace, memory.all(namespace)) for namespace in namespaces])
+
+
+class _HeldIndex:
+    """A driver whose index of one namespace was brought up to date once, for many rankings."""
+
+    def __init__(self, driver: BaseMemory, namespace: str) -> None:
+        self._driver = driver
+        self._index = driver.word_index(namespace)
+
+    def word_index(self, namespace: str) -> WordIndex:
+        return self._index
+
+    def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]:
+        return self._driver.fetch(namespace, keys)
+
+
+def rank_each(
+    memory: Any, messages: Iterable[str], namespace: str, now: int, ranker: Ranker = word_overlap
+) -> Iterator[Ranking]:
+    """Rank each of ``messages`` over ``namespace``. With word overlap from an index, the index
+    is brought up to date once for them all (as the backend stands at this call), not once a
+    message: a survey of a thousand messages costs one catch-up, not a thousand."""
+    driver = serving_driver(memory, namespace)[0]
+    if ranker is not word_overlap or not isinstance(driver, BaseMemory):
+        return (ranker(memory, message, [namespace], now) for message in messages)
+    source = [(namespace, _HeldIndex(driver, namespace))]
+    return (IndexRanking(keywords(message), source, now) for message in messages)
 
 
 def scan_ranking(memory: Any, message: str, namespaces: Sequence[str], now: int) -> Ranking:

@@ -48,6 +48,7 @@ from clawmem.ranking import (
     Ranking,
     ScanRanking,
     StaleIndex,
+    rank_each,
     scan_ranking,
     word_overlap,
 )
@@ -266,8 +267,7 @@ def injection_counts(
     counts: Counter[str] = Counter()
     if top_k <= 0:
         return counts
-    for message in messages:
-        ranking = ranker(memory, message, [namespace], now)
+    for ranking in rank_each(memory, messages, namespace, now, ranker):
         first = ranking.first(top_k)
         outcomes = _fit(first, ranking.hits, max_bytes)
         counts.update(
