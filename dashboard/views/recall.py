@@ -229,10 +229,11 @@ def _unmatched_entries(message: str, namespace: str, after: str | None, limit: i
     phpClaw's (value words only) from its own ranking, which reads the namespace anyway."""
     settings = state.settings()
     now = now_seconds(state.clock())
-    ranking = ranker_for(settings.recall_scoring)(state.memory(), message, [namespace], now)
     index = state.driver().word_index(namespace)
     if settings.recall_scoring == "clawmem":
-        return ranking.zero_overlap, index.without_words(keywords(message), now, after, limit)
+        words = keywords(message)
+        return index.query(words, now).zero_overlap, index.without_words(words, now, after, limit)
+    ranking = ranker_for(settings.recall_scoring)(state.memory(), message, [namespace], now)
     matched = {candidate.key for candidate in ranking.first(ranking.hits)}
     sizes = index.live_sizes(now)
     keys = [key for key in sizes if key not in matched and (after is None or key > after)][:limit]
