@@ -8,9 +8,10 @@ the median and p95 milliseconds of each, and of one conversation of 500 turns th
 recall records. Memory entries spread over 20 namespaces, so the
 preview's namespace (``default``) holds a twentieth of them.
 
-    .venv/bin/python -m bench.dashboard [--backends sqlite,mysql] [--scale 1.0] [--runs 30] [--depth 100]
+    .venv/bin/python -m bench.dashboard [--backends sqlite,mysql,postgres] [--scale 1.0] [--runs 30]
 
-MariaDB/MySQL: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``).
+MariaDB/MySQL: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``);
+PostgreSQL: ``CLAW_BENCH_POSTGRES_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,6 +43,7 @@ from clawmem.sql.schema import create_tables, drop_tables, tables
 from dashboard import accounts, create_app
 
 DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CONVERSATIONS, MESSAGES_PER_CONVERSATION, ENTRIES = 50_000, 20, 100_000
 NAMESPACES = 20
 LONG_TURNS = 500
@@ -156,15 +159,18 @@ def _signed_in(app: Flask) -> FlaskClient:
     return client
 
 
-def _deep_url(client: FlaskClient, depth: int) -> str:
-    url = "/conversations/"
-    for _ in range(depth):
-        body = client.get(url).get_data(as_text=True)
-        found = re.search(r'id="conversations-more".*?href="([^"]+)"', body, re.S)
+MORE = re.compile(r'id="(?:conversations|memory)-more".*?href="([^"]+)"', re.S)
+
+
+def follow_more(client: FlaskClient, url: str, depth: int) -> tuple[str, int]:
+    """Follow a list's "load more" from ``url`` up to ``depth`` times; return the page reached
+    and how many were followed (fewer when the list ends first)."""
+    for followed in range(depth):
+        found = MORE.search(client.get(url).get_data(as_text=True))
         if not found:
-            break
+            return url, followed
         url = html.unescape(found.group(1))
-    return url
+    return url, depth
 
 
 def _time(client: FlaskClient, url: str, runs: int) -> tuple[float, float]:
@@ -184,8 +190,46 @@ def _database(backend: str) -> Iterator[str]:
     if backend == "sqlite":
         with tempfile.TemporaryDirectory() as directory:
             yield f"sqlite:///{directory}/bench.db"
+    elif backend == "postgres":
+        yield os.environ.get("CLAW_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
     else:
         yield os.environ.get("CLAW_BENCH_MYSQL_URL", DEFAULT_MYSQL_URL)
+
+
+@dataclass
+class Loaded:
+    """The data set of :func:`load` on one backend, with a signed-in client of a dashboard on it."""
+
+    url: str
+    engine: sa.engine.Engine
+    prefix: str
+    now: datetime
+    client: FlaskClient
+
+
+@contextmanager
+def loaded(backend: str, scale: float, report: Callable[[str], None]) -> Iterator[Loaded]:
+    """Load the data set on ``backend`` under a prefix of its own, sign in to a dashboard on it,
+    and drop the tables afterwards."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}_"
+    with _database(backend) as url, tempfile.TemporaryDirectory() as instance:
+        engine = engine_for(url)
+        create_tables(engine, prefix)
+        try:
+            started = time.perf_counter()
+            now = datetime.now().replace(microsecond=0)
+            conversations, messages, entries = load(engine, prefix, scale, now)
+            if backend == "postgres":  # what autovacuum does after a bulk load, before the planner trusts it
+                with engine.begin() as conn:
+                    for table in tables(prefix)[1:]:
+                        conn.exec_driver_sql(f"ANALYZE {table.name}")
+            report(f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
+                   f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s")
+            app = create_app({"DATABASE_URL": url, "TABLE_PREFIX": prefix}, instance_path=instance)
+            yield Loaded(url, engine, prefix, now, _signed_in(app))
+        finally:
+            drop_tables(engine, prefix)
+            engine.dispose()
 
 
 PAGE_NAMES = (
@@ -217,47 +261,34 @@ def run(
 ) -> None:
     """Load the data set on ``backend``, time the pages named in ``only`` (of :data:`PAGE_NAMES`)
     and print one table row per page."""
-    prefix = f"bench{uuid.uuid4().hex[:6]}_"
-    with _database(backend) as url, tempfile.TemporaryDirectory() as instance:
-        engine = engine_for(url)
-        create_tables(engine, prefix)
-        try:
-            started = time.perf_counter()
-            now = datetime.now().replace(microsecond=0)
-            conversations, messages, entries = load(engine, prefix, scale, now)
-            report(f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
-                   f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s")
-            app = create_app({"DATABASE_URL": url, "TABLE_PREFIX": prefix}, instance_path=instance)
-            client = _signed_in(app)
-            listing = client.get("/conversations/").get_data(as_text=True)
-            first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
-            assert first_conversation
-            deep = _deep_url(client, depth if "deep" in only else 0)
-            long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
-            if {"cold", "unmatched"} & set(only):
-                load_cold_namespace(engine, prefix, cold_entries, now)
-            pages = {
-                "overview": ("overview, with its charts", "/"),
-                "list": ("conversations, first page", "/conversations/"),
-                "deep": (f"conversations, page {depth + 1} (keyset)", deep),
-                "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
-                "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
-                         f"/conversations/{long_id}"),
-                "long-compacting": (f"the same, its analysis summarising {LONG_TURNS} messages",
-                                    f"/conversations/{long_id}?max_messages=40"),
-                "memory": ("memory list, namespace default", "/memory/default/"),
-                "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
-                "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
-                         f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
-                "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
-                              f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
-            }
-            for name, page in (pages[name] for name in only):
-                median, p95 = _time(client, page, runs)
-                report(f"| {backend} | {name} | {median:.1f} | {p95:.1f} |")
-        finally:
-            drop_tables(engine, prefix)
-            engine.dispose()
+    with loaded(backend, scale, report) as site:
+        client, engine, prefix, now = site.client, site.engine, site.prefix, site.now
+        listing = client.get("/conversations/").get_data(as_text=True)
+        first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
+        assert first_conversation
+        deep = follow_more(client, "/conversations/", depth if "deep" in only else 0)[0]
+        long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
+        if {"cold", "unmatched"} & set(only):
+            load_cold_namespace(engine, prefix, cold_entries, now)
+        pages = {
+            "overview": ("overview, with its charts", "/"),
+            "list": ("conversations, first page", "/conversations/"),
+            "deep": (f"conversations, page {depth + 1} (keyset)", deep),
+            "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
+            "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
+                     f"/conversations/{long_id}"),
+            "long-compacting": (f"the same, its analysis summarising {LONG_TURNS} messages",
+                                f"/conversations/{long_id}?max_messages=40"),
+            "memory": ("memory list, namespace default", "/memory/default/"),
+            "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
+            "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
+                     f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
+            "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
+                          f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
+        }
+        for name, page in (pages[name] for name in only):
+            median, p95 = _time(client, page, runs)
+            report(f"| {backend} | {name} | {median:.1f} | {p95:.1f} |")
 
 
 def main() -> None:

@@ -15,24 +15,9 @@ PostgreSQL: ``CLAW_BENCH_POSTGRES_URL`` (default ``postgresql+psycopg://postgres
 from __future__ import annotations
 
 import argparse
-import html
-import os
-import re
-import tempfile
-import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime
 
-from flask.testing import FlaskClient
+from bench.dashboard import _time, follow_more, loaded
 
-from bench.dashboard import _database, _signed_in, _time, load
-from clawmem.sql.engine import engine_for
-from clawmem.sql.schema import create_tables, drop_tables, tables
-from dashboard import create_app
-
-DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PAGES = {
     "conversations by last activity": "/conversations/?sort=updated",
     "conversations by start": "/conversations/?sort=created",
@@ -42,56 +27,18 @@ PAGES = {
     "keys by last write": "/memory/default/?sort=updated",
     "keys by expiry": "/memory/default/?sort=expires",
 }
-MORE = re.compile(r'id="(?:conversations|memory)-more".*?href="([^"]+)"', re.S)
-
-
-@contextmanager
-def _url(backend: str) -> Iterator[str]:
-    if backend == "postgres":
-        yield os.environ.get("CLAW_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
-    else:
-        with _database(backend) as url:
-            yield url
-
-
-def _deep(client: FlaskClient, url: str, depth: int) -> str | None:
-    """Return the URL of page ``depth + 1`` of the list at ``url``, following "load more"."""
-    for _ in range(depth):
-        found = MORE.search(client.get(url).get_data(as_text=True))
-        if not found:
-            return None
-        url = html.unescape(found.group(1))
-    return url
 
 
 def run(backend: str, scale: float, runs: int, depth: int) -> None:
     """Load the data set on ``backend`` and print one table row per list page."""
-    prefix = f"bench{uuid.uuid4().hex[:6]}_"
-    with _url(backend) as url, tempfile.TemporaryDirectory() as instance:
-        engine = engine_for(url)
-        create_tables(engine, prefix)
-        try:
-            started = time.perf_counter()
-            now = datetime.now().replace(microsecond=0)
-            conversations, messages, entries = load(engine, prefix, scale, now)
-            if backend == "postgres":  # what autovacuum does after a bulk load, before the planner trusts it
-                with engine.begin() as conn:
-                    for table in tables(prefix)[1:]:
-                        conn.exec_driver_sql(f"ANALYZE {table.name}")
-            print(f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
-                  f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s")
-            app = create_app({"DATABASE_URL": url, "TABLE_PREFIX": prefix}, instance_path=instance)
-            client = _signed_in(app)
-            for name, page in PAGES.items():
-                median, p95 = _time(client, page, runs)
-                print(f"| {backend} | {name}, page 1 | {median:.1f} | {p95:.1f} |")
-                deep = _deep(client, page, depth)
-                if deep is not None:
-                    median, p95 = _time(client, deep, runs)
-                    print(f"| {backend} | {name}, page {depth + 1} | {median:.1f} | {p95:.1f} |")
-        finally:
-            drop_tables(engine, prefix)
-            engine.dispose()
+    with loaded(backend, scale, print) as site:
+        for name, page in PAGES.items():
+            median, p95 = _time(site.client, page, runs)
+            print(f"| {backend} | {name}, page 1 | {median:.1f} | {p95:.1f} |")
+            deep, followed = follow_more(site.client, page, depth)
+            if followed == depth:
+                median, p95 = _time(site.client, deep, runs)
+                print(f"| {backend} | {name}, page {depth + 1} | {median:.1f} | {p95:.1f} |")
 
 
 def main() -> None:
