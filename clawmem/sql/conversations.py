@@ -83,9 +83,8 @@ class MessageSize:
 
 
 @dataclass(frozen=True)
-class ConversationSummary:
-    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` (and
-    ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
+class ConversationRow:
+    """The columns of a conversation row, as read (see :func:`conversation_fields`)."""
 
     id: str
     namespace: str
@@ -94,6 +93,13 @@ class ConversationSummary:
     metadata: Any
     created_at: datetime | None
     updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ConversationSummary(ConversationRow):
+    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` (and
+    ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
+
     message_count: int
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
@@ -101,20 +107,13 @@ class ConversationSummary:
 
 
 @dataclass(frozen=True)
-class Conversation:
+class Conversation(ConversationRow):
     """A conversation row with its messages in (created_at, id) order: all of them for an export,
     from the newest ``summary`` checkpoint on for a turn (:meth:`clawmem.ConversationLog.load`).
 
     ``unreadable`` says which columns of the row could not be read (another program's row).
     """
 
-    id: str
-    namespace: str
-    user_id: str
-    title: str | None
-    metadata: Any
-    created_at: datetime | None
-    updated_at: datetime | None
     messages: tuple[StoredMessage, ...]
     unreadable: str | None = None
 
