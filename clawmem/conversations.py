@@ -207,6 +207,7 @@ class ConversationLog:
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
         namespace: str = DEFAULT_CONVERSATION_NAMESPACE,
+        job_id: str | None = None,
     ) -> list[str]:
         """Add ``messages`` to the conversation, creating it on first use; return the new ids.
 
@@ -214,6 +215,10 @@ class ConversationLog:
         ``title``, ``metadata`` and ``namespace``, which an existing conversation keeps as they
         are) and the new rows are inserted in one statement, in order. Raises ``TypeError`` or
         ``ValueError`` for bad input before anything is written.
+
+        ``job_id`` names the queued job whose turn this is (its id is in a message's metadata):
+        when the conversation already holds a message of that job, nothing is written and the
+        ids of the stored messages are returned, so a retried job never stores its turn twice.
         """
         validate_conversation_id(conversation_id)
         validate_namespace(namespace)
@@ -252,6 +257,12 @@ class ConversationLog:
                 if not sql.touch_conversation(conn, self.prefix, conversation_id, stamp):
                     row = {"id": conversation_id, "namespace": namespace, "created_at": stamp, **fields}
                     sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp})
+                elif job_id is not None and self.stores_metadata:
+                    # The touch locked the conversation's row: a second run of the job waits here.
+                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+                    if stored:
+                        ids[:] = [message.id for message in stored]
+                        return
                 ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp)
 
         try:
@@ -281,6 +292,16 @@ class ConversationLog:
             return sql.delete_conversations(conn, self.prefix, [conversation_id])
 
     # -- reading a conversation -------------------------------------------------------------
+
+    def job_messages(self, conversation_id: str, job_id: str) -> list[StoredMessage]:
+        """Return the messages of the conversation that a queued job's turn stored (the job id
+        in their metadata), in order; ``[]`` when it stored none, and always on phpClaw's
+        tables, which keep no message metadata."""
+        validate_conversation_id(conversation_id)
+        if not self.stores_metadata:
+            return []
+        with self.engine.connect() as conn:
+            return sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
