@@ -33,14 +33,40 @@ def _client(app: Flask) -> Any:
 def _records(app: Flask, clock: FakeClock) -> None:
     with app.app_context():
         book = JobBook(state.driver(), 3600, clock)
-        book.put(JobRecord("01JOBDONE", status="done", conversation_id="conv-1", attempts=1,
-                           queued_at=clock() - 30, finished_at=clock() - 20, run_id="run-1"))
-        book.put(JobRecord("01JOBFAIL", status="failed", conversation_id="conv-2", attempts=3,
-                           queued_at=clock() - 10, finished_at=clock() - 5,
-                           error_class="ProviderError", reason=f"provider said {HOSTILE}"))
-        book.put(JobRecord("retention", kind="retention", status="done", finished_at=clock() - 3600,
-                           tick=clock() - 3600, counts={"conversations": 4, "messages": 9, "expired": 2}),
-                 ttl=86400)
+        book.put(
+            JobRecord(
+                "01JOBDONE",
+                status="done",
+                conversation_id="conv-1",
+                attempts=1,
+                queued_at=clock() - 30,
+                finished_at=clock() - 20,
+                run_id="run-1",
+            )
+        )
+        book.put(
+            JobRecord(
+                "01JOBFAIL",
+                status="failed",
+                conversation_id="conv-2",
+                attempts=3,
+                queued_at=clock() - 10,
+                finished_at=clock() - 5,
+                error_class="ProviderError",
+                reason=f"provider said {HOSTILE}",
+            )
+        )
+        book.put(
+            JobRecord(
+                "retention",
+                kind="retention",
+                status="done",
+                finished_at=clock() - 3600,
+                tick=clock() - 3600,
+                counts={"conversations": 4, "messages": 9, "expired": 2},
+            ),
+            ttl=86400,
+        )
 
 
 def test_the_jobs_page_shows_the_schedule_its_runs_and_recent_turns(
@@ -50,9 +76,19 @@ def test_the_jobs_page_shows_the_schedule_its_runs_and_recent_turns(
     app = make_app(RETENTION_SCHEDULE="0 3 * * *", RETENTION_DAYS=90)
     _records(app, clock)
     audit = tmp_path / "instance" / "audit.log"
-    audit.write_text(json.dumps({"time": "2026-12-01T03:00:01+00:00", "command": "prune", "arguments": {},
-                                 "dry_run": False, "counts": {"conversations": 4, "messages": 9},
-                                 "outcome": "ok"}) + "\n")
+    audit.write_text(
+        json.dumps(
+            {
+                "time": "2026-12-01T03:00:01+00:00",
+                "command": "prune",
+                "arguments": {},
+                "dry_run": False,
+                "counts": {"conversations": 4, "messages": 9},
+                "outcome": "ok",
+            }
+        )
+        + "\n"
+    )
     body = page_text(_client(app).get("/jobs"))
     assert "<code>0 3 * * *</code>" in body and "At 03:00 every day" in body
     # The next run is tomorrow 03:00 UTC on the app's clock.

@@ -39,8 +39,12 @@ def settings(tmp_path: Path, prefix: str) -> Any:
     """Settings of a site on a fresh SQLite database, its queue in the instance folder."""
     instance = tmp_path / "instance"
     instance.mkdir()
-    built = Settings(instance_path=str(instance), database_url=f"sqlite:///{tmp_path / 'claw.db'}",
-                     table_prefix=prefix, retention_days=30)
+    built = Settings(
+        instance_path=str(instance),
+        database_url=f"sqlite:///{tmp_path / 'claw.db'}",
+        table_prefix=prefix,
+        retention_days=30,
+    )
     engine = engine_for(built.database_url)
     create_tables(engine, prefix)
     yield built
@@ -80,7 +84,8 @@ def test_a_tick_is_due_once_and_not_when_it_is_long_past() -> None:
 
 
 @pytest.mark.parametrize(
-    "expression", ["every night", "61 * * * *", "0 3 * *", "0 0 0 3 * *", "0 0 31 2 *", "@daily", "0 25 * * *"]
+    "expression",
+    ["every night", "61 * * * *", "0 3 * *", "0 0 0 3 * *", "0 0 31 2 *", "@daily", "0 25 * * *"],
 )
 def test_a_bad_cron_expression_is_refused_in_one_line(expression: str) -> None:
     with pytest.raises(ConfigError) as raised:
@@ -117,7 +122,9 @@ def _old_data(site: Site, clock: FakeClock) -> None:
     now = clock.now
     clock.now = now - 40 * DAY
     site.conversations.append("old-1", [{"role": "user", "content": "hello"}])
-    site.conversations.append("old-2", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    site.conversations.append(
+        "old-2", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    )
     site.memory.set("soon", "gone", ttl=60)
     clock.now = now
     site.conversations.append("new-1", [{"role": "user", "content": "today"}])
@@ -153,8 +160,9 @@ def test_the_retention_task_prunes_sweeps_and_writes_the_commands_audit_lines(se
     row = site.driver.fetch(JOBS_NAMESPACE, ["retention"])["retention"]
     assert row.expires_at == int(at("2026-12-02 03:00:00")) + settings.job_ttl
     # The same tick runs once, whichever worker asks next.
-    again = run_retention_tick(TurnQueue.from_settings(settings, clock=clock), schedule,
-                               retention_runner(site, schedule), clock)
+    again = run_retention_tick(
+        TurnQueue.from_settings(settings, clock=clock), schedule, retention_runner(site, schedule), clock
+    )
     assert again == {"ran": False, "reason": "this tick already ran", "tick": at("2026-12-01 03:00:00")}
     assert len(_audit(site)) == len(lines)
 
@@ -205,7 +213,10 @@ def test_erasure_cancels_the_subjects_queued_turns_and_says_why(settings: Settin
     queue = TurnQueue.from_settings(settings, clock=clock)
     theirs = [queue.enqueue("first", user_id="cust-7"), queue.enqueue("second", user_id="cust-7")]
     other = queue.enqueue("mine", user_id="cust-70")
-    assert cancel_subject_turns(settings, "cust-7", dry_run=True, clock=clock) == {"cancelled": 2, "running": 0}
+    assert cancel_subject_turns(settings, "cust-7", dry_run=True, clock=clock) == {
+        "cancelled": 2,
+        "running": 0,
+    }
     assert {queue.job(job_id).status for job_id in theirs} == {"queued"}
     assert cancel_subject_turns(settings, "cust-7", clock=clock) == {"cancelled": 2, "running": 0}
     for job_id in theirs:
@@ -240,7 +251,9 @@ def test_enqueueing_with_storage_off_is_refused_with_the_reason(settings: Settin
         (("hi", None, 42), "user_id must be a str"),
     ],
 )
-def test_a_bad_turn_is_refused_and_nothing_is_queued(settings: Settings, arguments: tuple, reason: str) -> None:
+def test_a_bad_turn_is_refused_and_nothing_is_queued(
+    settings: Settings, arguments: tuple, reason: str
+) -> None:
     queue = TurnQueue.from_settings(settings)
     with pytest.raises(JobRefused, match=reason):
         queue.enqueue(*arguments)
@@ -283,19 +296,32 @@ def test_a_provider_url_needs_a_model_and_the_key_comes_from_the_environment(set
 
 
 def _worker(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": "/usr/bin:/bin", "CLAW_INSTANCE_PATH": str(tmp_path / "instance"), "PYTHONPATH": str(ROOT)}
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "CLAW_INSTANCE_PATH": str(tmp_path / "instance"),
+        "PYTHONPATH": str(ROOT),
+    }
     return subprocess.run(
         [sys.executable, "-c", "from clawmem.cli import main; main()", "worker"],
-        env={**base, **env}, cwd=tmp_path, text=True, capture_output=True, timeout=60,
+        env={**base, **env},
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=60,
     )
 
 
 @pytest.mark.parametrize(
     ("env", "error"),
     [
-        ({"CLAW_RETENTION_SCHEDULE": "every night", "CLAW_RETENTION_DAYS": "30"},
-         "Error: CLAW_RETENTION_SCHEDULE 'every night' is not a cron expression"),
-        ({"CLAW_RETENTION_SCHEDULE": "0 3 * * *"}, "Error: CLAW_RETENTION_SCHEDULE is set but CLAW_RETENTION_DAYS is not"),
+        (
+            {"CLAW_RETENTION_SCHEDULE": "every night", "CLAW_RETENTION_DAYS": "30"},
+            "Error: CLAW_RETENTION_SCHEDULE 'every night' is not a cron expression",
+        ),
+        (
+            {"CLAW_RETENTION_SCHEDULE": "0 3 * * *"},
+            "Error: CLAW_RETENTION_SCHEDULE is set but CLAW_RETENTION_DAYS is not",
+        ),
         ({"CLAW_PROVIDER_FACTORY": "no_such_module_here:build"}, "Error: CLAW_PROVIDER_FACTORY"),
         ({"CLAW_QUEUE_URL": "amqp://127.0.0.1/"}, "Error: CLAW_QUEUE_URL must start with sqlite:///"),
         ({}, "Error: a worker needs a provider"),
