@@ -137,6 +137,14 @@ def check_messages(
     return records
 
 
+class _JobStored(Exception):
+    """Raised inside an append's transaction to roll it back: the job's turn is already stored."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__("the job's turn is already stored")
+        self.ids = ids
+
+
 def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMessage]:
     """Return the first ``limit`` of ``rows`` (read in order, ``limit + 1`` of them when there are
     more) as a page of messages, with the cursor that continues after it."""
@@ -217,8 +225,9 @@ class ConversationLog:
         ``ValueError`` for bad input before anything is written.
 
         ``job_id`` names the queued job whose turn this is (its id is in a message's metadata):
-        when the conversation already holds a message of that job, nothing is written and the
-        ids of the stored messages are returned, so a retried job never stores its turn twice.
+        when the conversation already holds a message of that job, the transaction is rolled
+        back (nothing written) and the stored messages' ids are returned, so a retried job never
+        stores its turn twice.
         """
         validate_conversation_id(conversation_id)
         validate_namespace(namespace)
@@ -258,18 +267,21 @@ class ConversationLog:
                     row = {"id": conversation_id, "namespace": namespace, "created_at": stamp, **fields}
                     sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp})
                 elif job_id is not None and self.stores_metadata:
-                    # The touch locked the conversation's row: a second run of the job waits here.
+                    # The touch locked the conversation's row, so a second run of the job waits
+                    # here; finding its turn stored, it rolls its touch back.
                     stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
                     if stored:
-                        ids[:] = [message.id for message in stored]
-                        return
+                        raise _JobStored([message.id for message in stored])
                 ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp)
 
         try:
-            retry_deadlocks(write)
-        except sa.exc.IntegrityError:
-            # Two first appends of one new id raced; the loser now finds the row and touches it.
-            retry_deadlocks(write)
+            try:
+                retry_deadlocks(write)
+            except sa.exc.IntegrityError:
+                # Two first appends of one new id raced; the loser now finds the row and touches it.
+                retry_deadlocks(write)
+        except _JobStored as already:
+            return already.ids
         self._saved(conversation_id, namespace, records, gated=False)
         return list(ids)
 
