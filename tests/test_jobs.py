@@ -333,3 +333,64 @@ def test_the_worker_stops_at_start_with_one_line(tmp_path: Path, env: dict[str, 
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith(error) and result.stderr.count("\n") == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_erase_user_id_cancels_the_queued_turns_before_deleting(settings: Settings) -> None:
+    from click.testing import CliRunner
+
+    from clawmem.cli import ClawGroup
+
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(settings, clock=clock)
+    job_ids = [queue.enqueue("first", user_id="cust-7"), queue.enqueue("second", user_id="cust-7")]
+    group = ClawGroup("clawmem", lambda: Site(settings, clock))
+    preview = CliRunner().invoke(group, ["erase", "--user-id", "cust-7", "--dry-run"])
+    assert preview.exit_code == 0, preview.output
+    assert "would cancel 2 queued turn(s) of the subject" in preview.output
+    assert {queue.job(job_id).status for job_id in job_ids} == {"queued"}
+    result = CliRunner().invoke(group, ["erase", "--user-id", "cust-7", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "cancelled 2 queued turn(s) of the subject" in result.output and "cust-7" not in result.output
+    assert {queue.job(job_id).status for job_id in job_ids} == {"cancelled"}
+
+
+def test_erase_stops_when_the_queue_cannot_be_read(settings: Settings) -> None:
+    from click.testing import CliRunner
+
+    from clawmem.cli import ClawGroup
+
+    broken = settings.replace(queue_url="redis://127.0.0.1:1/0")  # nothing listens there
+    group = ClawGroup("clawmem", lambda: Site(broken))
+    result = CliRunner().invoke(group, ["erase", "--user-id", "cust-7", "--yes"])
+    assert result.exit_code == 1 and "cannot cancel the subject's queued turns" in result.output
+
+
+def _running(queue: TurnQueue, clock: FakeClock, attempts: int) -> str:
+    job_id = queue.enqueue("hello")
+    record = queue.job(job_id)
+    queue.book.put(record.changed(status="running", attempts=attempts, lease_until=clock() + 60))
+    return job_id
+
+
+def test_the_reaper_requeues_a_lapsed_lease_and_fails_a_job_out_of_attempts(settings: Settings) -> None:
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(settings, clock=clock)
+    lapsing, spent = _running(queue, clock, 1), _running(queue, clock, 3)
+    assert queue.reap() == {"requeued": 0, "failed": 0}  # the leases are still live
+    clock.advance(61)
+    assert queue.reap() == {"requeued": 1, "failed": 1}
+    assert queue.job(lapsing).status == "queued" and queue.store.payload(lapsing) is not None
+    failed = queue.job(spent)
+    assert failed.status == "failed" and failed.error_class == "WorkerLost" and "3 attempts" in failed.reason
+    assert queue.store.payload(spent) is None
+    assert queue.huey.pending_count() == 3  # two enqueued, one requeued
+
+
+def test_the_reaper_fails_rather_than_reruns_where_no_job_id_can_be_stored(settings: Settings) -> None:
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(settings, clock=clock)
+    job_id = _running(queue, clock, 1)
+    queue.site.conversations.shape = "phpclaw-wordpress"  # tables that keep no message metadata
+    clock.advance(61)
+    assert queue.reap() == {"requeued": 0, "failed": 1}
+    assert "keep no job id" in queue.job(job_id).reason
