@@ -82,7 +82,7 @@ def retention_runner(site: Site, schedule: RetentionSchedule) -> Callable[[], di
     return run
 
 
-@click.command("worker")
+@click.command("worker", epilog=f"Accepted cron syntax: {ACCEPTED_SYNTAX}.")
 @click.option(
     "--workers",
     type=click.IntRange(1, 64),
@@ -97,7 +97,8 @@ def worker(workers: int) -> None:
     for workers on many hosts. The provider is CLAW_PROVIDER_FACTORY=module:callable, or
     CLAW_PROVIDER_URL and CLAW_PROVIDER_MODEL with CLAW_PROVIDER_API_KEY in the environment.
     A bad cron expression, or a schedule without CLAW_RETENTION_DAYS, stops it at start.
-    Stop it with Ctrl-C or SIGTERM: running turns finish first.
+    SIGTERM stops it once running turns have finished (a minute at most); Ctrl-C stops it at
+    once, and the reaper requeues what was running.
     """
     site = current_site()
     settings = site.settings
@@ -120,9 +121,6 @@ def worker(workers: int) -> None:
         err=True,
     )
     run_consumer(queue, workers)
-
-
-worker.help = (worker.help or "") + f"\n\nAccepted cron syntax: {ACCEPTED_SYNTAX}."
 
 COMMANDS = [worker]
 

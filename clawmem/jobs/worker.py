@@ -24,6 +24,7 @@ from clawmem.settings import ENV_PREFIX, Settings
 
 API_KEY_VARIABLE = f"{ENV_PREFIX}PROVIDER_API_KEY"
 RETENTION_TASK = "clawmem_retention"
+SHUTDOWN_SECONDS = 60
 log = logging.getLogger("clawmem.worker")
 
 
@@ -124,8 +125,9 @@ def add_periodic_tasks(
 
 
 def run_consumer(queue: TurnQueue, workers: int = 1) -> None:
-    """Run Huey's consumer on the queue with ``workers`` threads until it is stopped (SIGINT or
-    SIGTERM finish the running turns first). Polls an idle SQLite queue at most every 0.1 s."""
+    """Run Huey's consumer on the queue with ``workers`` threads until it is stopped: SIGTERM lets
+    running turns finish (for up to a minute), SIGINT stops at once (the reaper requeues what
+    was running). Polls an idle SQLite queue at most every 0.1 s."""
     consumer = queue.huey.create_consumer(
         workers=workers,
         worker_type="thread",
@@ -135,5 +137,7 @@ def run_consumer(queue: TurnQueue, workers: int = 1) -> None:
         max_delay=0.1,
         scheduler_interval=1,
         check_worker_health=True,
+        graceful_signal="TERM",  # what a service manager sends: let running turns finish
+        shutdown_timeout=SHUTDOWN_SECONDS,
     )
     consumer.run()
