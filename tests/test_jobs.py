@@ -4,6 +4,7 @@ scheduled retention called directly, job records and their TTL, and every refuse
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -102,9 +103,26 @@ def test_a_schedule_needs_a_retention_window() -> None:
 # -- locks and scheduled retention --------------------------------------------------------------
 
 
-def test_the_site_lock_refuses_a_second_holder_until_it_expires(settings: Settings) -> None:
+@pytest.fixture(params=["sqlite", "redis"])
+def queue_settings(request: pytest.FixtureRequest, settings: Settings) -> Any:
+    """The site's settings with its queue on SQLite, then on Redis (its keys deleted after)."""
+    if request.param == "sqlite":
+        yield settings
+        return
+    url = os.environ.get("CLAW_TEST_REDIS_URL")
+    if not url:
+        pytest.skip("CLAW_TEST_REDIS_URL is not set")
+    import redis
+
+    yield settings.replace(queue_url=url)
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(match=f"*{settings.table_prefix}*"):
+        client.delete(key)
+
+
+def test_the_site_lock_refuses_a_second_holder_until_it_expires(queue_settings: Settings) -> None:
     clock = FakeClock(START)
-    store = TurnQueue.from_settings(settings, clock=clock).store
+    store = TurnQueue.from_settings(queue_settings, clock=clock).store
     first, second = store.lock("retention", clock), store.lock("retention", clock)
     assert first.acquire(60)
     assert not second.acquire(60)
