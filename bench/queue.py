@@ -3,11 +3,14 @@
 Every turn uses the echo provider, so what is measured is clawmem and Huey, not a model:
 
 1. direct: ``Claw.send`` in this process, one new conversation per turn (the baseline);
-2. queued, one turn at a time, on SQLite (``queue.db``) and on Redis (``CLAW_BENCH_REDIS_URL``,
-   default ``redis://127.0.0.1:6379/15``): ``enqueue`` and wait until the job record says
-   ``done``, against one ``clawmem worker`` process. Overhead = median latency - direct median;
-3. throughput on Redis: ``--burst`` turns queued at once, then the time until all are done, with
-   one and with two worker processes.
+2. on SQLite (``queue.db``) and on Redis (``CLAW_BENCH_REDIS_URL``, default
+   ``redis://127.0.0.1:6379/15``), against ``clawmem worker`` processes:
+   - one turn at a time: ``enqueue``, then wait until the job record says ``done``; the record's
+     times split it into waiting for the worker (its polling) and the worker's run.
+     Overhead = median end to end - direct median;
+   - ``--burst`` turns queued at once to one worker thread: time per turn until the last is
+     done. Overhead = that - the direct mean: the queue's own work per turn, without idle polling;
+3. turns per second on Redis, ``--burst`` queued at once, with one and with two worker processes.
 
 The turns' conversations live in a SQLite file (``--database-url`` for another database). Each
 run uses its own table prefix and queue name, and deletes its Redis keys afterwards. Never part
@@ -98,7 +101,7 @@ def wait_done(queue: TurnQueue, job_id: str, timeout: float = 60) -> None:
             if record.status != "done":
                 raise SystemExit(f"job {job_id} ended {record.status}: {record.reason}")
             return
-        time.sleep(0.0005)
+        time.sleep(0.001)
     raise SystemExit(f"job {job_id} did not finish within {timeout} s")
 
 
@@ -113,21 +116,28 @@ def direct(settings: Settings, turns: int) -> list[float]:
     return times
 
 
-def queued(settings: Settings, turns: int, log_dir: Path) -> list[float]:
+def queued(settings: Settings, turns: int, log_dir: Path) -> tuple[list[float], list[float], list[float]]:
+    """Return each turn's end-to-end time, and from its record the wait until a worker took it
+    and the time the worker ran it."""
     queue = TurnQueue.from_settings(settings)
     with workers(settings, 1, 1, log_dir):
         wait_done(queue, queue.enqueue(MESSAGE), timeout=120)  # the worker is up
-        times = []
+        times, waits, runs = [], [], []
         for _ in range(turns):
             start = time.perf_counter()
-            wait_done(queue, queue.enqueue(MESSAGE))
+            job_id = queue.enqueue(MESSAGE)
+            wait_done(queue, job_id)
             times.append(time.perf_counter() - start)
-    return times
+            record = queue.job(job_id)
+            waits.append(record.started_at - record.queued_at)
+            runs.append(record.finished_at - record.started_at)
+    return times, waits, runs
 
 
-def throughput(settings: Settings, burst: int, processes: int, log_dir: Path) -> float:
+def throughput(settings: Settings, burst: int, processes: int, threads: int, log_dir: Path) -> float:
+    """Return turns per second: ``burst`` turns queued at once, until the last is done."""
     queue = TurnQueue.from_settings(settings)
-    with workers(settings, processes, 2, log_dir):
+    with workers(settings, processes, threads, log_dir):
         wait_done(queue, queue.enqueue(MESSAGE), timeout=120)
         if processes > 1:  # every process is up: each takes one of a small first burst
             for job_id in [queue.enqueue(MESSAGE) for _ in range(4 * processes)]:
@@ -137,6 +147,10 @@ def throughput(settings: Settings, burst: int, processes: int, log_dir: Path) ->
         for job_id in job_ids:
             wait_done(queue, job_id, timeout=600)
         return burst / (time.perf_counter() - start)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
 
 
 def main() -> None:
@@ -170,17 +184,25 @@ def main() -> None:
             if not options.no_redis:
                 runs.append(("redis", settings.replace(queue_url=redis_url)))
             for name, run_settings in runs:
-                times = queued(run_settings, options.turns, base)
+                times, waits, ran = queued(run_settings, options.turns, base)
                 median = statistics.median(times)
                 print(
-                    f"queued on {name}: median {median * 1000:.2f} ms end to end, "
-                    f"p95 {percentile(times, 0.95) * 1000:.2f} ms; overhead per turn "
-                    f"{(median - base_median) * 1000:.2f} ms (median - direct median)"
+                    f"{name}, one turn at a time: median {ms(median)} end to end "
+                    f"(p95 {ms(percentile(times, 0.95))}),"
+                    f" of which waiting for the worker {ms(statistics.median(waits))} and run by it"
+                    f" {ms(statistics.median(ran))}; overhead {ms(median - base_median)}"
+                )
+                rate = throughput(run_settings, options.burst, 1, 1, base)
+                per_turn = 1 / rate
+                print(
+                    f"{name}, {options.burst} turns queued at once, one worker thread: "
+                    f"{ms(per_turn)} a turn;"
+                    f" overhead {ms(per_turn - statistics.mean(baseline))} a turn over the direct mean"
                 )
             if not options.no_redis:
                 redis_settings = settings.replace(queue_url=redis_url)
                 for processes in (1, 2):
-                    rate = throughput(redis_settings, options.burst, processes, base)
+                    rate = throughput(redis_settings, options.burst, processes, 2, base)
                     print(
                         f"redis, {processes} worker process(es) of 2 threads: {rate:.0f} turns/s "
                         f"({options.burst} queued at once)"

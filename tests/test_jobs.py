@@ -31,6 +31,12 @@ DAY = 86400.0
 START = datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp()
 
 
+def payload_of(queue: TurnQueue, job_id: str) -> dict[str, Any] | None:
+    """Return what the queue holds for a job: its message and user id, or ``None``."""
+    record = queue.job(job_id)
+    return queue.store.turn(job_id, record.conversation_id, record.position)
+
+
 def at(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
@@ -240,8 +246,9 @@ def test_erasure_cancels_the_subjects_queued_turns_and_says_why(settings: Settin
     for job_id in theirs:
         record = queue.job(job_id)
         assert record.status == "cancelled" and "erase --user-id" in record.reason
-        assert queue.store.payload(job_id) is None and queue.run(job_id) is None
-    assert queue.job(other).status == "queued" and queue.store.payload(other)["message"] == "mine"
+        assert payload_of(queue, job_id) is None
+        assert queue.run(job_id, record.conversation_id, record.position) is None
+    assert queue.job(other).status == "queued" and payload_of(queue, other)["message"] == "mine"
 
 
 def test_erasure_creates_no_queue_where_there_is_none(settings: Settings) -> None:
@@ -397,10 +404,10 @@ def test_the_reaper_requeues_a_lapsed_lease_and_fails_a_job_out_of_attempts(sett
     assert queue.reap() == {"requeued": 0, "failed": 0}  # the leases are still live
     clock.advance(61)
     assert queue.reap() == {"requeued": 1, "failed": 1}
-    assert queue.job(lapsing).status == "queued" and queue.store.payload(lapsing) is not None
+    assert queue.job(lapsing).status == "queued" and payload_of(queue, lapsing) is not None
     failed = queue.job(spent)
     assert failed.status == "failed" and failed.error_class == "WorkerLost" and "3 attempts" in failed.reason
-    assert queue.store.payload(spent) is None
+    assert payload_of(queue, spent) is None
     assert queue.huey.pending_count() == 3  # two enqueued, one requeued
 
 
@@ -412,3 +419,23 @@ def test_the_reaper_fails_rather_than_reruns_where_no_job_id_can_be_stored(setti
     clock.advance(61)
     assert queue.reap() == {"requeued": 0, "failed": 1}
     assert "keep no job id" in queue.job(job_id).reason
+
+
+def test_an_append_of_a_stored_job_writes_nothing(engine: Any, prefix: str, clock: FakeClock) -> None:
+    from clawmem.conversations import ConversationLog, Message
+
+    log = ConversationLog(engine, prefix, clock)
+    turn = [
+        Message("user", "hi", metadata={"job_id": "01JOB", "run_id": "r1"}),
+        Message("assistant", "hello"),
+    ]
+    first = log.append("c1", turn, job_id="01JOB", tokens=5)
+    log.append("c1", [Message("user", "unrelated", metadata={"job_id": "01JOBX"})], job_id="01JOBX")
+    updated = log.get("c1").updated_at
+    clock.advance(60)
+    again = log.append("c1", turn, job_id="01JOB", tokens=5)
+    assert again == first[:1]  # the stored message that carries the job id
+    assert [m.content for m in log.messages("c1").items] == ["hi", "hello", "unrelated"]
+    assert log.get("c1").updated_at == updated and log.get("c1").total_tokens == 5  # rolled back
+    assert [m.id for m in log.job_messages("c1", "01JOB")] == first[:1]
+    assert log.job_messages("c1", "01JO") == [] and log.job_messages("c2", "01JOB") == []

@@ -191,7 +191,7 @@ def test_a_queued_turn_runs_in_a_worker_and_is_stored(site: dict[str, Any]) -> N
     ]
     stored = queue.site.conversations.job_messages(conversation_id, job_id)
     assert [m.role for m in stored] == ["user"] and stored[0].metadata["run_id"] == record.run_id
-    assert queue.store.payload(job_id) is None  # the message left the queue with the job
+    assert not queue.store.turn_waiting(conversation_id, 1)  # the message left the queue with the job
     assert process.returncode == 0
 
 

@@ -2,10 +2,10 @@
 
 What clawmem keeps there beside Huey's tasks, all under the queue's name (one per site):
 
-- a queued turn's payload, ``clawmem.turn.<job id>``, sealed by :class:`PayloadSeal` (the one
-  place where encryption at rest will encrypt it), deleted when the job ends;
-- each conversation's turn counter ``clawmem.seq.<conversation id>`` and the job id of each of
-  its turns, ``clawmem.at.<conversation id>.<n>``, which keep one conversation's turns in order;
+- a queued turn's payload, ``clawmem.turn.<conversation id>.<n>`` for the conversation's n-th
+  queued turn, sealed by :class:`PayloadSeal` (the one place where encryption at rest will
+  encrypt it), deleted when the job ends: while it is there, the turn after it waits;
+- each conversation's turn counter ``clawmem.seq.<conversation id>``, which numbers its turns;
 - expiring locks (:class:`ExpiringLock`), whose expiry is read on the injected clock.
 
 None of it is one of the three tables.
@@ -100,8 +100,22 @@ def open_huey(settings: Settings) -> Any:
             "background work needs the huey module, which is not installed: pip install 'clawmem[worker]'"
         ) from None
     if location.kind == "sqlite":
+        from huey.storage import SqliteStorage
+
+        class QueueFile(SqliteStorage):
+            """Huey's SQLite storage with clawmem's own SQLite settings: commits durable in WAL
+            mode short of a power cut, and deleted payloads overwritten, not left in free pages."""
+
+            def _create_connection(self) -> Any:
+                connection = super()._create_connection()
+                connection.execute("pragma synchronous = NORMAL")
+                connection.execute("pragma secure_delete = ON")
+                return connection
+
         Path(location.where).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return SqliteHuey(location.name, filename=location.where, results=False, utc=True)
+        return SqliteHuey(
+            location.name, filename=location.where, results=False, utc=True, storage_class=QueueFile
+        )
     try:
         import redis  # noqa: F401
     except ImportError:
@@ -113,18 +127,22 @@ class PayloadSeal:
     """Turns a queued turn's payload into the bytes the queue stores, and back.
 
     This is the seam for encryption at rest (SPEC 13, not built yet): with it on, :meth:`seal`
-    will encrypt and :meth:`open` decrypt, bound to the job id; today the bytes are JSON.
+    will encrypt and :meth:`open` decrypt, bound to the key the payload is stored under; today
+    the bytes are JSON.
     """
 
-    def seal(self, job_id: str, payload: dict[str, Any]) -> bytes:
-        """Return ``payload`` as stored bytes for job ``job_id``."""
+    def seal(self, key: str, payload: dict[str, Any]) -> bytes:
+        """Return ``payload`` as the bytes stored under ``key``."""
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
-    def open(self, job_id: str, sealed: bytes) -> dict[str, Any]:
-        """Return the payload :meth:`seal` made for ``job_id``; raises ``ValueError`` if damaged."""
-        payload = json.loads(bytes(sealed).decode("utf-8"))
+    def open(self, key: str, sealed: bytes) -> dict[str, Any]:
+        """Return the payload :meth:`seal` made for ``key``; raises ``ValueError`` if damaged."""
+        try:
+            payload = json.loads(bytes(sealed).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{key}: the queued payload is damaged") from None
         if not isinstance(payload, dict):
-            raise ValueError(f"job {job_id}: the queued payload is not an object")
+            raise ValueError(f"{key}: the queued payload is not an object")
         return payload
 
 
@@ -142,50 +160,51 @@ class QueueStore:
         found = self.storage.peek_data(key)
         return None if found is EmptyData else bytes(found)
 
-    # payloads
-    def put_payload(self, job_id: str, payload: dict[str, Any]) -> None:
-        """Store a queued turn's payload."""
-        self.storage.put_data(f"clawmem.turn.{job_id}", self.seal.seal(job_id, payload))
+    # payloads, one per queued turn, at its place in its conversation
+    @staticmethod
+    def _turn_key(conversation_id: str, position: int) -> str:
+        return f"clawmem.turn.{conversation_id}.{position}"
 
-    def payload(self, job_id: str) -> dict[str, Any] | None:
-        """Return a queued turn's payload, or ``None`` once the job ended or was cancelled."""
-        found = self._get(f"clawmem.turn.{job_id}")
-        return None if found is None else self.seal.open(job_id, found)
+    def put_turn(self, job_id: str, conversation_id: str, payload: dict[str, Any]) -> int:
+        """Number a new turn of the conversation (1, 2, ...), store its payload there and return
+        the number."""
+        position = int(self.storage.incr(f"clawmem.seq.{conversation_id}"))
+        value = {**payload, "job_id": job_id, "conversation_id": conversation_id, "position": position}
+        key = self._turn_key(conversation_id, position)
+        self.storage.put_data(key, self.seal.seal(key, value))
+        return position
 
-    def drop_payload(self, job_id: str) -> bool:
-        """Delete a job's payload; return whether it was there (atomic: one caller wins)."""
+    def turn(self, job_id: str, conversation_id: str, position: int) -> dict[str, Any] | None:
+        """Return the payload of job ``job_id``, the conversation's turn ``position``, or
+        ``None`` once that job ended or was cancelled."""
+        key = self._turn_key(conversation_id, position)
+        found = self._get(key)
+        if found is None:
+            return None
+        payload = self.seal.open(key, found)
+        return payload if payload.get("job_id") == job_id else None
+
+    def turn_waiting(self, conversation_id: str, position: int) -> bool:
+        """Return whether the conversation's turn ``position`` is still queued or running."""
+        return self._get(self._turn_key(conversation_id, position)) is not None
+
+    def drop_turn(self, conversation_id: str, position: int) -> bool:
+        """Delete a turn's payload; return whether it was there (atomic: one caller wins)."""
         from huey.constants import EmptyData
 
-        return self.storage.pop_data(f"clawmem.turn.{job_id}") is not EmptyData
+        return self.storage.pop_data(self._turn_key(conversation_id, position)) is not EmptyData
 
-    def payloads(self) -> dict[str, dict[str, Any]]:
-        """Return every queued turn's payload by job id (for erasure: rare, reads them all)."""
-        found: dict[str, dict[str, Any]] = {}
+    def turns(self) -> list[dict[str, Any]]:
+        """Return every queued turn's payload (for erasure: rare, reads them all)."""
+        found = []
         for key, value in self.storage.result_items().items():
             name = key.decode() if isinstance(key, bytes) else str(key)
             if name.startswith("clawmem.turn."):
-                job_id = name.removeprefix("clawmem.turn.")
                 try:
-                    found[job_id] = self.seal.open(job_id, value)
+                    found.append(self.seal.open(name, value))
                 except ValueError:
                     continue
         return found
-
-    # one conversation's order
-    def next_position(self, conversation_id: str, job_id: str) -> int:
-        """Return the position (1, 2, ...) of a new turn in its conversation and record its job id."""
-        position = int(self.storage.incr(f"clawmem.seq.{conversation_id}"))
-        self.storage.put_data(f"clawmem.at.{conversation_id}.{position}", job_id.encode())
-        return position
-
-    def job_at(self, conversation_id: str, position: int) -> str | None:
-        """Return the job id of a conversation's turn at ``position``, or ``None``."""
-        found = self._get(f"clawmem.at.{conversation_id}.{position}")
-        return None if found is None else found.decode()
-
-    def forget_position(self, conversation_id: str, position: int) -> None:
-        """Delete the job id kept for a position nothing consults any more."""
-        self.storage.delete_data(f"clawmem.at.{conversation_id}.{position}")
 
     # scheduled retention
     def last_retention_tick(self) -> float | None:

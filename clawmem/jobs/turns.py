@@ -123,25 +123,26 @@ class TurnQueue:
             raise JobRefused(f"not queued: {exc}") from None
         job_id = new_id()
         now = self.clock()
-        self.store.put_payload(
-            job_id, {"message": message, "conversation_id": conversation_id, "user_id": user_id}
-        )
+        position = self.store.put_turn(job_id, conversation_id, {"message": message, "user_id": user_id})
         try:
-            position = self.store.next_position(conversation_id, job_id)
-            self.book.put(
-                JobRecord(
-                    job_id,
-                    conversation_id=conversation_id,
-                    position=position,
-                    queued_at=now,
-                    max_attempts=self.max_attempts,
-                )
+            record = JobRecord(
+                job_id,
+                conversation_id=conversation_id,
+                position=position,
+                queued_at=now,
+                max_attempts=self.max_attempts,
             )
-            self.huey.enqueue(self.task.s(job_id, id=job_id))
+            self.book.put(record)
+            self._hand_over(record)
         except BaseException:
-            self.store.drop_payload(job_id)
+            self.store.drop_turn(conversation_id, position)
             raise
         return job_id
+
+    def _hand_over(self, record: JobRecord) -> None:
+        # The task carries ids only: the message waits in the queue's storage (see QueueStore).
+        task = self.task.s(record.job_id, record.conversation_id, record.position)
+        self.huey.enqueue(task)
 
     def job(self, job_id: str) -> JobRecord | None:
         """Return a job's record (with its ``status``), or ``None`` once it has aged out."""
@@ -162,27 +163,28 @@ class TurnQueue:
             claw = self._claws.claw = self.claw_factory()
         return claw
 
-    def _run_task(self, job_id: str) -> dict[str, str] | None:
+    def _run_task(self, job_id: str, conversation_id: str, position: int) -> dict[str, str] | None:
         from huey.exceptions import RetryTask
 
-        delay = self.run(job_id)
-        if isinstance(delay, float):
-            raise RetryTask(delay=delay)
-        return delay
+        outcome = self.run(job_id, conversation_id, position)
+        if isinstance(outcome, float):
+            raise RetryTask(delay=outcome)
+        return outcome
 
-    def run(self, job_id: str) -> dict[str, str] | float | None:
-        """Run the job's turn once; return its ids (``job_id``, ``conversation_id``, ``run_id``),
-        ``None`` when there is nothing to run (ended, cancelled, or run by another worker), or
-        the seconds after which to run it again (an earlier turn of the conversation has not
-        ended, or the attempt failed and may be retried)."""
-        record = self.book.get(job_id)
-        payload = self.store.payload(job_id)
+    def run(self, job_id: str, conversation_id: str, position: int) -> dict[str, str] | float | None:
+        """Run the job's turn (the conversation's turn ``position``) once; return its ids
+        (``job_id``, ``conversation_id``, ``run_id``), ``None`` when there is nothing to run
+        (ended, cancelled, or run by another worker), or the seconds after which to run it again
+        (the turn before it has not ended, or the attempt failed and may be retried)."""
+        payload = self.store.turn(job_id, conversation_id, position)
         if payload is None:
             return None  # ended or cancelled: its payload went with it
+        record = self.book.get(job_id)
         if record is None:  # aged out while it waited: start its record again
             record = JobRecord(
                 job_id,
-                conversation_id=payload["conversation_id"],
+                conversation_id=conversation_id,
+                position=position,
                 queued_at=self.clock(),
                 max_attempts=self.max_attempts,
                 reason="its record had aged out while queued",
@@ -191,9 +193,9 @@ class TurnQueue:
             return None
         if record.status == "running" and (record.lease_until or 0) > self.clock():
             return None  # another worker holds it
-        if self._earlier_turn_pending(record):
+        if self._earlier_turn_waiting(conversation_id, position):
             return WAIT_FOR_EARLIER_SECONDS
-        conversation_id = payload["conversation_id"]
+        earlier_attempts = record.attempts
         record = self.book.put(
             record.changed(
                 status="running",
@@ -203,8 +205,10 @@ class TurnQueue:
                 worker=worker_name(),
             )
         )
-        stored = self.site.conversations.job_messages(conversation_id, job_id)
-        if stored:  # an earlier attempt committed, and its worker died before saying so
+        # A first attempt cannot find itself stored; a later one may: its worker died after the
+        # commit and before saying so.
+        stored = self.site.conversations.job_messages(conversation_id, job_id) if earlier_attempts else []
+        if stored:
             run_id = next((m.metadata.get("run_id") for m in stored if isinstance(m.metadata, dict)), None)
             return self._finish(record, "done", run_id=run_id, reason="found stored by an earlier attempt")
         stop = threading.Event()
@@ -222,22 +226,17 @@ class TurnQueue:
         heartbeat.join()
         return self._finish(record, "done", run_id=reply.run_id)
 
-    def _earlier_turn_pending(self, record: JobRecord) -> bool:
-        if not record.position or record.position <= 1 or record.conversation_id is None:
+    def _earlier_turn_waiting(self, conversation_id: str, position: int) -> bool:
+        """Return whether the conversation's turn before ``position`` is still queued or running,
+        after waiting up to :data:`WAIT_FOR_EARLIER_SECONDS` for it to end."""
+        if position <= 1:
             return False
         deadline = time.monotonic() + WAIT_FOR_EARLIER_SECONDS
-        while True:
-            earlier = self.store.job_at(record.conversation_id, record.position - 1)
-            if earlier is None:
-                # Its enqueuer has not recorded it yet; one that died doing so must not stall the
-                # conversation for ever.
-                pending = self.clock() - (record.queued_at or 0) < self.lease_seconds
-            else:
-                before = self.book.get(earlier)
-                pending = before is not None and not before.finished
-            if not pending or time.monotonic() >= deadline:
-                return pending
+        while self.store.turn_waiting(conversation_id, position - 1):
+            if time.monotonic() >= deadline:
+                return True
             time.sleep(0.02)
+        return False
 
     def _renew(self, job_id: str, worker: str | None, stop: threading.Event) -> None:
         while not stop.wait(self.lease_seconds / 3):
@@ -266,12 +265,10 @@ class TurnQueue:
         return None
 
     def _finish(self, record: JobRecord, status: str, **changes: Any) -> dict[str, str] | None:
-        record = self.book.put(
-            record.changed(status=status, finished_at=self.clock(), lease_until=None, **changes)
-        )
-        self.store.drop_payload(record.job_id)
-        if record.position and record.position > 1 and record.conversation_id:
-            self.store.forget_position(record.conversation_id, record.position - 1)
+        finished = record.changed(status=status, finished_at=self.clock(), lease_until=None, **changes)
+        record = self.book.put(finished)
+        if record.conversation_id and record.position:
+            self.store.drop_turn(record.conversation_id, record.position)
         if status != "done":
             return None
         return {
@@ -320,7 +317,7 @@ class TurnQueue:
                             reason="requeued: its worker stopped mid-turn (the lease ran out)",
                         )
                     )
-                    self.huey.enqueue(self.task.s(record.job_id))
+                    self._hand_over(record)
                     counts["requeued"] += 1
         finally:
             lock.release()
@@ -330,21 +327,20 @@ class TurnQueue:
         """Cancel every queued turn of ``user_id`` (its payload deleted, its record saying why);
         return ``{"cancelled": n, "running": n}``: turns already running cannot be stopped."""
         counts = {"cancelled": 0, "running": 0}
-        for job_id, payload in self.store.payloads().items():
+        for payload in self.store.turns():
             if payload.get("user_id") != user_id:
                 continue
-            record = self.book.get(job_id)
+            record = self.book.get(str(payload.get("job_id")))
             if record is not None and record.status == "running":
                 counts["running"] += 1
                 continue
             if dry_run:
                 counts["cancelled"] += 1
-            elif self.store.drop_payload(job_id):
+            elif self.store.drop_turn(str(payload.get("conversation_id")), int(payload.get("position") or 0)):
                 counts["cancelled"] += 1
                 if record is not None:
-                    self.book.put(
-                        record.changed(
-                            status="cancelled", finished_at=self.clock(), reason=CANCELLED_BY_ERASE
-                        )
+                    cancelled = record.changed(
+                        status="cancelled", finished_at=self.clock(), reason=CANCELLED_BY_ERASE
                     )
+                    self.book.put(cancelled)
         return counts
