@@ -439,3 +439,42 @@ def test_an_append_of_a_stored_job_writes_nothing(engine: Any, prefix: str, cloc
     assert log.get("c1").updated_at == updated and log.get("c1").total_tokens == 5  # rolled back
     assert [m.id for m in log.job_messages("c1", "01JOB")] == first[:1]
     assert log.job_messages("c1", "01JO") == [] and log.job_messages("c2", "01JOB") == []
+
+
+def test_a_running_turn_renews_its_lease_until_it_ends(settings: Settings) -> None:
+    import threading
+    import time
+
+    from clawmem.jobs.backend import open_huey
+    from clawmem.pipeline import Claw
+    from clawmem.providers import EchoProvider
+
+    gate = threading.Event()
+
+    class Waiting(EchoProvider):
+        def complete(self, messages: Any) -> Any:
+            gate.wait(30)
+            return super().complete(messages)
+
+    queue = TurnQueue(
+        Site(settings),
+        open_huey(settings),
+        lambda: Claw.from_settings(settings, Waiting()),
+        lease_seconds=0.3,
+    )
+    job_id = queue.enqueue("hello")
+    record = queue.job(job_id)
+    runner = threading.Thread(target=queue.run, args=(job_id, record.conversation_id, record.position))
+    runner.start()
+    leases: list[float] = []
+    deadline = time.monotonic() + 30
+    while len(set(leases)) < 3 and time.monotonic() < deadline:  # taken, then renewed twice
+        current = queue.job(job_id)
+        if current.status == "running" and (not leases or current.lease_until != leases[-1]):
+            leases.append(current.lease_until)
+        time.sleep(0.01)
+    gate.set()
+    runner.join()
+    assert len(set(leases)) == 3 and leases == sorted(leases)
+    done = queue.job(job_id)
+    assert done.status == "done" and done.lease_until is None and done.attempts == 1

@@ -84,6 +84,9 @@ class TurnQueue:
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
         self._claws = threading.local()
+        self._leases: dict[str, str | None] = {}  # running job id -> the worker holding its lease
+        self._leases_lock = threading.Lock()
+        self._lease_keeper: threading.Thread | None = None
         self.task = huey.task(name=TURN_TASK)(self._run_task)
 
     @classmethod
@@ -211,19 +214,15 @@ class TurnQueue:
         if stored:
             run_id = next((m.metadata.get("run_id") for m in stored if isinstance(m.metadata, dict)), None)
             return self._finish(record, "done", run_id=run_id, reason="found stored by an earlier attempt")
-        stop = threading.Event()
-        heartbeat = threading.Thread(target=self._renew, args=(job_id, record.worker, stop), daemon=True)
-        heartbeat.start()
+        self._hold_lease(job_id, record.worker)
         try:
             reply = self.claw().send(
                 payload["message"], conversation_id, payload.get("user_id", ""), job_id=job_id
             )
         except Exception as exc:
-            stop.set()
-            heartbeat.join()
+            self._release_lease(job_id)
             return self._failed(record, exc)
-        stop.set()
-        heartbeat.join()
+        self._release_lease(job_id)
         return self._finish(record, "done", run_id=reply.run_id)
 
     def _earlier_turn_waiting(self, conversation_id: str, position: int) -> bool:
@@ -238,15 +237,34 @@ class TurnQueue:
             time.sleep(0.02)
         return False
 
-    def _renew(self, job_id: str, worker: str | None, stop: threading.Event) -> None:
-        while not stop.wait(self.lease_seconds / 3):
-            try:
-                current = self.book.get(job_id)
-                if current is None or current.status != "running" or current.worker != worker:
-                    return
-                self.book.put(current.changed(lease_until=self.clock() + self.lease_seconds))
-            except Exception:  # a store that failed now may answer at the next renewal
-                continue
+    def _hold_lease(self, job_id: str, worker: str | None) -> None:
+        """Have this process's lease keeper renew the running job's lease until it is released."""
+        with self._leases_lock:
+            self._leases[job_id] = worker
+            if self._lease_keeper is None or not self._lease_keeper.is_alive():
+                self._lease_keeper = threading.Thread(
+                    target=self._keep_leases, name="clawmem-leases", daemon=True
+                )
+                self._lease_keeper.start()
+
+    def _release_lease(self, job_id: str) -> None:
+        """Stop renewing the job's lease; returns once no renewal of it is under way, so the
+        record written next is never overwritten by one."""
+        with self._leases_lock:
+            self._leases.pop(job_id, None)
+
+    def _keep_leases(self) -> None:
+        # One thread per process renews every running job's lease, a third of a lease apart.
+        while True:
+            time.sleep(self.lease_seconds / 3)
+            with self._leases_lock:
+                for job_id, worker in list(self._leases.items()):
+                    try:
+                        current = self.book.get(job_id)
+                        if current is not None and current.status == "running" and current.worker == worker:
+                            self.book.put(current.changed(lease_until=self.clock() + self.lease_seconds))
+                    except Exception:  # a store that failed now may answer at the next renewal
+                        continue
 
     def _failed(self, record: JobRecord, exc: BaseException) -> float | None:
         reason = one_line(exc) or type(exc).__name__
