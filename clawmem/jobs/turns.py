@@ -29,7 +29,7 @@ from clawmem.errors import InvalidKey, JobRefused, ProviderError, StorageError
 from clawmem.ids import new_id
 from clawmem.jobs.backend import QueueStore, open_huey
 from clawmem.jobs.records import JobBook, JobRecord, one_line
-from clawmem.memory.rules import check_size
+from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
 from clawmem.site import Site
 
