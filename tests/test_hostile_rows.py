@@ -205,7 +205,8 @@ def test_export_of_a_subject_with_unreadable_rows_completes_and_lists_them(
     assert [c["id"] for c in document["conversations"]] == [conversation["id"]]
     assert len(document["conversations"][0]["messages"]) == 2
     assert {(e["namespace"], e["key"]) for e in document["memory"]} == {
-        ("user:raw-user", "note"), ("user:raw-user", "deep"), ("default", "plain")}
+        ("user:raw-user", "note"), ("user:raw-user", "deep")}
+    assert [(e["namespace"], e["key"]) for e in document["mentions"]] == [("default", "plain")]
     listed = {
         (row["table"], row.get("id") or row.get("key")): row["reason"] for row in document["unreadable"]
     }

@@ -527,7 +527,7 @@ def test_export_completes_with_every_entry_and_conversation(site: Site, tmp_path
         result = runner.invoke(claw_cli(site), ["export", *subject, "--output", str(output)])
         assert result.exit_code == 0, result.output
         document = json.loads(output.read_text(encoding="utf-8"))
-        entries |= {(entry["namespace"], entry["key"]) for entry in document["memory"]}
+        entries |= {(entry["namespace"], entry["key"]) for entry in document["memory"] + document["mentions"]}
         conversations |= {conversation["id"] for conversation in document["conversations"]}
     assert entries == set(memory_rows())
     assert conversations == {row[0] for row in dump_rows()["wp_phpclaw_conversations"]}
