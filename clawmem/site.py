@@ -71,10 +71,11 @@ class Site:
         """Return the audit log of deleting and exporting commands, ``<instance>/audit.log``."""
         return Path(self.settings.instance_path) / AUDIT_FILE
 
-    def missing_database(self, memory_only: bool = False) -> str | None:
+    def missing_database(self, memory_only: bool = False, tables: bool = True) -> str | None:
         """Return, without creating anything, why the site's database cannot be read: a SQLite
         file that does not exist, or a database without this prefix's tables; ``None`` when it
-        can. With ``memory_only``, a memory driver other than ``sql`` needs no database.
+        can. With ``memory_only``, a memory driver other than ``sql`` needs no database; without
+        ``tables``, an existing database without the prefix's tables is not missing.
 
         The message names the URL (password hidden) and path tried, and the settings to fix.
         """
@@ -90,6 +91,8 @@ class Site:
             path = Path(url.database).resolve()
             if not path.is_file():
                 return f"no clawmem database at {shown} (the file {path} does not exist): {fix}"
+        if not tables:
+            return None
         try:
             found = present_tables(self.engine, self.prefix)
         except sa.exc.SQLAlchemyError:

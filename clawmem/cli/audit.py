@@ -91,9 +91,10 @@ class Refused(click.ClickException):
     """A deleting command was run without ``--yes`` and without a terminal to ask on (exit 1)."""
 
 
-# Arguments that change how a run goes, not what it concerns: runs differing only in these are
-# "the same command" when a run looks for an interrupted predecessor.
-_HOW_ARGUMENTS = frozenset({"dry_run", "yes", "verbose", "batch_size", "mentions"})
+# Arguments that change how a run goes, not what it concerns, and the cutoff a retention window
+# gives at each run's moment: runs differing only in these are "the same command" when a run
+# looks for an interrupted predecessor.
+_HOW_ARGUMENTS = frozenset({"dry_run", "yes", "verbose", "batch_size", "mentions", "cutoff"})
 
 
 @dataclass

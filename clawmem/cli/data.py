@@ -104,6 +104,7 @@ def forget(
     if preview.nothing:
         click.echo(f"nothing to delete: no {name}")
         return
+    entry.start(counts)
     if conversation is not None:
         done = operations.forget_conversation(site, conversation)
         entry.counts = {"conversations": done.conversations, "messages": done.messages}
@@ -157,6 +158,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
                 click.echo(f"  {shown(namespace)}/{shown(key)}")
         return
     confirm_deletion(f"Delete {plural(total, 'entry')} of namespace {namespace!r}?", yes, total == 0)
+    entry.start({"keys": total})
     done = operations.flush_namespace(site, namespace)
     entry.counts = {"keys": len(done.entries)}
     click.echo(f"deleted {plural(len(done.entries), 'entry')} of namespace {namespace!r}")
@@ -188,6 +190,7 @@ def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
         yes,
         nothing_to_delete=total == 0,
     )
+    entry.start({"expired": total})
     deleted = operations.sweep(site) if total else {}
     entry.counts = {"expired": sum(deleted.values())}
     _print_namespace_counts(deleted, "deleted")

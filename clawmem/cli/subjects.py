@@ -226,7 +226,7 @@ def erase(
         f"and {plural(memory, 'memory entry')}"
     )
     plan_counts = plan.counts() | {"memory": memory, "mentions_kept": 0 if mentions else len(plan.mentions)}
-    entry.counts = {"conversations": 0, "messages": 0, "memory": 0}
+    entry.counts = {"conversations": 0, "messages": 0}
     if dry_run:
         entry.counts = plan_counts
         click.echo(f"would delete {summary} (dry run: nothing deleted)")
