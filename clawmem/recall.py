@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
+from clawmem.memory.index import injection_line
 from clawmem.memory.rules import validate_count, validate_namespace
 from clawmem.memory.wrappers import serving_driver
 from clawmem.prompt import (
@@ -142,13 +143,16 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
     lines = []
     decisions = []
     for candidate, (status, reason, room), words in zip(first, outcomes, ranking.matched(first), strict=True):
-        line = f"- {candidate.key}: {texts.get((candidate.namespace, candidate.key), '')}\n"
+        text = texts.get((candidate.namespace, candidate.key), "")
+        line = injection_line(candidate.key, text)
         if status == INJECTED:
             lines.append((candidate.key, line))
         elif status == TRUNCATED:
             kept = cut_utf8(line[:-1], room)
             lines.append((candidate.key, kept + "\n"))
             reason = f"the only line, cut from {candidate.bytes} to {utf8_len(kept) + 1} bytes to fit"
+        if status in (INJECTED, TRUNCATED) and line != f"- {candidate.key}: {text}\n":
+            reason += "; control characters escaped"  # the preview says the line is not as stored
         decisions.append(
             EntryDecision(
                 candidate.key, candidate.score, candidate.bytes, status, reason, candidate.namespace, words

@@ -15,6 +15,7 @@ An index holds no values and does no I/O. A driver keeps it in step with its bac
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,9 +42,25 @@ def entry_words(key: str, text: str) -> set[str]:
     return {word for word in _WORD.findall(f"{key} {text}".casefold()) if len(word) >= MIN_WORD_CHARS}
 
 
+# Control characters other than tab and newline: a NUL (which no message may hold) or an
+# escape sequence in a stored value never reaches a prompt raw (SPEC 11).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """Return ``text`` with each control character but tab and newline written ``\\xNN``."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+def injection_line(key: str, text: str) -> str:
+    """Return the line that injects an entry, ``- key: text\\n``, its control characters
+    escaped (see :func:`escape_controls`) under every scoring."""
+    return f"- {escape_controls(key)}: {escape_controls(text)}\n"
+
+
 def line_bytes(key: str, text: str) -> int:
-    """Return the UTF-8 size of the entry's injection line ``- key: text\\n``."""
-    return utf8_len(f"- {key}: {text}\n")
+    """Return the UTF-8 size of the entry's injection line (see :func:`injection_line`)."""
+    return utf8_len(injection_line(key, text))
 
 
 def fingerprint(value: Any, expires_at: int | None) -> int:
