@@ -186,14 +186,14 @@ class ConversationLog:
         from clawmem.sql.schema import check_shape
 
         engine = engine_for(settings.database_url)
-        check_shape(engine, settings.table_prefix, settings.schema)
+        shape = check_shape(engine, settings.table_prefix, settings.schema)
         return cls(
             engine,
             settings.table_prefix,
             clock,
             settings.store_messages,
             settings.max_value_bytes,
-            settings.schema,
+            shape,
         )
 
     # -- writing ----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from clawmem.sql import sizes
 from clawmem.sql.activity import Activity
 from clawmem.sql.retention import iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
-from clawmem.sql.schema import create_tables
+from clawmem.sql.schema import check_shape, create_tables
 
 # The subject operations live in clawmem.erasure and are offered here with the rest.
 __all__ = [
@@ -158,7 +158,7 @@ def conversations_to_prune(
 def init_db(site: Site) -> list[str]:
     """Create the site's three tables in the shape of ``CLAW_SCHEMA`` if they do not exist;
     return their names. Raises :class:`clawmem.ConfigError` when tables of the other shape exist."""
-    create_tables(site.engine, site.prefix, site.settings.schema)
+    create_tables(site.engine, site.prefix, check_shape(site.engine, site.prefix, site.settings.schema))
     return sizes.table_names(site.prefix)
 
 
