@@ -22,9 +22,9 @@ from sqlalchemy.engine import make_url
 from clawmem.clock import FakeClock
 from clawmem.sql.engine import create_engine
 from dashboard import accounts, create_app
+from dashboard.auth import LOGIN_ERROR
 from dashboard.extensions import db
 from tests.conftest import backend_url
-from dashboard.auth import LOGIN_ERROR
 from tests.dashboard_helpers import ADMIN, PASSWORD, sign_in
 
 
