@@ -251,9 +251,16 @@ class Claw:
                 Message("assistant", answer.text),
                 *tool_rows(answer.tool_calls),
             ]
+            guard_checkpoint: dict[str, Any] = {}
             if self.checkpoints and compaction.fired and compaction.error is None:
                 added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
-            self.conversations.append(conversation_id, added, user_id=user_id, title=title_from(message))
+                # Stored only if no other agent stored a checkpoint on this conversation since
+                # it was loaded: two side by side would each summarise the same messages.
+                loaded = [row.id for row in rows if row.role == "summary"]
+                guard_checkpoint["checkpoint_after"] = loaded[-1] if loaded else None
+            self.conversations.append(
+                conversation_id, added, user_id=user_id, title=title_from(message), **guard_checkpoint
+            )
         return Reply(
             answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage
         )
