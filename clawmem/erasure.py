@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from clawmem.deletion import Deleted, OnBatch, delete_conversations
-from clawmem.memory.base import MemoryRow, contains_text
-from clawmem.memory.rules import is_expired
+from clawmem.memory.base import contains_text
+from clawmem.records import MemoryRow
+from clawmem.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql.conversations import Conversation
 from clawmem.sql.engine import after_erasure
@@ -99,7 +100,9 @@ def own_namespace(site: Site, subject: Subject) -> str | None:
 def subject_conversations(site: Site, subject: Subject) -> Iterator[Conversation]:
     """Yield the subject's conversations, oldest first, each with all its messages (summaries
     and recall records included), one page at a time."""
-    return iter_conversations(site.engine, site.prefix, _subject_where(site, subject))
+    return iter_conversations(
+        site.engine, site.prefix, _subject_where(site, subject), shape=site.conversations.shape
+    )
 
 
 def subject_entries(site: Site, subject: Subject) -> list[MemoryRow]:
@@ -190,6 +193,7 @@ def conversation_document(conversation: Conversation) -> dict[str, Any]:
             "user_id": conversation.user_id,
             "title": conversation.title,
             "metadata": conversation.metadata,
+            "total_tokens": conversation.total_tokens,
             "created_at": _iso(conversation.created_at),
             "updated_at": _iso(conversation.updated_at),
             "messages": [
@@ -200,6 +204,7 @@ def conversation_document(conversation: Conversation) -> dict[str, Any]:
                         "content": message.content,
                         "tool_name": message.tool_name,
                         "tool_input": message.tool_input,
+                        "metadata": message.metadata,
                         "created_at": _iso(message.created_at),
                     },
                     message.unreadable,

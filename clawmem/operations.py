@@ -155,11 +155,14 @@ def conversations_to_prune(
 # -- the tables as a whole -------------------------------------------------------------------
 
 
-def init_db(site: Site) -> list[str]:
-    """Create the site's three tables in the shape of ``CLAW_SCHEMA`` if they do not exist;
-    return their names. Raises :class:`clawmem.ConfigError` when tables of the other shape exist."""
-    create_tables(site.engine, site.prefix, check_shape(site.engine, site.prefix, site.settings.schema))
-    return sizes.table_names(site.prefix)
+def init_db(site: Site) -> tuple[list[str], list[str]]:
+    """Create the site's three tables in the shape of ``CLAW_SCHEMA`` (unset: the existing
+    tables' shape, ours for a new database) if they do not exist, and bring existing ones of our
+    shape up to date; return their names and what was added to them. Raises
+    :class:`clawmem.ConfigError` when tables of the other shape exist."""
+    shape = check_shape(site.engine, site.prefix, site.settings.schema)
+    changes = create_tables(site.engine, site.prefix, shape)
+    return sizes.table_names(site.prefix), changes
 
 
 def activity(site: Site, days: int = 30) -> Activity:

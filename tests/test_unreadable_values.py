@@ -23,7 +23,7 @@ from flask.testing import FlaskClient
 
 from clawmem import php
 from clawmem.clock import FakeClock
-from clawmem.memory.codecs import decode_json_value
+from clawmem.codecs import decode_json_value
 from clawmem.php import PhpFormatError
 from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
