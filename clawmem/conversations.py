@@ -49,6 +49,7 @@ DEFAULT_CONVERSATION_NAMESPACE = "default"
 _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
 
+ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
 Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input, metadata
 
 
@@ -209,14 +210,14 @@ class ConversationLog:
         from clawmem.sql.schema import check_shape
 
         engine = engine_for(settings.database_url)
-        check_shape(engine, settings.table_prefix, settings.schema)
+        shape = check_shape(engine, settings.table_prefix, settings.schema)
         return cls(
             engine,
             settings.table_prefix,
             clock,
             settings.store_messages,
             settings.max_value_bytes,
-            settings.schema,
+            shape,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -232,8 +233,14 @@ class ConversationLog:
         namespace: str = DEFAULT_CONVERSATION_NAMESPACE,
         tokens: int | None = None,
         job_id: str | None = None,
+        checkpoint_after: str | None | object = ANY_CHECKPOINT,
     ) -> list[str]:
         """Add ``messages`` to the conversation, creating it on first use; return the new ids.
+
+        ``checkpoint_after`` names the checkpoint (``None``: none) a new ``summary`` among
+        ``messages`` was made on top of. When another writer stored a newer checkpoint
+        meanwhile, the summary is left out (the rest is stored), so no message is covered by
+        two checkpoints made side by side.
 
         One transaction: the conversation row is touched (or inserted with ``user_id``,
         ``title``, ``metadata`` and ``namespace``, which an existing conversation keeps as they
@@ -297,7 +304,14 @@ class ConversationLog:
                     stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
                     if stored:
                         raise _JobStored([message.id for message in stored])
-                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp, self.shape)
+                written = records
+                if checkpoint_after is not ANY_CHECKPOINT and any(r.role == "summary" for r in records):
+                    # The touch above locked the conversation row: this read sees every writer
+                    # that committed before us, and none can commit a checkpoint until we do.
+                    newest = sql.newest_checkpoint_id(conn, self.prefix, conversation_id)
+                    if newest != checkpoint_after:
+                        written = [record for record in records if record.role != "summary"]
+                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, written, stamp, self.shape)
 
         try:
             try:

@@ -260,11 +260,17 @@ class Claw:
                 Message("assistant", answer.text),
                 *tool_rows(answer.tool_calls),
             ]
+            append_options: dict[str, Any] = {}
             if self.checkpoints and compaction.fired and compaction.error is None:
                 added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
-            extra = {"job_id": job_id} if job_id else {}
+                # Stored only if no other agent stored a checkpoint on this conversation since
+                # it was loaded: two side by side would each summarise the same messages.
+                loaded = [row.id for row in rows if row.role == "summary"]
+                append_options["checkpoint_after"] = loaded[-1] if loaded else None
+            if job_id:
+                append_options["job_id"] = job_id
             self.conversations.append(
-                conversation_id, added, user_id=user_id, title=title_from(message), **extra
+                conversation_id, added, user_id=user_id, title=title_from(message), **append_options
             )
         return Reply(
             answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage

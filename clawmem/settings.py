@@ -128,7 +128,7 @@ class Settings:
     record_recall: bool = True
     pii_guard: str = "block"
     pii_allow_keys: str = ""
-    schema: str = CLAWMEM_SCHEMA
+    schema: str = ""  # unset: the existing tables' shape, or clawmem for a new database
     recall_scoring: str = "clawmem"
     sites: str = ""
     queue_url: str = ""
@@ -146,7 +146,7 @@ class Settings:
             raise ConfigError(
                 f"{ENV_PREFIX}PII_GUARD must be one of {', '.join(PII_GUARD_MODES)}, got {self.pii_guard!r}"
             )
-        if self.schema not in SCHEMAS:
+        if self.schema and self.schema not in SCHEMAS:
             raise ConfigError(f"{ENV_PREFIX}SCHEMA must be one of {', '.join(SCHEMAS)}, got {self.schema!r}")
         if self.recall_scoring not in RECALL_SCORINGS:
             raise ConfigError(

@@ -135,6 +135,17 @@ def touch_conversation(
     return changed.rowcount > 0
 
 
+def newest_checkpoint_id(conn: Connection, prefix: str, conversation_id: str) -> str | None:
+    """Return the id of the conversation's newest ``summary`` checkpoint, or ``None``."""
+    table = tables(prefix).messages
+    return conn.execute(
+        sa.select(table.c.id)
+        .where(table.c.conversation_id == conversation_id, table.c.role == "summary")
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(1)
+    ).scalar()
+
+
 def insert_conversation(
     conn: Connection, prefix: str, row: dict[str, Any], shape: str = CLAWMEM_SCHEMA
 ) -> None:
