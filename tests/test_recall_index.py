@@ -59,6 +59,7 @@ def test_a_report_read_after_the_index_changed_still_describes_its_turn(clock: F
     assert len(result.decisions) == 3000 and result.zero_overlap == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["array", "sql-sqlite"])
 def test_common_words_scored_from_their_marks_recall_as_a_scan(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -22,7 +22,7 @@ from clawmem import events
 from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StorageError
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
-from clawmem.recall.feeds import ChangeFeed, fresh_index
+from clawmem.recall.feeds import fresh_index
 from clawmem.recall.rankings import ATTEMPTS, rank
 from clawmem.recall.words import keywords
 from clawmem.records import Changes, MemoryHit, MemoryRow, NamespaceCount
@@ -168,9 +168,9 @@ class BaseMemory(SearchableMemory):
         words = keywords(query)
         if not words or limit <= 0:
             return []
-        if isinstance(self, ChangeFeed):
+        if isinstance(self, FeedingMemory):
             for _ in range(ATTEMPTS):  # a candidate found changed corrects the index; look again
-                index = fresh_index(self, namespace)
+                index = fresh_index(self, namespace, self._changes)
                 found = index.query(words, now).first(limit)
                 rows = {row.key: row for row in self._fetch(namespace, {key for key, _, _ in found})}
                 if index.confirm([key for key, _, _ in found], rows, now):

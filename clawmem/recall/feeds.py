@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from clawmem.recall.index import WordIndex
@@ -56,15 +56,18 @@ def apply(index: WordIndex, batch: Changes) -> None:
         index.remove(key)
 
 
-def fresh_index(driver: ChangeFeed, namespace: str) -> WordIndex:
+def fresh_index(
+    driver: ChangeFeed, namespace: str, changes: Callable[[str, Any], Changes] | None = None
+) -> WordIndex:
     """Return the index of ``namespace`` on ``driver``, in step with everything any process has
-    committed to the backend so far. Raises what the driver's ``changes`` raises."""
+    committed to the backend so far. Raises what the driver's ``changes`` raises; a driver
+    answering its own search passes its unwrapped feed as ``changes``."""
     with _FOLLOWED_LOCK:
         followed = _FOLLOWED.setdefault(driver, {}).get(namespace)
         if followed is None:
             followed = _FOLLOWED[driver][namespace] = _Followed(namespace)
     with followed.lock:
-        batch = driver.changes(namespace, followed.cursor)
+        batch = (changes or driver.changes)(namespace, followed.cursor)
         if not batch.empty:
             apply(followed.index, batch)
         followed.cursor = batch.cursor

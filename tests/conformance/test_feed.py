@@ -75,6 +75,7 @@ class FeedMachine(IndexMachine):
                 assert follower.follow(namespace) == stored  # nothing changed: the same again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_changes_applied_to_a_copy_equal_a_full_read(backend: str, tmp_path: Path) -> None:
     clock = FakeClock(1_700_000_000.25)

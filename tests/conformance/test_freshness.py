@@ -24,6 +24,7 @@ from clawmem.clock import FakeClock
 from tests.conformance.worlds import BACKENDS, EXAMPLES, STEPS, IndexMachine, world_of
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_process_b_recalls_what_a_scan_of_the_backend_gives(backend: str, tmp_path: Path) -> None:
     clock = FakeClock(1_700_000_000.25)
