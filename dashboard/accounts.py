@@ -197,13 +197,6 @@ def begin_attempt(address: str, username: str, now: float) -> bool:
     return recorded == 1
 
 
-def record_failure(address: str, username: str, now: float) -> None:
-    """Remember one failed sign-in, and drop records older than the window."""
-    db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= now - FAILURE_WINDOW_SECONDS))
-    db.session.add(LoginFailure(address=address, username=_failure_key(username), failed_at=now))
-    db.session.commit()
-
-
 def clear_failures(address: str, username: str) -> None:
     """Forget the failures of ``address`` on ``username`` after a successful sign-in."""
     db.session.execute(

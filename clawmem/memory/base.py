@@ -231,14 +231,9 @@ class BaseMemory(SearchableMemory):
         events.emit("memory.forget", driver=self.name, namespace=namespace, key=key)
 
     def flush(self, namespace: str = DEFAULT_NAMESPACE) -> None:
-        self.purge(namespace)
-
-    def purge(self, namespace: str = DEFAULT_NAMESPACE) -> int:
-        """Flush ``namespace`` and return how many entries (expired ones included) went."""
         validate_namespace(namespace)
         count = self._call("flush", self._flush, namespace)
         events.emit("memory.flush", driver=self.name, namespace=namespace, count=count)
-        return count
 
     def all(self, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any]:
         validate_namespace(namespace)
