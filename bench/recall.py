@@ -57,6 +57,7 @@ from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.array import ArrayMemory
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.feeds import fresh_index
 from clawmem.recall.rankings import scan_ranking
 
 DEFAULT_URLS = {
@@ -283,7 +284,7 @@ def measure(
             elapsed, scanned = timed(scanning, message)
             scans.append(elapsed)
             same = same and report_of(scanned) == report_of(result)
-    index_bytes = memory.word_index(NAMESPACE).nbytes()
+    index_bytes = fresh_index(memory, NAMESPACE).nbytes()
     p95 = statistics.quantiles(timings, n=20)[-1] if len(timings) > 1 else timings[0]
     return Result(
         backend, len(data.keys), data.kind, load_s, warm_up, statistics.median(timings), p95,

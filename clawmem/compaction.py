@@ -115,11 +115,6 @@ class CompactionResult:
     boundary: int = 0
     usage: Mapping[str, Any] | None = None
 
-    @property
-    def summarised_range(self) -> range:
-        """Return the indices of the input history that the summary replaced (empty unless fired)."""
-        return range(self.start, self.boundary) if self.fired else range(0)
-
 
 class HistoryCompactor:
     """Replaces the older half of an oversized history with one summary message.

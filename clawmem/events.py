@@ -62,11 +62,6 @@ def off(name: str, callback: Listener | None = None) -> None:
             _listeners[name].remove(callback)
 
 
-def current_run_id() -> str | None:
-    """Return the run id of the enclosing :func:`run_context`, or ``None``."""
-    return _run_id.get()
-
-
 @contextlib.contextmanager
 def run_context(run_id: str) -> Iterator[str]:
     """Tag every event emitted inside the block with ``run_id``."""

@@ -4,7 +4,9 @@ subject export and erasure, sizes and uninstall.
 Each is a function of a :class:`~clawmem.site.Site` returning a typed result. With
 ``dry_run=True`` it deletes nothing and returns the same result it would have returned, so a
 preview and a run can be compared line by line. The CLI (``clawmem`` and ``flask claw``) and
-the dashboard call these and nothing below them; none of them asks which driver it runs on.
+the dashboard call these and nothing below them. Entries are reached through the operator API
+every driver has (:class:`~clawmem.memory.base.BaseMemory`); only uninstall names the SQL
+tables and the file driver's directory of the site, which it removes whichever driver is set.
 """
 
 from __future__ import annotations

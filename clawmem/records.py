@@ -54,3 +54,30 @@ class MemoryHit:
     value: Any
     namespace: str
     score: int
+
+
+# One entry as a change feed carries it: (key, value, expires_at).
+FedEntry = tuple[str, Any, "int | None"]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """One batch of a namespace's change feed (a driver's ``changes(namespace, cursor)``).
+
+    Applied in this order to a copy of the namespace, it makes the copy equal a full read of
+    the recallable entries (expired-but-unswept ones included, rows whose value cannot be
+    decoded left out): with ``reset`` empty the copy first; with ``swept_at`` drop every entry
+    that expires at or before it (a sweep); then store ``entries`` and remove ``gone``. Pass
+    ``cursor`` to the next call.
+    """
+
+    cursor: Any
+    entries: list[FedEntry] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    reset: bool = False
+    swept_at: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Return whether the batch changes nothing."""
+        return not (self.entries or self.gone or self.reset or self.swept_at is not None)

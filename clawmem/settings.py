@@ -21,7 +21,7 @@ PII_GUARD_MODES = ("block", "redact", "warn", "off")
 CLAWMEM_SCHEMA = "clawmem"
 PHPCLAW_SCHEMA = "phpclaw-wordpress"
 SCHEMAS = (CLAWMEM_SCHEMA, PHPCLAW_SCHEMA)
-# How recall scores (SPEC 5): ours, or phpClaw's own byte for byte (clawmem.ranking.ranker_for).
+# How recall scores (SPEC 5): ours, or phpClaw's own byte for byte (clawmem.recall.phpclaw.ranker_for).
 RECALL_SCORINGS = ("clawmem", "phpclaw")
 # A site's label in CLAW_SITES: it is shown in the header and carried in every dashboard URL.
 SITE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")

@@ -207,16 +207,6 @@ def begin_attempt(address: str, username: str, now: float) -> bool:
     return _retrying_deadlocks(record) == 1
 
 
-def record_failure(address: str, username: str, now: float) -> None:
-    """Remember one failed sign-in, and drop records older than the window."""
-
-    def record() -> None:
-        db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= now - FAILURE_WINDOW_SECONDS))
-        db.session.add(LoginFailure(address=address, username=_failure_key(username), failed_at=now))
-
-    _retrying_deadlocks(record)
-
-
 def clear_failures(address: str, username: str) -> None:
     """Forget the failures of ``address`` on ``username`` after a successful sign-in."""
 

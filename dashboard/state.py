@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from flask import Flask, current_app, g, has_request_context
 from sqlalchemy.engine import Engine
@@ -19,10 +19,8 @@ from clawmem.conversations import ConversationLog
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.paging import Page
-from clawmem.rules import encode_value
 from clawmem.settings import Settings
 from clawmem.site import Site
-from clawmem.text import utf8_len
 
 T = TypeVar("T")
 
@@ -112,11 +110,6 @@ def driver() -> BaseMemory:
 def conversations() -> ConversationLog:
     """Return the site's conversation log."""
     return site().conversations
-
-
-def value_bytes(key: str, value: Any) -> int:
-    """Return the UTF-8 size of ``value`` as stored (its compact JSON), within this site's value limit."""
-    return utf8_len(encode_value(key, value, settings().max_value_bytes))
 
 
 def every_item(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:

@@ -98,8 +98,9 @@ def test_registry_builds_all_four_and_lists_names(tmp_path: Any) -> None:
 def test_redis_driver_names_the_missing_package(tmp_path: Any) -> None:
     code = (
         "import sys; sys.modules['redis'] = None\n"
+        "from clawmem.errors import ConfigError\n"
         "from clawmem.memory.registry import registry\n"
-        "try:\n    registry.build('redis')\nexcept RuntimeError as e:\n    print(e)\n"
+        "try:\n    registry.build('redis')\nexcept ConfigError as e:\n    print(e)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'clawmem[redis]'" in result.stdout

@@ -387,6 +387,7 @@ def _commands(app: Flask, rows: dict[str, list[dict[str, Any]]]) -> None:
 EXAMPLES = {"sqlite": 30, "mysql": 12, "postgres": 12}
 
 
+@pytest.mark.slow  # a state machine on every backend: in make test, not make test-fast
 @on_every_backend
 def test_any_rows_leave_every_page_and_command_answering(
     make_app: Any, dashboard_backend: str, tmp_path: Any, prefix: str

@@ -28,6 +28,7 @@ def _upsert_worker(url: str, prefix: str, worker: int) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_concurrent_upserts_keep_one_row_per_key(
     engine: Any, sql_backend: str, prefix: str, tmp_path: Any
 ) -> None:

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.memory.base import BaseMemory
-from clawmem.recall.index import WordIndex
-from clawmem.records import MemoryRow
+from clawmem.memory.base import FeedingMemory
+from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, is_expired
 
 # namespace -> key -> (encoded JSON, expires_at)
 _Store = dict[str, dict[str, tuple[str, int | None]]]
+_LOG_SLACK = 1024  # changed keys a namespace's log holds beyond twice its size, before it restarts
 
 
-class ArrayMemory(BaseMemory):
-    """Keeps entries as JSON text in a dict, so callers never share mutable state with it."""
+class ArrayMemory(FeedingMemory):
+    """Keeps entries as JSON text in a dict, so callers never share mutable state with it.
+
+    Its change feed is a log per namespace of the keys written or deleted; a cursor is the
+    log's generation and position. A flush, or a log grown past twice the namespace, starts a
+    new generation, and a cursor of an older one gets the whole namespace again.
+    """
 
     name = "array"
     backend_errors = ()
@@ -26,8 +32,8 @@ class ArrayMemory(BaseMemory):
         super().__init__(clock, max_value_bytes)
         self._store: _Store = {}
         self._lock = threading.Lock()
-        # The recall index of each namespace asked for, kept in step by every write.
-        self._indexes: dict[str, WordIndex] = {}
+        self._log: dict[str, tuple[int, list[str]]] = {}  # namespace -> (generation, keys changed)
+        self._generations = itertools.count(1)
 
     def _live(self, namespace: str, now: int) -> dict[str, str]:
         return {
@@ -35,6 +41,13 @@ class ArrayMemory(BaseMemory):
             for key, (encoded, expires_at) in self._store.get(namespace, {}).items()
             if not is_expired(expires_at, now)
         }
+
+    def _changed(self, namespace: str, key: str) -> None:
+        """Log a change of ``key`` (the lock is held)."""
+        log = self._log.get(namespace)
+        if log is None or len(log[1]) > 2 * len(self._store.get(namespace, ())) + _LOG_SLACK:
+            log = self._log[namespace] = (next(self._generations), [])
+        log[1].append(key)
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         with self._lock:
@@ -44,19 +57,16 @@ class ArrayMemory(BaseMemory):
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         with self._lock:
             self._store.setdefault(namespace, {})[key] = (encoded, expires_at)
-            if namespace in self._indexes:
-                self._indexes[namespace].put(key, decode_value(encoded), expires_at)
+            self._changed(namespace, key)
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
         with self._lock:
-            self._store.get(namespace, {}).pop(key, None)
-            if namespace in self._indexes:
-                self._indexes[namespace].remove(key)
+            if self._store.get(namespace, {}).pop(key, None) is not None:
+                self._changed(namespace, key)
 
     def _flush(self, namespace: str) -> int:
         with self._lock:
-            if namespace in self._indexes:
-                self._indexes[namespace].clear()
+            self._log[namespace] = (next(self._generations), [])
             return len(self._store.pop(namespace, {}))
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
@@ -78,8 +88,7 @@ class ArrayMemory(BaseMemory):
                 if not dry_run:
                     for key in expired:
                         del entries[key]
-                        if namespace in self._indexes:
-                            self._indexes[namespace].remove(key)
+                        self._changed(namespace, key)
         return counts
 
     def _records(self, namespace: str) -> list[MemoryRow]:
@@ -90,14 +99,22 @@ class ArrayMemory(BaseMemory):
             for key, (encoded, expires_at) in stored
         ]
 
-    def _fresh_index(self, namespace: str) -> WordIndex:
+    def _changes(self, namespace: str, cursor: Any) -> Changes:
         with self._lock:
-            index = self._indexes.get(namespace)
-            if index is None:
-                index = self._indexes[namespace] = WordIndex(namespace)
-                stored = self._store.get(namespace, {}).items()
-                index.load((key, decode_value(encoded), expires_at) for key, (encoded, expires_at) in stored)
-            return index
+            generation, keys = self._log.setdefault(namespace, (next(self._generations), []))
+            stored = self._store.get(namespace, {})
+            if cursor is None or cursor[0] != generation:
+                entries = [(key, encoded, expires_at) for key, (encoded, expires_at) in stored.items()]
+                gone: list[str] = []
+                reset = True
+            else:
+                changed = dict.fromkeys(keys[cursor[1] :])
+                entries = [(key, *stored[key]) for key in changed if key in stored]
+                gone = [key for key in changed if key not in stored]
+                reset = False
+            position = (generation, len(keys))
+        decoded = [(key, decode_value(encoded), expires_at) for key, encoded, expires_at in entries]
+        return Changes(position, decoded, gone, reset=reset)
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         with self._lock:

@@ -1,4 +1,6 @@
-"""The memory contract: six methods every driver implements, plus search.
+"""The memory contract: :class:`MemoryInterface`'s six methods (SPEC 2) and search, and
+:class:`BaseMemory`, the front every driver shares (validation, events, errors, the operator's
+read API and deletion of rows as stored); :class:`FeedingMemory` adds the change feed.
 
 Rules (every driver, identically): keys are non-empty str of at most 191 characters with no
 control characters; namespaces follow :func:`~clawmem.rules.validate_namespace`; values
@@ -20,10 +22,10 @@ from clawmem import events
 from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StorageError
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
-from clawmem.recall.index import WordIndex
-from clawmem.recall.rankings import rank
+from clawmem.recall.feeds import fresh_index
+from clawmem.recall.rankings import ATTEMPTS, rank
 from clawmem.recall.words import keywords
-from clawmem.records import MemoryHit, MemoryRow, NamespaceCount
+from clawmem.records import Changes, MemoryHit, MemoryRow, NamespaceCount
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     Ttl,
@@ -124,7 +126,8 @@ class BaseMemory(SearchableMemory):
     """Shared front of every storage driver: validation, events and error wrapping.
 
     Subclasses set ``name`` and ``backend_errors`` and implement the ``_get``, ``_set``,
-    ``_forget``, ``_flush``, ``_all`` and ``_sweep`` primitives, which receive validated input.
+    ``_forget``, ``_flush``, ``_all``, ``_sweep`` and ``_records`` primitives, which receive
+    validated input; ``_fetch`` and ``_namespaces`` have defaults to override.
     ``_get`` returns a ``(found, value)`` pair so that a stored ``None`` is not a miss.
     """
 
@@ -165,12 +168,13 @@ class BaseMemory(SearchableMemory):
         words = keywords(query)
         if not words or limit <= 0:
             return []
-        for _ in range(3):  # a candidate found changed corrects the index; look again
-            index = self._fresh_index(namespace)
-            found = index.query(words, now).first(limit)
-            rows = {row.key: row for row in self._fetch(namespace, {key for key, _, _ in found})}
-            if index.confirm([key for key, _, _ in found], rows, now):
-                return [MemoryHit(key, rows[key].value, namespace, score) for key, score, _ in found]
+        if isinstance(self, FeedingMemory):
+            for _ in range(ATTEMPTS):  # a candidate found changed corrects the index; look again
+                index = fresh_index(self, namespace, self._changes)
+                found = index.query(words, now).first(limit)
+                rows = {row.key: row for row in self._fetch(namespace, {key for key, _, _ in found})}
+                if index.confirm([key for key, _, _ in found], rows, now):
+                    return [MemoryHit(key, rows[key].value, namespace, score) for key, score, _ in found]
         return [
             MemoryHit(key, value, namespace, points)
             for key, value, points in rank(query, self._all(namespace, now), limit)
@@ -227,14 +231,9 @@ class BaseMemory(SearchableMemory):
         events.emit("memory.forget", driver=self.name, namespace=namespace, key=key)
 
     def flush(self, namespace: str = DEFAULT_NAMESPACE) -> None:
-        self.purge(namespace)
-
-    def purge(self, namespace: str = DEFAULT_NAMESPACE) -> int:
-        """Flush ``namespace`` and return how many entries (expired ones included) went."""
         validate_namespace(namespace)
         count = self._call("flush", self._flush, namespace)
         events.emit("memory.flush", driver=self.name, namespace=namespace, count=count)
-        return count
 
     def all(self, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any]:
         validate_namespace(namespace)
@@ -376,21 +375,6 @@ class BaseMemory(SearchableMemory):
             events.emit("memory.forget", driver=self.name, namespace=namespace, key=key)
         return len(keys)
 
-    # -- the recall index ---------------------------------------------------------------------
-    # Drivers that can tell what changed keep an index per namespace and bring it up to date
-    # on each call; this default rebuilds it from the records, which is exact but costs a scan.
-
-    def word_index(self, namespace: str = DEFAULT_NAMESPACE) -> WordIndex:
-        """Return the recall index of ``namespace``, in step with everything any process has
-        committed to the backend so far."""
-        validate_namespace(namespace)
-        return self._call("index", self._fresh_index, namespace)
-
-    def _fresh_index(self, namespace: str) -> WordIndex:
-        index = WordIndex(namespace)
-        index.load((row.key, row.value, row.expires_at) for row in self._records(namespace))
-        return index
-
     def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]:
         """Return the stored rows of ``keys`` that exist (expired ones included), by key."""
         validate_namespace(namespace)
@@ -409,6 +393,20 @@ class BaseMemory(SearchableMemory):
         contains ``text`` exactly (case-sensitive), by namespace then key."""
         for namespace in self.namespaces():  # rows another program wrote under any name included
             yield from (row for row in self.stored_records(namespace) if contains_text(row, text))
+
+
+class FeedingMemory(BaseMemory):
+    """A driver that publishes each namespace's change feed, which recall follows in an index
+    (:mod:`clawmem.recall.feeds`). A driver that does not subclass it is scanned by recall."""
+
+    def changes(self, namespace: str = DEFAULT_NAMESPACE, cursor: Any = None) -> Changes:
+        """Return what changed in ``namespace`` since ``cursor`` (a full read for ``None``): see
+        :class:`clawmem.records.Changes`. Pass the returned cursor to the next call."""
+        validate_namespace(namespace)
+        return self._call("changes", self._changes, namespace, cursor)
+
+    @abc.abstractmethod
+    def _changes(self, namespace: str, cursor: Any) -> Changes: ...
 
 
 def check_stored_name(name: object, what: str) -> str:
@@ -431,6 +429,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "FILTERS",
     "BaseMemory",
+    "FeedingMemory",
     "MemoryInterface",
     "SearchableMemory",
 ]

@@ -26,9 +26,8 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.errors import CorruptStoreError, InvalidNamespace
-from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, emit_write
-from clawmem.recall.index import WordIndex
-from clawmem.records import MemoryRow
+from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
+from clawmem.records import Changes, MemoryRow
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     Ttl,
@@ -173,22 +172,24 @@ def _warn_about_files_of_an_earlier_layout(root: Path) -> None:
         )
 
 
-@dataclass
-class _IndexState:
-    """A namespace's recall index, the file it was built from, and that file's store."""
+@dataclass(frozen=True)
+class _FileCursor:
+    """A namespace's file as a change feed last read it: its signature and its store."""
 
-    index: WordIndex
-    signature: tuple[int, int, int] | None = None
+    signature: tuple[int, int, int] | None
     store: Store = field(default_factory=dict)
 
 
-class FileMemory(BaseMemory):
+class FileMemory(FeedingMemory):
     """Keeps each namespace of site ``site`` (a table prefix) in its own JSON file under
     ``directory/<site directory>`` (both created 0700 on first write).
 
     Writers hold an exclusive ``flock`` on the namespace's lock file for the whole
     read-modify-write cycle and replace the data file atomically, so concurrent processes lose
     no update and readers never see a half-written file. A corrupt file raises ``StorageError``.
+
+    Its change feed compares the file's signature (inode, size, mtime) with the cursor's, and
+    when the file was replaced, the entries of the new store with the cursor's.
     """
 
     name = "file"
@@ -206,8 +207,10 @@ class FileMemory(BaseMemory):
         self.site = site
         # Every file of this store lives here; another site's directory is never opened.
         self.directory = site_directory(self.root, site)
-        self._indexes: dict[str, _IndexState] = {}
-        self._index_lock = threading.Lock()
+        # The last store read of each namespace's file, by the file's signature: a turn that
+        # finds the file unchanged reads its candidates from here, not from the disk.
+        self._read_cache: dict[str, tuple[tuple[int, int, int] | None, Store]] = {}
+        self._cache_lock = threading.Lock()
         _warn_about_files_of_an_earlier_layout(self.root)
 
     def path_for(self, namespace: str) -> Path:
@@ -322,31 +325,35 @@ class FileMemory(BaseMemory):
             for key, entry in store.items()
         ]
 
-    def _current(self, namespace: str) -> _IndexState:
-        """Return the namespace's index state, read again from its file when it was replaced."""
+    def _current(self, namespace: str) -> tuple[tuple[int, int, int] | None, Store]:
+        """Return the signature of the namespace's file and its store, read again only when the
+        file was replaced (the signature is taken before reading: a later replace shows next time)."""
         path = self.path_for(namespace)
-        with self._index_lock:
-            state = self._indexes.get(namespace)
-            signature = _signature(path)  # before reading: a later replace is caught next time
-            if state is not None and signature == state.signature:
-                return state
-            store = self._read(path) if signature is not None else {}
-            if state is None:
-                state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
-                state.index.load((key, entry["value"], entry["expires_at"]) for key, entry in store.items())
-            else:
-                for key in set(state.index.slot_of) - set(store):
-                    state.index.remove(key)
-                for key, entry in store.items():
-                    state.index.put(key, entry["value"], entry["expires_at"])
-            state.signature, state.store = signature, store
-            return state
+        signature = _signature(path)
+        with self._cache_lock:
+            cached = self._read_cache.get(namespace)
+        if cached is not None and cached[0] == signature:
+            return cached
+        current = (signature, self._read(path) if signature is not None else {})
+        with self._cache_lock:
+            self._read_cache[namespace] = current
+        return current
 
-    def _fresh_index(self, namespace: str) -> WordIndex:
-        return self._current(namespace).index
+    def _changes(self, namespace: str, cursor: Any) -> Changes:
+        signature, store = self._current(namespace)
+        if isinstance(cursor, _FileCursor) and cursor.signature == signature:
+            return Changes(cursor)
+        fed = _FileCursor(signature, store)
+        if not isinstance(cursor, _FileCursor):
+            entries = [(key, entry["value"], entry["expires_at"]) for key, entry in store.items()]
+            return Changes(fed, entries, reset=True)
+        # Every entry of the new store, however few changed: reading the file cost as much, and
+        # an index stores again only those whose text, type or expiry differ.
+        entries = [(key, entry["value"], entry["expires_at"]) for key, entry in store.items()]
+        return Changes(fed, entries, [key for key in cursor.store if key not in store])
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
-        store = self._current(namespace).store
+        store = self._current(namespace)[1]
         return [
             MemoryRow(
                 namespace,

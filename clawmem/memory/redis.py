@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from clawmem.clock import Clock
 from clawmem.errors import ConfigError, CorruptEntryError, redact
-from clawmem.memory.base import BaseMemory
-from clawmem.recall.index import WordIndex
-from clawmem.records import MemoryRow
+from clawmem.memory.base import FeedingMemory
+from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -73,15 +70,7 @@ def _stream_id(raw: bytes | str) -> tuple[int, int]:
     return int(milliseconds), int(sequence or 0)
 
 
-@dataclass
-class _IndexState:
-    """A namespace's recall index and the id of the last change of the log it has applied."""
-
-    index: WordIndex
-    seen: str = "0-0"
-
-
-class RedisMemory(BaseMemory):
+class RedisMemory(FeedingMemory):
     """Keeps entries in Redis with server-side expiry and an exact expiry check on every read.
 
     Give a ``url`` (default ``redis://127.0.0.1:6379/0``) or a ready ``client``, not both.
@@ -118,8 +107,6 @@ class RedisMemory(BaseMemory):
             except ValueError as exc:
                 raise ConfigError(f"invalid Redis URL {redact(url or DEFAULT_URL)!r}: {exc}") from None
         self.client = client
-        self._indexes: dict[str, _IndexState] = {}
-        self._index_lock = threading.Lock()
 
     # -- key layout ------------------------------------------------------------------------
 
@@ -309,52 +296,46 @@ class RedisMemory(BaseMemory):
 
     # -- the recall index -----------------------------------------------------------------------
 
-    def _fresh_index(self, namespace: str) -> WordIndex:
-        with self._index_lock:
-            state = self._indexes.get(namespace)
-            if state is None:
-                state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
-                self._reload(state, namespace)
-                return state.index
-            log = self.log_key(namespace)
-            changes = self.client.xrange(log, f"({state.seen}", "+")
-            if not changes:
-                return state.index
-            if state.seen == "0-0":
-                # The log was empty when the index was built, so no id tells whether it was cut
-                # since; approximate trimming never cuts it below LOG_LENGTH, so a shorter log
-                # still holds every change.
-                cut = len(changes) >= LOG_LENGTH
+    def _changes(self, namespace: str, cursor: Any) -> Changes:
+        """Follow the namespace's change stream: a cursor is the id of the last change read."""
+        if cursor is None:
+            return self._everything(namespace)
+        log = self.log_key(namespace)
+        changes = self.client.xrange(log, f"({cursor}", "+")
+        if not changes:
+            return Changes(cursor)
+        if cursor == "0-0":
+            # The log was empty when the copy was made, so no id tells whether it was cut
+            # since; approximate trimming never cuts it below LOG_LENGTH, so a shorter log
+            # still holds every change.
+            cut = len(changes) >= LOG_LENGTH
+        else:
+            oldest = self.client.xrange(log, "-", "+", count=1)
+            cut = _stream_id(oldest[0][0]) > _stream_id(cursor)
+        if cut:
+            return self._everything(namespace)  # the log was cut past what the copy had seen
+        changed: set[str] = set()
+        reset, swept_at = False, None
+        for change_id, fields in changes:
+            change = {_text(name): _text(value) for name, value in fields.items()}
+            if "flush" in change:
+                reset, swept_at = True, None
+                changed.clear()
+            elif "sweep" in change:
+                swept_at = max(int(change["sweep"]), swept_at or 0)
             else:
-                oldest = self.client.xrange(log, "-", "+", count=1)
-                cut = _stream_id(oldest[0][0]) > _stream_id(state.seen)
-            if cut:
-                self._reload(state, namespace)  # the log was cut past what this index had seen
-                return state.index
-            changed: set[str] = set()
-            for change_id, fields in changes:
-                change = {_text(name): _text(value) for name, value in fields.items()}
-                if "flush" in change:
-                    state.index.clear()
-                    changed.clear()
-                elif "sweep" in change:
-                    state.index.drop_expired(int(change["sweep"]))
-                else:
-                    changed.add(change["k"])
-                state.seen = _text(change_id)
-            found = {row.key: row for row in self._stored_keys(namespace, sorted(changed))}
-            for key in changed:
-                row = found.get(key)
-                if row is None:
-                    state.index.remove(key)
-                else:
-                    state.index.put(key, row.value, row.expires_at)
-            return state.index
+                changed.add(change["k"])
+            cursor = _text(change_id)
+        found = {row.key: row for row in self._stored_keys(namespace, sorted(changed))}
+        entries = [(row.key, row.value, row.expires_at) for row in found.values()]
+        gone = [key for key in changed if key not in found]
+        return Changes(cursor, entries, gone, reset=reset, swept_at=None if reset else swept_at)
 
-    def _reload(self, state: _IndexState, namespace: str) -> None:
+    def _everything(self, namespace: str) -> Changes:
         newest = self.client.xrevrange(self.log_key(namespace), "+", "-", count=1)
-        state.seen = _text(newest[0][0]) if newest else "0-0"
-        state.index.load((row.key, row.value, row.expires_at) for row in self._records(namespace))
+        cursor = _text(newest[0][0]) if newest else "0-0"
+        rows = self._records(namespace)
+        return Changes(cursor, [(row.key, row.value, row.expires_at) for row in rows], reset=True)
 
     def _stored_keys(self, namespace: str, keys: list[str]) -> list[MemoryRow]:
         rows = []

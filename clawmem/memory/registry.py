@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from clawmem.clock import Clock
+from clawmem.errors import ConfigError
 from clawmem.memory.base import MemoryInterface
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import Settings
@@ -51,7 +52,7 @@ def _redis(settings: Settings, clock: Clock) -> MemoryInterface:
     try:
         import redis  # noqa: F401
     except ImportError:
-        raise RuntimeError(
+        raise ConfigError(
             "the redis memory driver needs the redis module, which is not installed: "
             "pip install 'clawmem[redis]'"
         ) from None
@@ -91,10 +92,6 @@ class MemoryRegistry:
     def names(self) -> list[str]:
         """Return the registered driver names, in registration order."""
         return list(self._factories)
-
-    def has(self, name: str) -> bool:
-        """Return whether ``name`` is registered."""
-        return name.strip().lower() in self._factories
 
     def build(self, name: str, settings: Settings | None = None, clock: Clock = time.time) -> MemoryInterface:
         """Return a new driver ``name``; raises ``ValueError`` listing the available names."""

@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -14,92 +13,32 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
-from clawmem.codecs import UndecodableValue, codec_for, readable_entries, warn_unreadable
+from clawmem.codecs import UndecodableValue, codec_for, readable_entries
 from clawmem.errors import StorageError
-from clawmem.memory.base import BaseMemory, check_filter
+from clawmem.memory.base import FeedingMemory, check_filter
+from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start
-from clawmem.recall.index import WordIndex
-from clawmem.records import MemoryRow, NamespaceCount
+from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, kv
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
-from clawmem.sql.lenient import as_text, read_expiry, read_value
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
 
-class SqlBackedMemory(BaseMemory):
-    """A driver on the three tables of ``prefix`` in ``engine``'s database."""
-
-    backend_errors = (sa.exc.SQLAlchemyError,)
-
-    def __init__(
-        self,
-        engine: Engine,
-        prefix: str = "",
-        clock: Clock = time.time,
-        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-    ) -> None:
-        super().__init__(clock, max_value_bytes)
-        self.engine = engine
-        self.prefix = validate_prefix(prefix)
-
-    def _describe(self, exc: BaseException) -> str:
-        return describe_error(exc)
-
-    def _call(self, operation: str, function: Any, *args: Any) -> Any:
-        try:
-            return super()._call(operation, function, *args)
-        except UndecodableValue as exc:  # names the key, never the value
-            raise StorageError(self.name, operation, str(exc)) from None
-
-
-# Rows whose updated_at is this much older than the newest one the index has seen are still
-# read again on each refresh: a writer's clock may lag, and a long transaction may commit a
-# stamp from before others that committed first. A change stamped further back than this is
-# only found when the namespace's row count says something is missing.
-REINDEX_OVERLAP = timedelta(minutes=5)
-
-
-@dataclass
-class _IndexState:
-    """A namespace's index and what it had seen of the table when it was last brought up to date."""
-
-    index: WordIndex
-    newest: datetime | None = None
-    unreadable: set[str] = field(default_factory=set)
-    # SQLite's data_version or PostgreSQL's snapshot when last brought up to date: while it is
-    # the same, nothing has been committed since, and nothing needs reading.
-    marker: Any = None
-    # What was seen of each row stamped within REINDEX_OVERLAP of the newest: a changed row
-    # there shows a different mark, and only those are read again.
-    window: dict[str, int] = field(default_factory=dict)
-    # MariaDB: the window's bounds and digest (see clawmem.sql.kv.window_digest) when last probed.
-    digest: tuple[Any, Any] = (None, None)
-
-
-def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
-    """Return, per key of :func:`clawmem.sql.kv.index_probe`'s rows, what tells two states of
-    the row apart: a hash of its stamp, expiry and version."""
-    return {as_text(key): hash((str(stamp), str(expires), version)) for key, stamp, expires, version in probe}
-
-
-class SqlMemory(SqlBackedMemory):
+class SqlMemory(FeedingMemory):
     """Entries as rows keyed by (namespace, lookup_key). Expiry is compared with the injected
     clock, never the database's ``NOW()``; upserts are single atomic statements.
 
-    The recall index of a namespace follows the table, whoever writes it (another worker, the
-    CLI, another program with plain SQL): each call reads the key, stamp and version (see
-    :func:`clawmem.sql.kv.row_version`) of the rows stamped since the newest ``updated_at`` it
-    saw (less :data:`REINDEX_OVERLAP`), reads the values of only those that changed, and
-    compares the namespace's row count, reading every key again only when rows went missing.
-    When nothing has been committed since (SQLite's ``PRAGMA data_version``, PostgreSQL's
-    current snapshot), it reads nothing more.
+    Its change feed follows the table, whoever writes it (see :mod:`clawmem.memory.sql_feed`).
+    When nothing has been committed since the cursor (SQLite's ``PRAGMA data_version``,
+    PostgreSQL's current snapshot), it reads nothing more.
     """
 
     name = "sql"
+    backend_errors = (sa.exc.SQLAlchemyError,)
 
     def __init__(
         self,
@@ -109,12 +48,23 @@ class SqlMemory(SqlBackedMemory):
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         shape: str = CLAWMEM_SCHEMA,
     ) -> None:
-        super().__init__(engine, prefix, clock, max_value_bytes)
+        super().__init__(clock, max_value_bytes)
+        self.engine = engine
+        self.prefix = validate_prefix(prefix)
         self.shape = shape  # of the tables: clawmem, or phpclaw-wordpress (SPEC 4.8)
         self.codec = codec_for(shape)
-        self._indexes: dict[str, _IndexState] = {}
-        self._index_lock = threading.Lock()
+        self._deleted = LocalDeletions()
+        self._watch_lock = threading.Lock()
         self._watch: Any = None  # SQLite: a connection of its own, to read data_version
+
+    def _describe(self, exc: BaseException) -> str:
+        return describe_error(exc)
+
+    def _call(self, operation: str, function: Any, *args: Any) -> Any:
+        try:
+            return super()._call(operation, function, *args)
+        except UndecodableValue as exc:  # names the key, never the value
+            raise StorageError(self.name, operation, str(exc)) from None
 
     def _encode(self, key: str, value: Any) -> str:
         return self.codec.encode(key, value, self.max_value_bytes)
@@ -137,21 +87,13 @@ class SqlMemory(SqlBackedMemory):
     def _forget(self, key: str, namespace: str, now: int) -> None:
         with write_transaction(self.engine) as conn:
             kv.delete_entry(conn, self.prefix, namespace, key, self.shape)
-        self._indexed(namespace, lambda index: index.remove(key))
+        self._deleted.add(namespace, key)
 
     def _flush(self, namespace: str) -> int:
         with write_transaction(self.engine) as conn:
             count = kv.delete_namespace(conn, self.prefix, namespace, self.shape)
-        self._indexed(namespace, WordIndex.clear)
+        self._deleted.add(namespace, None)
         return count
-
-    def _indexed(self, namespace: str, change: Any) -> None:
-        """Apply a deletion this process made to the namespace's index, if it has one, so the
-        next refresh finds the row count as expected instead of reading every key again."""
-        with self._index_lock:
-            state = self._indexes.get(namespace)
-            if state is not None:
-                change(state.index)
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
@@ -185,7 +127,6 @@ class SqlMemory(SqlBackedMemory):
                 count = kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
             if count:
                 deleted[namespace] = count
-                self._indexed(namespace, lambda index: index.drop_expired(now))
         return deleted
 
     # -- the operator's read API, answered by queries ------------------------------------------
@@ -281,111 +222,39 @@ class SqlMemory(SqlBackedMemory):
         finally:
             cursor.close()
 
-    def _fresh_index(self, namespace: str) -> WordIndex:
-        with self._index_lock:
-            state = self._indexes.get(namespace)
+    def _changes(self, namespace: str, cursor: Any) -> Changes:
+        with self._watch_lock:
             version = self._data_version()
-            if state is not None and version is not None and version == state.marker:
-                return state.index
-            with self.engine.connect() as conn:
-                # Read before the rows, so a commit after it is seen by the next call.
-                marker = version if version is not None else kv.commit_marker(conn)
-                if state is not None and marker is not None and marker == state.marker:
-                    return state.index
-                if state is None:
-                    state = self._indexes[namespace] = _IndexState(WordIndex(namespace))
-                    self._load(state, conn)
-                else:
-                    self._catch_up(state, conn)
-            state.marker = marker
-            return state.index
-
-    def _decoded(self, state: _IndexState, rows: Any) -> Iterator[tuple[str, Any, int | None]]:
-        for key, text, expires_at, updated_at in rows:
-            if isinstance(updated_at, datetime) and (state.newest is None or updated_at > state.newest):
-                state.newest = updated_at  # an unreadable stamp (another program's row) says nothing
-            key = as_text(key)
-            value, problem = read_value(partial(self.codec.read, state.index.namespace, key), text)
-            if problem is not None:
-                if key not in state.unreadable:
-                    warn_unreadable(state.index.namespace, key)
-                state.unreadable.add(key)  # another program's row; recall cannot use it
-                continue
-            state.unreadable.discard(key)
-            # An expiry that is not a number (SQLite keeps 'soon') never compares as expired in SQL.
-            yield key, value, read_expiry(expires_at)[0]
-
-    def _load(self, state: _IndexState, conn: Any) -> None:
-        namespace = state.index.namespace
-        # The window's marks are read before the values: a row changed in between shows a
-        # different mark on the next call and is read again, never the other way round.
-        newest = kv.newest_stamp(conn, self.prefix, namespace, self.shape)
-        since = newest - REINDEX_OVERLAP if isinstance(newest, datetime) else None
-        probe = kv.index_probe(conn, self.prefix, namespace, since, self.shape)
-        state.window = _marks(probe)
-        state.index.load(self._decoded(state, kv.index_rows(conn, self.prefix, namespace, None, self.shape)))
-
-    def _catch_up(self, state: _IndexState, conn: Any) -> None:
-        """Bring the index up to date: read the key, stamp and version of the rows stamped within
-        the overlap of the newest seen, index again only those that differ from what was seen
-        there, and compare the row count to find rows deleted (or stamped far back) elsewhere."""
-        index, namespace = state.index, state.index.namespace
-        since = None if state.newest is None else state.newest - REINDEX_OVERLAP
-        # Read before the marks: a row changed after it makes the next digest differ.
-        digest = (since, kv.window_digest(conn, self.prefix, namespace, since, self.shape))
-        if digest[1] is None or digest != state.digest:
-            self._probe_window(state, conn, since)
-            state.digest = digest
-        count = kv.count_namespace(conn, self.prefix, namespace, self.shape)
-        if count == len(index) + len(state.unreadable):
-            return
-        # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
-        present = kv.namespace_keys(conn, self.prefix, namespace, self.shape)
-        for key in (set(index.slot_of) | state.unreadable) - present:
-            index.remove(key)
-            state.unreadable.discard(key)
-        self._index_keys(state, conn, sorted(present - set(index.slot_of) - state.unreadable))
-
-    def _probe_window(self, state: _IndexState, conn: Any, since: datetime | None) -> None:
-        """Read the marks of the rows stamped since ``since``; index again those that changed."""
-        probe = kv.index_probe(conn, self.prefix, state.index.namespace, since, self.shape)
-        window = _marks(probe)
-        changed = [key for key, mark in window.items() if state.window.get(key) != mark]
-        if changed:
-            self._index_keys(state, conn, changed)
-        # Only once indexed: marks of rows that fell out of the window go with it.
-        state.window = window
-        stamps = [stamp for _, stamp, _, _ in probe if isinstance(stamp, datetime)]
-        if stamps and (state.newest is None or max(stamps) > state.newest):
-            state.newest = max(stamps)
-
-    def _index_keys(self, state: _IndexState, conn: Any, keys: list[str]) -> None:
-        """Index the stored rows of ``keys`` as they are now; drop those no longer stored."""
-        index, unknown = state.index, sorted(keys)
-        while unknown:
+        if isinstance(cursor, SqlCursor) and not cursor.broken:
+            if version is not None and version == cursor.marker:
+                return Changes(cursor)
+        else:
+            cursor = None
+        local = self._deleted.position(namespace)
+        with self.engine.connect() as conn:
+            # Read before the rows, so a commit after it is seen by the next call.
+            marker = version if version is not None else kv.commit_marker(conn)
+            if cursor is not None and marker is not None and marker == cursor.marker:
+                return Changes(cursor)
+            decode = partial(self.codec.read, namespace)
+            feed = SqlFeed(conn, self.prefix, self.shape, namespace, decode)
+            if cursor is None:
+                cursor = SqlCursor(local=local)
+                entries = feed.load(cursor)
+                cursor.marker = marker
+                return Changes(cursor, entries, reset=True)
             try:
-                rows = kv.rows_of_keys(conn, self.prefix, index.namespace, unknown, self.shape)
-            except UndecodableValue as exc:  # another program's row; recall cannot use it
-                if exc.key not in state.unreadable:
-                    warn_unreadable(index.namespace, exc.key)
-                state.unreadable.add(exc.key)
-                index.remove(exc.key)
-                unknown.remove(exc.key)
-                continue
-            found = {row.key for row in rows}
-            for row in rows:
-                if row.raw_value:  # another program's row; recall cannot use it
-                    if row.key not in state.unreadable:
-                        warn_unreadable(index.namespace, row.key)
-                    state.unreadable.add(row.key)
-                    index.remove(row.key)
-                else:
-                    state.unreadable.discard(row.key)
-                    index.put(row.key, row.value, row.expires_at)
-            for key in set(unknown) - found:
-                index.remove(key)
-                state.unreadable.discard(key)
-            break
+                deletions = self._deleted.since(namespace, cursor.local)
+                feed.forget_local(cursor, deletions or [])
+                cursor.local = local
+                feed.catch_up(cursor)
+            except BaseException:
+                cursor.broken = True  # the copy may miss what was read: start again next time
+                raise
+        cursor.marker = marker
+        entries = [entry for entry in feed.changed.values() if entry is not None]
+        gone = [key for key, entry in feed.changed.items() if entry is None]
+        return Changes(cursor, entries, gone)
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys))

@@ -128,7 +128,9 @@ class Candidates:
         in the order of ``words``."""
         if any(key not in self._slot_of for key in keys):
             self._slot_of.update((self.keys[slot], slot) for slot in self.slots.tolist())
-        slots = np.array([self._slot_of[key] for key in keys], dtype=np.int64)
+        # Slots as the postings hold them (int32): searchsorted would otherwise cast every
+        # posting list it searches to int64, a copy per word per call.
+        slots = np.array([self._slot_of[key] for key in keys], dtype=np.int32)
         found: dict[str, list[str]] = {key: [] for key in keys}
         for word in words:
             postings = self.postings.get(word)

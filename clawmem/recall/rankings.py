@@ -21,11 +21,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from clawmem.recall.candidates import Candidate, Ranker, Ranking
+from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import Candidates, WordIndex
 from clawmem.recall.injection import line_bytes
-from clawmem.recall.sources import IndexSource, Readable, serving_driver
+from clawmem.recall.sources import Readable, serving_driver
 from clawmem.recall.words import DEFAULT_TOP_K, entry_words, keywords, text_of
-from clawmem.records import MemoryRow
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +85,17 @@ class ScanRanking:
 
 
 class IndexRanking:
-    """A ranking answered from each namespace's word index (see :mod:`clawmem.memory.index`)."""
+    """A ranking answered from each namespace's word index (see :mod:`clawmem.recall.feeds`):
+    ``sources`` are ``(namespace, driver, index)``, the index up to date with the driver."""
 
-    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, IndexSource]], now: int) -> None:
+    def __init__(
+        self, words: Sequence[str], sources: Sequence[tuple[str, ChangeFeed, WordIndex]], now: int
+    ) -> None:
         self.words = list(words)
         self.now = now
-        self._drivers = {namespace: driver for namespace, driver in sources}
+        self._drivers = {namespace: driver for namespace, driver, _ in sources}
         self._candidates: dict[str, Candidates] = {
-            namespace: driver.word_index(namespace).query(self.words, now) for namespace, driver in sources
+            namespace: index.query(self.words, now) for namespace, _, index in sources
         }
         self.candidate_count = sum(len(found) for found in self._candidates.values())
         self.zero_overlap = sum(found.zero_overlap for found in self._candidates.values())
@@ -135,23 +138,13 @@ def word_overlap(memory: Readable, message: str, namespaces: Sequence[str], now:
     driver that keeps one, else from a full read of the namespaces."""
     words = keywords(message)
     drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if all(isinstance(driver, IndexSource) for driver in drivers):
-        return IndexRanking(words, list(zip(namespaces, drivers, strict=True)), now)
+    if all(isinstance(driver, ChangeFeed) for driver in drivers):
+        sources = [
+            (namespace, driver, fresh_index(driver, namespace))
+            for namespace, driver in zip(namespaces, drivers, strict=True)
+        ]
+        return IndexRanking(words, sources, now)
     return ScanRanking(words, [(namespace, memory.all(namespace)) for namespace in namespaces])
-
-
-class _HeldIndex:
-    """A driver whose index of one namespace was brought up to date once, for many rankings."""
-
-    def __init__(self, driver: IndexSource, namespace: str) -> None:
-        self._driver = driver
-        self._index = driver.word_index(namespace)
-
-    def word_index(self, namespace: str) -> WordIndex:
-        return self._index
-
-    def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]:
-        return self._driver.fetch(namespace, keys)
 
 
 def rank_each(
@@ -161,9 +154,9 @@ def rank_each(
     is brought up to date once for them all (as the backend stands at this call), not once a
     message: a survey of a thousand messages costs one catch-up, not a thousand."""
     driver = serving_driver(memory, namespace)[0]
-    if ranker is not word_overlap or not isinstance(driver, IndexSource):
+    if ranker is not word_overlap or not isinstance(driver, ChangeFeed):
         return (ranker(memory, message, [namespace], now) for message in messages)
-    source = [(namespace, _HeldIndex(driver, namespace))]
+    source = [(namespace, driver, fresh_index(driver, namespace))]
     return (IndexRanking(keywords(message), source, now) for message in messages)
 
 

@@ -3,19 +3,13 @@ which implement these without importing them.
 
 - :class:`Readable`: ``all(namespace)``, the full read every memory gives (the scan).
 - :class:`Wrapper`: a memory that holds no storage and names the one that serves a namespace.
-- :class:`IndexSource`: a driver whose namespaces recall answers from a word index.
+- :class:`clawmem.recall.feeds.ChangeFeed`: a driver whose changes recall follows in an index.
 - :class:`InsertionOrdered`: a driver that lists entries in insertion order (phpClaw's ties).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-from clawmem.records import MemoryRow
-
-if TYPE_CHECKING:
-    from clawmem.recall.index import WordIndex
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -31,15 +25,6 @@ class Wrapper(Protocol):
 
     def serving(self, namespace: str) -> tuple[Readable, bool]:
         """Return the memory that serves ``namespace`` and whether a write reaches it."""
-
-
-@runtime_checkable
-class IndexSource(Protocol):
-    """A driver that keeps a word index of each namespace and reads rows back by key."""
-
-    def word_index(self, namespace: str = "default") -> WordIndex: ...
-
-    def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]: ...
 
 
 @runtime_checkable

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 from clawmem.prompt import INJECTED, TRUNCATED
 from clawmem.recall.candidates import Ranker
+from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import WordIndex
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, fit, line_bytes
 from clawmem.recall.rankings import rank_each, word_overlap
-from clawmem.recall.sources import IndexSource, Readable, serving_driver
+from clawmem.recall.sources import Readable, serving_driver
 from clawmem.recall.words import keywords, text_of
 
 
@@ -47,7 +48,7 @@ def injection_counts(
 
 def _index_of(memory: Readable, namespace: str) -> WordIndex | None:
     driver = serving_driver(memory, namespace)[0]
-    return driver.word_index(namespace) if isinstance(driver, IndexSource) else None
+    return fresh_index(driver, namespace) if isinstance(driver, ChangeFeed) else None
 
 
 def live_sizes(memory: Readable, namespace: str, now: int) -> dict[str, int]:

@@ -155,6 +155,7 @@ def machine_for(
     return DictModel
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", ["array", "file", "sql-sqlite", "sql-mysql", "sql-postgres", "redis"])
 def test_driver_matches_dict_model(driver: str, make_driver: Any, clock: FakeClock) -> None:
     memory = make_driver(driver)

@@ -1,0 +1,196 @@
+"""The change feed of the key/value table: what changed in a namespace since a cursor, whoever
+wrote it (another worker, the CLI, another program with plain SQL).
+
+Each call reads the key, stamp and version (see :func:`clawmem.sql.kv.row_version`) of the rows
+stamped since the newest ``updated_at`` the cursor saw (less :data:`REINDEX_OVERLAP`), reads the
+values of only those that changed, and compares the namespace's row count with the keys the
+cursor knows, reading every key again only when rows went missing. Deletions this process made
+are told to the cursor directly (:class:`LocalDeletions`), so they never look missing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from clawmem.codecs import UndecodableValue, warn_unreadable
+from clawmem.records import FedEntry
+from clawmem.sql import kv
+from clawmem.sql.lenient import as_text, read_expiry, read_value
+
+# Rows whose updated_at is this much older than the newest one the cursor has seen are still
+# read again on each call: a writer's clock may lag, and a long transaction may commit a stamp
+# from before others that committed first. A change stamped further back than this is only
+# found when the namespace's row count says something is missing.
+REINDEX_OVERLAP = timedelta(minutes=5)
+_LOCAL_LOG_LENGTH = 4096  # deletions kept per namespace before the log starts again
+
+
+@dataclass(eq=False)
+class SqlCursor:
+    """What a feed had seen of a namespace's rows when it last answered."""
+
+    newest: datetime | None = None
+    known: set[str] = field(default_factory=set)  # readable keys the copy holds
+    unreadable: set[str] = field(default_factory=set)  # keys stored but not decodable
+    # SQLite's data_version or PostgreSQL's snapshot: while it is the same, nothing has been
+    # committed since, and nothing needs reading.
+    marker: Any = None
+    # What was seen of each row stamped within REINDEX_OVERLAP of the newest: a changed row
+    # there shows a different mark, and only those are read again.
+    window: dict[str, int] = field(default_factory=dict)
+    # MariaDB: the window's bounds and digest (see clawmem.sql.kv.window_digest) when last probed.
+    digest: tuple[Any, Any] = (None, None)
+    local: tuple[int, int] = (0, 0)  # (generation, position) in this process's deletion log
+    broken: bool = False  # a call failed half-way: the next one starts again from a full read
+
+
+class LocalDeletions:
+    """The keys this process deleted, per namespace (``None`` for a flush), in order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._logs: dict[str, tuple[int, list[str | None]]] = {}
+        self._generation = 0
+
+    def add(self, namespace: str, key: str | None) -> None:
+        with self._lock:
+            log = self._logs.get(namespace)
+            if log is None or len(log[1]) >= _LOCAL_LOG_LENGTH:
+                self._generation += 1
+                log = self._logs[namespace] = (self._generation, [])
+            log[1].append(key)
+
+    def position(self, namespace: str) -> tuple[int, int]:
+        with self._lock:
+            generation, keys = self._logs.get(namespace, (0, []))
+            return generation, len(keys)
+
+    def since(self, namespace: str, position: tuple[int, int]) -> list[str | None] | None:
+        """Return the deletions after ``position``, or ``None`` when the log started again since."""
+        with self._lock:
+            generation, keys = self._logs.get(namespace, (0, []))
+            if generation != position[0]:
+                return None
+            return list(keys[position[1] :])
+
+
+def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
+    """Return, per key of :func:`clawmem.sql.kv.index_probe`'s rows, what tells two states of
+    the row apart: a hash of its stamp, expiry and version."""
+    return {as_text(key): hash((str(stamp), str(expires), version)) for key, stamp, expires, version in probe}
+
+
+Decoder = Callable[[str, Any], Any]  # (key, stored text) -> value; raises for an undecodable one
+
+
+class SqlFeed:
+    """One call of the feed of ``namespace`` on ``conn``: :meth:`load` or :meth:`catch_up`
+    fill :attr:`changed` (key -> entry, or ``None`` for a key no longer recallable)."""
+
+    def __init__(self, conn: Any, prefix: str, shape: str, namespace: str, decode: Decoder) -> None:
+        self.conn, self.prefix, self.shape = conn, prefix, shape
+        self.namespace, self.decode = namespace, decode
+        self.changed: dict[str, FedEntry | None] = {}
+
+    def _decoded(self, cursor: SqlCursor, rows: Iterable[Any]) -> list[FedEntry]:
+        entries = []
+        for key, text, expires_at, updated_at in rows:
+            if isinstance(updated_at, datetime) and (cursor.newest is None or updated_at > cursor.newest):
+                cursor.newest = updated_at  # an unreadable stamp (another program's row) says nothing
+            key = as_text(key)
+            value, problem = read_value(lambda raw, key=key: self.decode(key, raw), text)
+            if problem is not None:
+                if key not in cursor.unreadable:
+                    warn_unreadable(self.namespace, key)
+                cursor.unreadable.add(key)  # another program's row; recall cannot use it
+                continue
+            cursor.known.add(key)
+            # An expiry that is not a number (SQLite keeps 'soon') never compares as expired in SQL.
+            entries.append((key, value, read_expiry(expires_at)[0]))
+        return entries
+
+    def load(self, cursor: SqlCursor) -> list[FedEntry]:
+        """Return every recallable entry, and fill ``cursor`` as of this read."""
+        # The window's marks are read before the values: a row changed in between shows a
+        # different mark on the next call and is read again, never the other way round.
+        newest = kv.newest_stamp(self.conn, self.prefix, self.namespace, self.shape)
+        since = newest - REINDEX_OVERLAP if isinstance(newest, datetime) else None
+        cursor.window = _marks(kv.index_probe(self.conn, self.prefix, self.namespace, since, self.shape))
+        return self._decoded(cursor, kv.index_rows(self.conn, self.prefix, self.namespace, None, self.shape))
+
+    def forget_local(self, cursor: SqlCursor, deletions: list[str | None]) -> None:
+        """Tell the cursor of the deletions this process made since it last answered."""
+        for key in deletions:
+            keys = [*cursor.known, *cursor.unreadable] if key is None else [key]
+            for gone in keys:
+                cursor.known.discard(gone)
+                cursor.unreadable.discard(gone)
+                self.changed[gone] = None
+
+    def catch_up(self, cursor: SqlCursor) -> None:
+        """Read the marks of the rows stamped within the overlap of the newest seen, read again
+        only those that differ, and compare the row count to find rows deleted (or stamped far
+        back) elsewhere."""
+        since = None if cursor.newest is None else cursor.newest - REINDEX_OVERLAP
+        # Read before the marks: a row changed after it makes the next digest differ.
+        digest = (since, kv.window_digest(self.conn, self.prefix, self.namespace, since, self.shape))
+        if digest[1] is None or digest != cursor.digest:
+            self._probe_window(cursor, since)
+            cursor.digest = digest
+        count = kv.count_namespace(self.conn, self.prefix, self.namespace, self.shape)
+        if count == len(cursor.known) + len(cursor.unreadable):
+            return
+        # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
+        present = kv.namespace_keys(self.conn, self.prefix, self.namespace, self.shape)
+        for key in (cursor.known | cursor.unreadable) - present:
+            cursor.known.discard(key)
+            cursor.unreadable.discard(key)
+            self.changed[key] = None
+        self._read_keys(cursor, sorted(present - cursor.known - cursor.unreadable))
+
+    def _probe_window(self, cursor: SqlCursor, since: datetime | None) -> None:
+        probe = kv.index_probe(self.conn, self.prefix, self.namespace, since, self.shape)
+        window = _marks(probe)
+        changed = [key for key, mark in window.items() if cursor.window.get(key) != mark]
+        if changed:
+            self._read_keys(cursor, changed)
+        # Only once read: marks of rows that fell out of the window go with it.
+        cursor.window = window
+        stamps = [stamp for _, stamp, _, _ in probe if isinstance(stamp, datetime)]
+        if stamps and (cursor.newest is None or max(stamps) > cursor.newest):
+            cursor.newest = max(stamps)
+
+    def _read_keys(self, cursor: SqlCursor, keys: list[str]) -> None:
+        """Read the stored rows of ``keys`` as they are now; those no longer stored are gone."""
+        unknown = sorted(keys)
+        while unknown:
+            try:
+                rows = kv.rows_of_keys(self.conn, self.prefix, self.namespace, unknown, self.shape)
+            except UndecodableValue as exc:  # another program's row; recall cannot use it
+                self._unreadable(cursor, exc.key)
+                unknown.remove(exc.key)
+                continue
+            found = {row.key for row in rows}
+            for row in rows:
+                if row.raw_value:  # another program's row; recall cannot use it
+                    self._unreadable(cursor, row.key)
+                else:
+                    cursor.unreadable.discard(row.key)
+                    cursor.known.add(row.key)
+                    self.changed[row.key] = (row.key, row.value, row.expires_at)
+            for key in set(unknown) - found:
+                cursor.known.discard(key)
+                cursor.unreadable.discard(key)
+                self.changed[key] = None
+            break
+
+    def _unreadable(self, cursor: SqlCursor, key: str) -> None:
+        if key not in cursor.unreadable:
+            warn_unreadable(self.namespace, key)
+        cursor.known.discard(key)
+        cursor.unreadable.add(key)
+        self.changed[key] = None
