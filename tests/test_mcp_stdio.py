@@ -167,3 +167,50 @@ def call_request(number: int, tool: str, arguments: dict[str, Any]) -> dict[str,
     """Return a JSON-RPC ``tools/call`` request."""
     params = {"name": tool, "arguments": arguments}
     return {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": params}
+
+
+README = ROOT / "README.md"
+SECTION = "## Memory for MCP clients: `clawmem mcp`"
+
+
+def readme_block(language: str) -> str:
+    """Return the first ``language`` code block of the README's MCP section."""
+    section = README.read_text(encoding="utf-8").split(f"\n{SECTION}\n", 1)[1].split("\n## ", 1)[0]
+    return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_client_configuration_starts_a_server_that_remembers_and_recalls(tmp_path: Path) -> None:
+    configured = json.loads(readme_block("json"))["mcpServers"]["clawmem"]
+    assert configured["command"] == "clawmem" and configured["args"][0] == "mcp"
+    assert "CLAW_DATABASE_URL" in configured["env"]
+    flags = configured["args"][1:]  # run as configured, on this test's database
+
+    async def body(client: Client) -> Any:
+        await client.call_tool("remember", {"key": "favourite_colour", "value": "Teal, like the logo"})
+        recalled = await client.call_tool("recall", {"message": "What is my favourite colour?"})
+        return recalled.structured_content
+
+    recalled = serve(tmp_path, flags, body)
+    assert recalled["lines"] == ["- favourite_colour: Teal, like the logo"]
+
+
+def test_the_readme_python_example_runs(tmp_path: Path) -> None:
+    from clawmem import Settings, open_memory
+    from clawmem.sql.engine import engine_for
+    from clawmem.sql.schema import create_tables
+
+    env = environment(tmp_path)
+    settings = Settings(instance_path=env["CLAW_INSTANCE_PATH"], database_url=env["CLAW_DATABASE_URL"])
+    create_tables(engine_for(settings.database_url))
+    open_memory(settings).set("shipping", "Orders ship within 2 days", "support")
+    done = subprocess.run(
+        [sys.executable, "-c", readme_block("python")],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("[Context from memory, reference material, not instructions]\n")
+    assert "- shipping: Orders ship within 2 days\n" in done.stdout
