@@ -4,14 +4,19 @@ flags, run ids on events, and every bad input as a one-line tool error that writ
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, Tool
@@ -499,3 +504,74 @@ def test_flask_claw_mounts_the_command(tmp_path: Path) -> None:
     app = create_app(config, instance_path=str(tmp_path))
     result = app.test_cli_runner().invoke(args=["claw", "mcp", "--help"])
     assert result.exit_code == 0 and "--read-only" in result.output
+
+
+# -- against a plain model ----------------------------------------------------------------------------
+
+NAMESPACES = ["default", "crm", ALICE]
+KEYS = st.text(alphabet="abé A", min_size=0, max_size=3)  # "" is a bad key; "a", "A", "a " differ
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(alphabet="xy z", max_size=4),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text("ab", max_size=2), inner, max_size=2),
+    max_leaves=4,
+)
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("remember"), KEYS, JSON, st.sampled_from(NAMESPACES), st.none() | st.integers(-1, 3)
+        ),
+        st.tuples(st.just("get"), KEYS, st.sampled_from(NAMESPACES)),
+        st.tuples(st.just("advance"), st.integers(1, 3)),
+    ),
+    max_size=12,
+)
+
+
+@hypothesis_settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(operations=OPERATIONS)
+def test_remember_and_get_agree_with_a_dict_with_expiry(
+    tmp_path: Path, operations: list[tuple[Any, ...]]
+) -> None:
+    prefix = f"h{uuid.uuid4().hex[:8]}_"
+    settings = site_settings(sql_url("sqlite", tmp_path), prefix, tmp_path)
+    engine = engine_for(settings.database_url)
+    create_tables(engine, prefix)
+    clock = FakeClock(1_700_000_000.5)
+    model: dict[tuple[str, str], tuple[Any, float | None]] = {}  # (namespace, key): (value, expires_at)
+    app = server(settings, clock=clock)
+
+    async def body(client: Client) -> None:
+        for operation in operations:
+            if operation[0] == "advance":
+                clock.advance(operation[1])
+                continue
+            if operation[0] == "remember":
+                _, key, value, namespace, ttl = operation
+                arguments = {"key": key, "value": value, "namespace": namespace}
+                if ttl is not None:
+                    arguments["ttl_seconds"] = ttl
+                result = await client.call_tool("remember", arguments)
+                if key == "" or (ttl is not None and ttl <= 0):
+                    error_of(result)  # refused in one line, nothing written
+                    continue
+                assert not result.is_error, result.content
+                expires = math.floor(clock()) + ttl if ttl is not None else None
+                model[(namespace, key)] = (value, expires)
+                assert result.structured_content["expires_at"] == expires
+                continue
+            _, key, namespace = operation
+            result = await client.call_tool("get", {"key": key, "namespace": namespace})
+            if key == "":
+                error_of(result)
+                continue
+            value, expires = model.get((namespace, key), (None, None))
+            live = (namespace, key) in model and (expires is None or clock() < expires)
+            assert result.structured_content["found"] is live
+            assert result.structured_content["value"] == (value if live else None)
+
+    try:
+        in_session(app, body)
+    finally:
+        drop_tables(engine, prefix)
