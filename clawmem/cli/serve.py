@@ -42,7 +42,9 @@ def mcp(namespace: str | None, subject: str | None, read_only: bool) -> None:
     try:
         site = current_site()
         if not read_only and site.settings.memory_driver == "sql":
-            operations.init_db(site)
+            _, added = operations.init_db(site)
+            for change in added:  # on stderr: stdout is the protocol's
+                click.echo(f"init-db: {change}", err=True)
         app = server(
             site.settings, namespace=namespace, subject=subject, read_only=read_only, clock=site.clock
         )
