@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 # extra: the module it adds
-EXTRAS = {"redis": "redis", "mysql": "pymysql", "postgres": "psycopg", "worker": "huey"}
+EXTRAS = {"redis": "redis", "mysql": "pymysql", "postgres": "psycopg", "worker": "huey", "mcp": "mcp"}
 
 
 def run(command: list[str | Path], **options: object) -> subprocess.CompletedProcess[str]:
@@ -120,7 +120,24 @@ def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Pat
         "        print(name, exc.name)\n"
     )
     missing = run([venv / "bin" / "python", "-c", probe], cwd=tmp_path).stdout.splitlines()
-    assert missing == ["clawmem.memory.redis redis"]
+    assert missing == [
+        "clawmem.integrations.mcp mcp",
+        "clawmem.integrations.mcp.results mcp",
+        "clawmem.integrations.mcp.tools mcp",
+        "clawmem.memory.redis redis",
+    ]
+
+
+def test_a_core_install_names_the_extra_the_mcp_server_needs(venv: Path, tmp_path: Path) -> None:
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("CLAW_")}
+    result = subprocess.run(
+        [venv / "bin" / "clawmem", "mcp"], cwd=tmp_path, text=True, capture_output=True,
+        env=environment, stdin=subprocess.DEVNULL, timeout=60,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", "Error: the mcp integration needs the mcp package, which is not installed: "
+        "pip install 'clawmem[mcp]'\n"
+    )
 
 
 def test_a_core_install_names_the_extra_a_setting_needs(venv: Path, tmp_path: Path) -> None:
