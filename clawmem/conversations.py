@@ -289,7 +289,8 @@ class ConversationLog:
             row = sql.load_conversation(conn, self.prefix, conversation_id)
             conversations, messages = sql.delete_conversations(conn, self.prefix, [conversation_id])
         if conversations or messages:
-            self._forgotten(conversation_id, row.namespace if row is not None else None, conversations, messages)
+            namespace = row.namespace if row is not None else None
+            self._forgotten(conversation_id, namespace, conversations, messages)
         return conversations, messages
 
     def pop_newest(self, conversation_id: str, roles: Sequence[str]) -> StoredMessage | None:
@@ -308,7 +309,9 @@ class ConversationLog:
         self._forgotten(conversation_id, row.namespace, 0, len(deleted))
         return deleted[-1]
 
-    def _forgotten(self, conversation_id: str, namespace: str | None, conversations: int, messages: int) -> None:
+    def _forgotten(
+        self, conversation_id: str, namespace: str | None, conversations: int, messages: int
+    ) -> None:
         events.emit(
             "memory.forget",
             driver=self.name,

@@ -95,9 +95,11 @@ def message_for(item: Any, max_bytes: int) -> Message:
     kind, role = item.get("type"), item.get("role")
     keep = {ITEM_KEY: item}
     if kind in (None, "message") and role in ("user", "assistant", "system", "developer"):
-        return Message("system" if role == "developer" else role, item_text(item.get("content")), metadata=keep)
+        text = item_text(item.get("content"))
+        return Message("system" if role == "developer" else role, text, metadata=keep)
     if kind == "function_call":
-        return Message("tool", None, _name(item.get("name")), _arguments(item.get("arguments")), metadata=keep)
+        call = _arguments(item.get("arguments"))
+        return Message("tool", None, _name(item.get("name")), call, metadata=keep)
     if isinstance(kind, str) and (kind.endswith("_call") or kind.endswith("_call_output")):
         output = item.get("output")
         text = output if isinstance(output, str) else item_text(output)
@@ -191,7 +193,10 @@ class ClawSession:
 
         memory = open_memory(settings, time.time)
         augmenter = MessageAugmenter(
-            memory, settings.recall_top_k, settings.recall_namespace, ranker=ranker_for(settings.recall_scoring)
+            memory,
+            settings.recall_top_k,
+            settings.recall_namespace,
+            ranker=ranker_for(settings.recall_scoring),
         )
         return cls(
             session_id,
