@@ -86,12 +86,12 @@ def item_text(content: Any) -> str | None:
     return None
 
 
-def message_for(item: Any, max_bytes: int) -> Message:
+def message_for(item: Any, max_bytes: int, index: int = 0) -> Message:
     """Return the stored message of one SDK item (see the module docstring); raise ``TypeError``
     or ``ValueError`` for an item that is not a JSON object or is over ``max_bytes``."""
     if not isinstance(item, dict):
-        raise TypeError(f"a session item must be a dict, got {type(item).__name__}")
-    encode_value("session item", item, max_bytes)
+        raise TypeError(f"session item {index} must be a dict, got {type(item).__name__}")
+    encode_value(f"session item {index}", item, max_bytes)
     kind, role = item.get("type"), item.get("role")
     keep = {ITEM_KEY: item}
     if kind in (None, "message") and role in ("user", "assistant", "system", "developer"):
@@ -225,7 +225,7 @@ class ClawSession:
         if not isinstance(items, list):
             raise TypeError(f"items must be a list, got {type(items).__name__}")
         max_bytes = self.conversations.max_value_bytes
-        messages = [message_for(item, max_bytes) for item in items]
+        messages = [message_for(item, max_bytes, index) for index, item in enumerate(items)]
         if messages:
             await self._in_thread(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
 
