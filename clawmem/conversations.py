@@ -106,10 +106,9 @@ def check_messages(
                 "content": message.content,
                 "tool_name": message.tool_name,
                 "tool_input": message.tool_input,
-                "metadata": message.metadata,
             }
         elif isinstance(message, dict):
-            extra = set(message) - {"role", "content", "tool_name", "tool_input", "metadata"}
+            extra = set(message) - {"role", "content", "tool_name", "tool_input"}
             if extra:
                 raise ValueError(
                     f"conversation {conversation_id!r}: {where} has unknown fields {sorted(extra)}"
@@ -135,10 +134,7 @@ def check_messages(
         if tool_input is not None:
             encode_value(conversation_id, tool_input, max_bytes)
         tool_name = _text(conversation_id, f"{where} tool_name", fields.get("tool_name"))
-        metadata = fields.get("metadata")
-        if metadata is not None:
-            encode_value(conversation_id, metadata, max_bytes)
-        records.append(MessageRecord(role, content, tool_name, tool_input, metadata))
+        records.append(MessageRecord(role, content, tool_name, tool_input))
     return records
 
 

@@ -48,7 +48,6 @@ class MessageRecord:
     content: str | None
     tool_name: str | None = None
     tool_input: Any = None
-    metadata: Any = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,6 @@ class StoredMessage:
     created_at: datetime | None
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
-    metadata: Any = None
 
 
 @dataclass(frozen=True)
@@ -152,7 +150,6 @@ def insert_messages(
             "content": message.content,
             "tool_name": message.tool_name,
             "tool_input": json_text(message.tool_input),
-            "metadata": json_text(message.metadata),
             "created_at": created_at,
         }
         for message in messages
@@ -551,7 +548,6 @@ def _message(row: Any) -> StoredMessage:
         created_at=created_at,
         unreadable=reasons(bad_input, bad_created),
         raw_created_at=raw_moment(row.created_at),
-        metadata=read_json(getattr(row, "metadata", None), "metadata")[0],
     )
 
 

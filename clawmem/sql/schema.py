@@ -152,7 +152,6 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Column("content", _long_text(), nullable=True),
         sa.Column("tool_name", sa.String(255), nullable=True),
         sa.Column("tool_input", sa.Text, nullable=True),
-        sa.Column("metadata", sa.Text, nullable=True),
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Index(f"{prefix}phpclaw_msg_conv_created", "conversation_id", "created_at"),
         # Serves the Overview's messages per day and the newest user messages (cold memory).
