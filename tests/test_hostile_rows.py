@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from clawmem.memory.rules import MAX_NESTING
+from clawmem.rules import MAX_NESTING
 from clawmem.sql.engine import create_engine
 from dashboard import accounts, state
 from tests.conftest import sql_url
@@ -102,7 +102,8 @@ def test_invalid_utf8_in_a_title_reads_as_replacement_characters(
     engine = create_engine(sql_url("sqlite", tmp_path))
     with engine.begin() as conn:
         conn.exec_driver_sql(
-            f"INSERT INTO {prefix}phpclaw_conversations VALUES "
+            f"INSERT INTO {prefix}phpclaw_conversations "
+            "(id, namespace, user_id, title, metadata, created_at, updated_at) VALUES "
             f"('c1', 'default', 'u1', CAST(X'636166c3206f6b' AS TEXT), NULL, '{STAMP}', '{STAMP}')"
         )
     listing = assert_answered(signed_in.get("/conversations/"), "list")
@@ -351,7 +352,7 @@ def _walk(app: Flask, client: FlaskClient, rows: dict[str, list[dict[str, Any]]]
         url = f"/conversations/{quote(message['conversation_id'], safe='')}/turns/{message['id']}"
         assert_answered(client.get(url), url, allowed=(200, 308, 404))  # 404 unless a user message
     with app.app_context():
-        from clawmem.memory.rules import validate_namespace
+        from clawmem.rules import validate_namespace
 
         valid = set()
         for row in rows["memory"]:
