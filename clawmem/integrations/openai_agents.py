@@ -34,9 +34,9 @@ from clawmem.errors import InvalidKey
 from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
 from clawmem.integrations import require
-from clawmem.memory.rules import check_size, encode_value
 from clawmem.pipeline import recall_record, title_from
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.rules import check_size, encode_value
 from clawmem.settings import Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 
@@ -189,7 +189,7 @@ class ClawSession:
         """Return a session on the settings' database and site, with recall, subjects and the PII
         guard as configured (what :meth:`clawmem.Claw.from_settings` builds for its own turns)."""
         from clawmem.memory.registry import open_memory
-        from clawmem.ranking import ranker_for
+        from clawmem.recall.phpclaw import ranker_for
 
         memory = open_memory(settings, time.time)
         augmenter = MessageAugmenter(
