@@ -66,6 +66,13 @@ def test_it_is_an_agents_sdk_session() -> None:
     assert session.session_settings == agents.memory.SessionSettings()
 
 
+def test_phpclaws_tables_are_refused_since_they_cannot_keep_an_item() -> None:
+    log = ConversationLog.__new__(ConversationLog)
+    log.shape = "phpclaw-wordpress"
+    with pytest.raises(ValueError, match="no column for: use a database of the clawmem schema"):
+        ClawSession("s1", log)
+
+
 def test_import_clawmem_never_imports_the_sdk_and_without_it_one_line_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['agents'] = None\n"

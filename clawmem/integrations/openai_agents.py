@@ -168,6 +168,11 @@ class ClawSession:
     ) -> None:
         memory_module = require("agents.memory", "openai-agents")
         self.conversation_id = conversation_id_for(session_id)
+        if not getattr(conversations, "stores_metadata", True):
+            raise ValueError(
+                "ClawSession keeps each item in its message's metadata, which phpClaw's WordPress "
+                "tables have no column for: use a database of the clawmem schema"
+            )
         if not isinstance(user_id, str):
             raise TypeError(f"user_id must be a str, got {type(user_id).__name__}")
         self.session_id = session_id
