@@ -34,6 +34,7 @@ from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql import conversations as sql
 from clawmem.sql.conversations import (
     Conversation,
+    ConversationRow,
     ConversationSummary,
     MessageRecord,
     MessageSize,
@@ -337,10 +338,46 @@ class ConversationLog:
 
     def delete(self, conversation_id: str) -> tuple[int, int]:
         """Delete one conversation with its messages (messages first) in one transaction;
-        return ``(conversations, messages)`` deleted. A missing id deletes nothing."""
+        return ``(conversations, messages)`` deleted. A missing id deletes nothing.
+
+        Emits ``memory.forget`` naming the conversation and the counts when something went.
+        """
         validate_conversation_id(conversation_id)
         with write_transaction(self.engine) as conn:
-            return sql.delete_conversations(conn, self.prefix, [conversation_id])
+            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            conversations, messages = sql.delete_conversations(conn, self.prefix, [conversation_id])
+        if conversations or messages:
+            namespace = row.namespace if row is not None else None
+            self._forgotten(conversation_id, namespace, conversations, messages)
+        return conversations, messages
+
+    def pop_newest(self, conversation_id: str, roles: Sequence[str]) -> StoredMessage | None:
+        """Delete and return the newest message of one conversation whose role is among
+        ``roles`` (``None`` when it has none), in one transaction; a ``recall`` record just
+        before it goes with it, since it belongs to that turn. Emits ``memory.forget`` as
+        :meth:`delete` does."""
+        validate_conversation_id(conversation_id)
+        with write_transaction(self.engine) as conn:
+            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            if row is None:
+                return None
+            deleted = sql.pop_newest_message(conn, self.prefix, conversation_id, roles, "recall")
+        if not deleted:
+            return None
+        self._forgotten(conversation_id, row.namespace, 0, len(deleted))
+        return deleted[-1]
+
+    def _forgotten(
+        self, conversation_id: str, namespace: str | None, conversations: int, messages: int
+    ) -> None:
+        events.emit(
+            "memory.forget",
+            driver=self.name,
+            namespace=namespace,
+            key=conversation_id,
+            conversations=conversations,
+            messages=messages,
+        )
 
     # -- reading a conversation -------------------------------------------------------------
 
@@ -433,6 +470,17 @@ class ConversationLog:
         with self.engine.connect() as conn:
             return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
+    def find(self, conversation_id: str) -> ConversationRow | None:
+        """Return the conversation's own row (no messages, no count: one indexed read), or ``None``."""
+        validate_conversation_id(conversation_id)
+        with self.engine.connect() as conn:
+            row = sql.load_conversation(conn, self.prefix, conversation_id)
+        if row is None:
+            return None
+        fields = sql.conversation_fields(row)
+        fields.pop("unreadable")
+        return ConversationRow(**fields)
+
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
         with self.engine.connect() as conn:
@@ -440,6 +488,17 @@ class ConversationLog:
                 conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
             )
         return found[0] if found else None
+
+    def newest_messages(
+        self, conversation_id: str, roles: Sequence[str] = ROLES, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Return the newest ``limit`` messages of one conversation whose role is among
+        ``roles`` (all of them with ``None``), oldest first, reading only those rows."""
+        validate_conversation_id(conversation_id)
+        if limit is not None:
+            check_limit(limit, 1_000_000)
+        with self.engine.connect() as conn:
+            return sql.newest_messages(conn, self.prefix, conversation_id, roles, limit)
 
     def messages(
         self, conversation_id: str, *, limit: int = 200, cursor: str | None = None

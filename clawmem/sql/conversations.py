@@ -621,3 +621,50 @@ def _message(row: Any) -> StoredMessage:
         raw_created_at=raw_moment(row.created_at),
         metadata=metadata,
     )
+
+
+# -- one conversation's newest messages (what a framework session reads and pops) -------------
+
+
+def newest_messages(
+    conn: Connection, prefix: str, conversation_id: str, roles: Sequence[str], limit: int | None
+) -> list[StoredMessage]:
+    """Return the newest ``limit`` messages of one conversation whose role is among ``roles``
+    (every one with ``None``), oldest first; only those rows are read, newest first by the
+    (conversation_id, created_at) index."""
+    table = tables(prefix).messages
+    select = sa.select(table).where(table.c.conversation_id == conversation_id, table.c.role.in_(list(roles)))
+    if limit is None:
+        return [_message(row) for row in conn.execute(select.order_by(table.c.created_at, table.c.id))]
+    select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
+    return [_message(row) for row in reversed(conn.execute(select).all())]
+
+
+def pop_newest_message(
+    conn: Connection, prefix: str, conversation_id: str, roles: Sequence[str], attached_role: str
+) -> list[StoredMessage]:
+    """Delete the newest message of one conversation whose role is among ``roles`` (locking it),
+    with the message just before it when that one has ``attached_role`` (a turn's ``recall``
+    record goes with its user message); return what was deleted, oldest first (``[]`` when none)."""
+    table = tables(prefix).messages
+    of_conversation = table.c.conversation_id == conversation_id
+    newest = sa.select(table).where(of_conversation, table.c.role.in_(list(roles)))
+    newest = newest.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(1)
+    row = conn.execute(newest.with_for_update()).first()
+    if row is None:
+        return []
+    deleted = [_message(row)]
+    before = conn.execute(
+        sa.select(table)
+        .where(
+            of_conversation,
+            after([table.c.created_at, table.c.id], [row.created_at, row.id], descending=True),
+        )
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(1)
+    ).first()
+    if before is not None and before.role == attached_role:
+        deleted.insert(0, _message(before))
+    ids = [message.id for message in deleted]
+    conn.execute(sa.delete(table).where(of_conversation, table.c.id.in_(ids)))
+    return deleted

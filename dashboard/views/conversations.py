@@ -11,6 +11,7 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
 from clawmem.conversations import ConversationLog
+from clawmem.integrations.openai_agents import session_id_of
 from clawmem.pipeline import provider_history
 from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
 from dashboard import state
@@ -266,6 +267,7 @@ def detail(conversation_id: str) -> str:
         metadata=preview_text(json.dumps(conversation.metadata, ensure_ascii=False), 400)
         if conversation.metadata
         else "",
+        session_id=session_id_of(conversation.metadata),
         messages=[_message_row(message, analysis, positions, given) for message in page.items],
         more_url=more_url,
         analysis=analysis,
