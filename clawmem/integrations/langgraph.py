@@ -46,7 +46,7 @@ from langgraph.store.base import (  # noqa: E402
 from clawmem.clock import Clock  # noqa: E402
 from clawmem.integrations import stored_items as stored  # noqa: E402
 from clawmem.memory.base import MemoryInterface  # noqa: E402
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, encode_value, validate_key  # noqa: E402
+from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, check_value, encode_value, validate_key  # noqa: E402
 from clawmem.memory.wrappers import namespaces_any, search_any, serving_driver  # noqa: E402
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_of_namespace, validate_template  # noqa: E402
 
@@ -196,6 +196,7 @@ class ClawStore(BaseStore):
             return lambda: self.memory.forget(key, namespace)
         if not isinstance(op.value, Mapping):
             raise TypeError(f"a LangGraph value is a dict, got {type(op.value).__name__} for key {op.key!r}")
+        check_value(op.key, dict(op.value))  # so an error's path is the caller's, not the envelope's
         ttl = stored.ttl_seconds(op.ttl)
         now = stored.stamp(self._now())
         value = stored.envelope(op.value, now, now, ttl)
