@@ -18,5 +18,6 @@ def require(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"{module} is not installed; install it with: pip install 'clawmem[{extra}]'"
+            f"clawmem's {extra} adapter needs {module}, which is not installed: "
+            f"pip install 'clawmem[{extra}]'"
         ) from exc
