@@ -12,12 +12,13 @@ from types import ModuleType
 
 
 def require(module: str, extra: str) -> ModuleType:
-    """Return the imported ``module``, or raise ``ImportError`` in one line naming the extra
-    that installs it."""
+    """Return the imported ``module``, or raise ``ModuleNotFoundError`` in one line naming the
+    extra that installs it (``name`` is the module that is missing)."""
     try:
         return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"clawmem's {extra} adapter needs {module}, which is not installed: "
-            f"pip install 'clawmem[{extra}]'"
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"clawmem's {extra} adapter needs the {module} module, which is not installed: "
+            f"pip install 'clawmem[{extra}]'",
+            name=exc.name,
         ) from exc
