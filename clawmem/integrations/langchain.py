@@ -199,7 +199,7 @@ def row_of(message: BaseMessage) -> dict[str, Any]:
 def message_of(row: StoredMessage) -> BaseMessage | None:
     """Return the LangChain message a stored row holds (``None`` for ``recall`` and ``summary``):
     exactly the one added when the row keeps it, else one made from the row's columns."""
-    metadata = getattr(row, "metadata", None)
+    metadata = row.metadata
     kept = metadata.get("langchain") if isinstance(metadata, dict) else None
     if kept is not None:
         return messages_from_dict([kept])[0]
