@@ -1,11 +1,11 @@
 # make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
-# make test: the whole suite.
+# make test: the whole suite. make test-fast: no browser, no slow tests, in parallel.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
 PORT ?= 5000
 
-.PHONY: run test lint venv htmx
+.PHONY: run test test-fast lint venv htmx
 
 venv: $(VENV)/.installed
 
@@ -37,3 +37,9 @@ lint: venv
 test: lint
 	$(PYTHON) -m pytest
 	$(PYTHON) -m pytest -c tests/langchain_standard/pytest.ini --rootdir=. tests/langchain_standard
+
+# make test-fast: the day-to-day lane: no browser, no slow tests, in parallel (pytest-xdist).
+# make test and CI stay the whole suite.
+test-fast: venv
+	$(VENV)/bin/ruff check .
+	$(PYTHON) -m pytest -q -n auto -m "not slow and not browser" -p no:cacheprovider

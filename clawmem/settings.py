@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clawmem.errors import ConfigError
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 
 ENV_PREFIX = "CLAW_"

@@ -22,7 +22,7 @@ from langgraph.store.memory import InMemoryStore
 
 from clawmem.clock import FakeClock
 from clawmem.integrations.langgraph import ClawStore
-from clawmem.words import keywords, score
+from clawmem.recall.words import keywords, score
 
 EVERYTHING = 10_000
 NAMESPACES = [

@@ -34,13 +34,13 @@ from langchain_core.stores import BaseStore  # noqa: E402
 from clawmem.conversations import ConversationLog, validate_conversation_id  # noqa: E402
 from clawmem.errors import StorageError  # noqa: E402
 from clawmem.memory.base import DEFAULT_NAMESPACE, MemoryInterface  # noqa: E402
-from clawmem.memory.rules import (  # noqa: E402
+from clawmem.recall.sources import serving_driver  # noqa: E402
+from clawmem.rules import (  # noqa: E402
     DEFAULT_MAX_VALUE_BYTES,
     encode_value,
     validate_key,
     validate_namespace,
 )
-from clawmem.memory.wrappers import serving_driver  # noqa: E402
 from clawmem.sql.conversations import StoredMessage  # noqa: E402
 
 

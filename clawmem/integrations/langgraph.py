@@ -46,8 +46,9 @@ from langgraph.store.base import (  # noqa: E402
 from clawmem.clock import Clock  # noqa: E402
 from clawmem.integrations import stored_items as stored  # noqa: E402
 from clawmem.memory.base import MemoryInterface  # noqa: E402
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, check_value, encode_value, validate_key  # noqa: E402
-from clawmem.memory.wrappers import namespaces_any, search_any, serving_driver  # noqa: E402
+from clawmem.memory.wrappers import namespaces_any, search_any  # noqa: E402
+from clawmem.recall.sources import serving_driver  # noqa: E402
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_value, encode_value, validate_key  # noqa: E402
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_of_namespace, validate_template  # noqa: E402
 
 # Recall is asked for every hit of a namespace, so that a filter applied after it loses none.
