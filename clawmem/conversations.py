@@ -146,6 +146,14 @@ def check_messages(
     return records
 
 
+class _JobStored(Exception):
+    """Raised inside an append's transaction to roll it back: the job's turn is already stored."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__("the job's turn is already stored")
+        self.ids = ids
+
+
 def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMessage]:
     """Return the first ``limit`` of ``rows`` (read in order, ``limit + 1`` of them when there are
     more) as a page of messages, with the cursor that continues after it."""
@@ -223,6 +231,7 @@ class ConversationLog:
         metadata: dict[str, Any] | None = None,
         namespace: str = DEFAULT_CONVERSATION_NAMESPACE,
         tokens: int | None = None,
+        job_id: str | None = None,
     ) -> list[str]:
         """Add ``messages`` to the conversation, creating it on first use; return the new ids.
 
@@ -232,6 +241,11 @@ class ConversationLog:
         and the new rows are inserted in one statement, in order. On phpClaw's shape message
         metadata and tokens have no column and are not stored (see :attr:`stores_metadata`).
         Raises ``TypeError`` or ``ValueError`` for bad input before anything is written.
+
+        ``job_id`` names the queued job whose turn this is (its id is in a message's metadata):
+        when the conversation already holds a message of that job, the transaction is rolled
+        back (nothing written, no tokens added) and the stored messages' ids are returned, so a
+        retried job never stores its turn twice.
         """
         validate_conversation_id(conversation_id)
         validate_namespace(namespace)
@@ -277,13 +291,22 @@ class ConversationLog:
                     if tokens is not None:
                         row["total_tokens"] = tokens
                     sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp}, self.shape)
+                elif job_id is not None and self.stores_metadata:
+                    # The touch locked the conversation's row, so a second run of the job waits
+                    # here; finding its turn stored, it rolls its touch back.
+                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+                    if stored:
+                        raise _JobStored([message.id for message in stored])
                 ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp, self.shape)
 
         try:
-            retry_deadlocks(write)
-        except sa.exc.IntegrityError:
-            # Two first appends of one new id raced; the loser now finds the row and touches it.
-            retry_deadlocks(write)
+            try:
+                retry_deadlocks(write)
+            except sa.exc.IntegrityError:
+                # Two first appends of one new id raced; the loser now finds the row and touches it.
+                retry_deadlocks(write)
+        except _JobStored as already:
+            return already.ids
         self._saved(conversation_id, namespace, records, gated=False)
         return list(ids)
 
@@ -306,6 +329,16 @@ class ConversationLog:
             return sql.delete_conversations(conn, self.prefix, [conversation_id])
 
     # -- reading a conversation -------------------------------------------------------------
+
+    def job_messages(self, conversation_id: str, job_id: str) -> list[StoredMessage]:
+        """Return the messages of the conversation that a queued job's turn stored (the job id
+        in their metadata), in order; ``[]`` when it stored none, and always on phpClaw's
+        tables, which keep no message metadata."""
+        validate_conversation_id(conversation_id)
+        if not self.stores_metadata:
+            return []
+        with self.engine.connect() as conn:
+            return sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""

@@ -75,3 +75,8 @@ class ProviderError(RuntimeError):
 
     The message says which and never contains the API key.
     """
+
+
+class JobRefused(ValueError):
+    """A background turn could not be queued (message storage off, a bad message or id); the
+    message says why, and nothing was queued."""

@@ -27,6 +27,7 @@ EXTRAS = {  # extra: the module it adds
     "postgres": "psycopg",
     "langgraph": "langgraph",
     "langchain": "langchain_core",
+    "worker": "huey",
 }
 
 
@@ -149,3 +150,12 @@ def test_a_core_install_names_the_extra_a_setting_needs(venv: Path, tmp_path: Pa
         assert (result.returncode, result.stderr) == (
             1, f"Error: {needs}, which is not installed: pip install 'clawmem[{extra}]'\n"
         ), setting
+    result = subprocess.run(
+        [venv / "bin" / "clawmem", "worker"], cwd=tmp_path, text=True, capture_output=True,
+        env=environment, timeout=60,
+    )
+    needs = "background work needs the huey module"
+    assert (result.returncode, result.stderr) == (
+        1, f"Error: {needs}, which is not installed: pip install 'clawmem[worker]'\n"
+    )
+    assert not (tmp_path / "instance" / "queue.db").exists()

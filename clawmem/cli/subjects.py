@@ -21,6 +21,7 @@ from clawmem import operations
 from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited, running_audit_key, subject_hash
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
+from clawmem.cli.worker import cancel_queued_turns
 from clawmem.subjects import Subject
 
 
@@ -164,6 +165,8 @@ def erase(
     if dry_run:
         entry.counts = preview.counts()
         click.echo(f"would delete {summary} (dry run: nothing deleted)")
+        if user_id is not None:
+            cancel_queued_turns(site, user_id, dry_run=True)
         if verbose:
             for conversation_id in operations.subject_conversation_ids(site, subject):
                 click.echo(f"  conversation {shown(conversation_id)}")
@@ -171,6 +174,8 @@ def erase(
                 click.echo(f"  memory {shown(namespace)}/{shown(key)}")
         return
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=preview.nothing)
+    if user_id is not None:  # before the conversations go, so no queued turn brings one back
+        cancel_queued_turns(site, user_id, dry_run=False)
     with batch_progress(preview.conversations, entry, verbose, "erasing") as on_batch:
         done = operations.erase_subject(site, subject, batch_size, on_batch=on_batch)
     entry.counts = done.counts()

@@ -274,6 +274,22 @@ def turn(
     return [_message(before), *found] if before is not None and before.role == "recall" else found
 
 
+def messages_of_job(conn: Connection, prefix: str, conversation_id: str, job_id: str) -> list[StoredMessage]:
+    """Return the messages of one conversation whose metadata names ``job_id`` as its
+    ``job_id``, in (created_at, id) order (the text match narrows, the parsed metadata decides)."""
+    table = tables(prefix).messages
+    rows = conn.execute(
+        sa.select(table)
+        .where(
+            table.c.conversation_id == conversation_id,
+            table.c.metadata.like(like_pattern(job_id), escape="\\"),
+        )
+        .order_by(table.c.created_at, table.c.id)
+    )
+    found = [_message(row) for row in rows]
+    return [m for m in found if isinstance(m.metadata, dict) and m.metadata.get("job_id") == job_id]
+
+
 def message_page(
     conn: Connection,
     prefix: str,
