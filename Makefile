@@ -32,8 +32,11 @@ run: venv htmx
 lint: venv
 	$(VENV)/bin/ruff check .
 
+# Two pytest runs: the main suite, then LangChain's standard tests in their own lane, whose
+# plugins and asyncio_mode = auto must not change how the main suite runs.
 test: lint
 	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -c tests/langchain_standard/pytest.ini --rootdir=. tests/langchain_standard
 
 # make test-fast: the day-to-day lane: no browser, no slow tests, in parallel (pytest-xdist).
 # make test and CI stay the whole suite.

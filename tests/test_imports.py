@@ -8,6 +8,8 @@ inside functions count too: a cycle hidden from the interpreter is still a cycle
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,45 @@ def test_the_cycle_finder_sees_a_type_only_cycle() -> None:
 def test_every_kind_of_import_is_an_edge(source: str, expected: set[str]) -> None:
     known = {"clawmem.words", "clawmem.prompt", "clawmem.memory", "clawmem.memory.rules"}
     assert imported_modules(source, "clawmem", known) == expected
+
+
+FRAMEWORKS = ("langgraph", "langchain_core", "langchain_tests", "agents")
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=CORE.parent, capture_output=True, text=True, check=False
+    )
+
+
+def test_import_clawmem_imports_no_framework() -> None:
+    code = (
+        "import sys, clawmem\n"
+        "for name in clawmem.__all__: getattr(clawmem, name)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}))"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("adapter", "blocked", "extra"),
+    [
+        ("clawmem.integrations.langgraph", "langgraph.store.base", "langgraph"),
+        ("clawmem.integrations.langchain", "langchain_core.stores", "langchain"),
+    ],
+)
+def test_an_adapter_without_its_framework_names_the_extra_in_one_line(
+    adapter: str, blocked: str, extra: str
+) -> None:
+    code = (
+        "import sys\n"
+        f"sys.modules[{blocked!r}] = None\n"  # what Python does for a package that is not installed
+        f"try:\n    import {adapter}\nexcept ImportError as exc:\n    print(exc)\n"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    expected = f"clawmem's {extra} adapter needs the {blocked} module, which is not installed: "
+    expected += f"pip install 'clawmem[{extra}]'"
+    assert result.stdout == expected + "\n"

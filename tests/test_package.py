@@ -21,8 +21,15 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-# extra: the module it adds
-EXTRAS = {"redis": "redis", "mysql": "pymysql", "postgres": "psycopg", "worker": "huey", "mcp": "mcp"}
+EXTRAS = {  # extra: the module it adds
+    "redis": "redis",
+    "mysql": "pymysql",
+    "postgres": "psycopg",
+    "langgraph": "langgraph",
+    "langchain": "langchain_core",
+    "worker": "huey",
+    "mcp": "mcp",
+}
 
 
 def run(command: list[str | Path], **options: object) -> subprocess.CompletedProcess[str]:
@@ -107,7 +114,7 @@ def test_the_installed_wheel_imports_and_runs_clawmem_help_without_flask(venv: P
 
 
 def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Path, tmp_path: Path) -> None:
-    # Only an extra's own driver may need its extra; everything else imports on a core install.
+    # Only an extra's own driver or adapter may need its extra; everything else imports on a core install.
     probe = (
         "import importlib, pathlib, clawmem\n"
         "root = pathlib.Path(clawmem.__file__).parent\n"
@@ -121,6 +128,8 @@ def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Pat
     )
     missing = run([venv / "bin" / "python", "-c", probe], cwd=tmp_path).stdout.splitlines()
     assert missing == [
+        "clawmem.integrations.langchain langchain_core",
+        "clawmem.integrations.langgraph langgraph",
         "clawmem.integrations.mcp mcp",
         "clawmem.integrations.mcp.results mcp",
         "clawmem.integrations.mcp.tools mcp",
