@@ -295,10 +295,10 @@ def test_the_header_names_the_site_and_switching_keeps_the_page_and_its_query(
 ) -> None:
     _, client = two_sites
     body = page_text(client.get("/conversations/?q=orders&site=beta"))
-    assert re.search(rf"Site <strong>beta</strong>\s*<code[^>]*>{prefix}b_</code>", body)
+    assert re.search(rf"Site: <strong>beta</strong>\s*<code[^>]*>{prefix}b_</code>", body)
     assert _switch_links(body) == {"alpha": "/conversations/?q=orders"}
     alpha = page_text(client.get("/conversations/?q=orders"))
-    assert "Site <strong>alpha</strong>" in alpha and MARKERS["alpha"] in alpha
+    assert "Site: <strong>alpha</strong>" in alpha and MARKERS["alpha"] in alpha
     assert MARKERS["beta"] not in alpha
     assert _switch_links(alpha) == {"beta": "/conversations/?q=orders&site=beta"}
     cold = page_text(client.get("/cold?n=7&namespace=aardvarkish-ns"))
@@ -394,8 +394,8 @@ def test_one_site_keeps_every_address_as_it_was(
     app: Flask, demo: None, signed_in: FlaskClient, prefix: str
 ) -> None:
     body = page_text(signed_in.get("/conversations/"))
-    assert re.search(rf"Site\s*<code[^>]*>{prefix}</code>", body)
-    assert "<strong>default</strong>" not in body
+    # The one site is named as an operator would call it, with its prefix beside it.
+    assert re.search(rf"Site: <strong>default</strong>\s*<code[^>]*>{prefix}</code>", body)
     assert "switch to" not in body and "site=" not in body and 'name="site"' not in body
     settings = page_text(signed_in.get("/settings"))
     assert "<td><code>flask claw forget" in settings and "CLAW_TABLE_PREFIX=" not in settings

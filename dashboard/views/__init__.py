@@ -77,7 +77,10 @@ def _misconfigured(error: ConfigError) -> tuple[str | dict[str, str], int]:
 
 def _page_globals() -> dict[str, object]:
     has_htmx = current_app.extensions["dashboard.has_htmx"]
-    return {"htmx_url": url_for("static", filename=HTMX_FILE) if has_htmx else None}
+    return {
+        "htmx_url": url_for("static", filename=HTMX_FILE) if has_htmx else None,
+        "display_zone_name": rendering.zone_name(),
+    }
 
 
 def init_app(app: Flask) -> None:

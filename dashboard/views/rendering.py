@@ -120,35 +120,64 @@ def shell_command(*words: object) -> str:
     return shlex.join([*environment, *(str(word) for word in words)])
 
 
+def display_zone() -> Any:
+    """Return the zone absolute times are printed in: ``CLAW_DISPLAY_TZ`` of the app (UTC outside
+    a request)."""
+    return state.settings().display_zone if has_request_context() else UTC
+
+
+def zone_name(zone: Any = None) -> str:
+    """Return the name of the display zone as the pages say it (``UTC``, ``Europe/Berlin``)."""
+    zone = zone if zone is not None else display_zone()
+    return "UTC" if zone is UTC else str(zone)
+
+
 def format_time(moment: Any, missing: str = "") -> str:
-    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` (``missing`` for ``None``, and
-    :data:`UNREADABLE_TIME` for anything else: a time another program stored that no datetime
-    holds)."""
+    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` in the display zone
+    (``CLAW_DISPLAY_TZ``; its abbreviation, such as ``CEST``, ends it), ``missing`` for ``None``,
+    and :data:`UNREADABLE_TIME` for anything else: a time another program stored that no
+    datetime holds."""
     if moment is None:
         return missing
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
-    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+    zone = display_zone()
+    try:
+        local = moment.replace(tzinfo=UTC).astimezone(zone)
+    except (OverflowError, ValueError):  # the first or last day of the calendar, moved off it
+        return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or zone_name(zone)}"
 
 
-TIME_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+TIME_UNITS = (("h", 3600), ("min", 60), ("s", 1))
 
 
-def relative_words(seconds_ahead: float) -> str:
-    """Return how far a moment ``seconds_ahead`` of now is, roughly: ``now``, ``in 10 min``,
-    ``3 h ago``, ``12 d ago`` (the largest unit it reaches, to the nearest whole one)."""
+def relative_words(seconds_ahead: float, days_ahead: int | None = None) -> str:
+    """Return how far a moment ``seconds_ahead`` of now is: ``now``, ``in 10 min``, ``3 h ago``
+    within a day; past that, in calendar days (``days_ahead``, counted between the dates in the
+    display zone; else whole days): ``yesterday``, ``tomorrow``, ``12 days ago``, ``in 3 days``."""
     size = abs(seconds_ahead)
     if size < 1:
         return "now"
-    unit, length = next((unit, length) for unit, length in TIME_UNITS if size >= length)
-    amount = f"{int(size / length + 0.5)} {unit}"
-    return f"in {amount}" if seconds_ahead > 0 else f"{amount} ago"
+    if size < 86400:
+        unit, length = next((unit, length) for unit, length in TIME_UNITS if size >= length)
+        amount = f"{int(size / length + 0.5)} {unit}"
+        return f"in {amount}" if seconds_ahead > 0 else f"{amount} ago"
+    days = days_ahead if days_ahead is not None else int(seconds_ahead / 86400)
+    if days == 0:  # under a day apart on the clock, yet another date: say which
+        days = 1 if seconds_ahead > 0 else -1
+    if days == 1:
+        return "tomorrow"
+    if days == -1:
+        return "yesterday"
+    return f"in {days} days" if days > 0 else f"{-days} days ago"
 
 
 def when(moment: Any) -> Markup | str:
     """Return a time as a ``<time>`` element saying how long ago (or ahead of the app's clock)
-    it is, with the UTC time on hover. Takes a naive-UTC datetime or Unix seconds; ``None`` is
-    '', words (``never``, :data:`UNREADABLE_TIME`) stay as they are, anything else is unreadable."""
+    it is, followed by the absolute time in the display zone, visible on every screen (a phone
+    has no hover). Takes a naive-UTC datetime or Unix seconds; ``None`` is '', words (``never``,
+    :data:`UNREADABLE_TIME`) stay as they are, anything else is unreadable."""
     if moment is None or isinstance(moment, str):
         return moment or ""
     if isinstance(moment, int) and not isinstance(moment, bool):
@@ -158,9 +187,17 @@ def when(moment: Any) -> Markup | str:
         moment = readable
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
-    ahead = moment.replace(tzinfo=UTC).timestamp() - state.clock()()
-    return Markup('<time datetime="{}Z" title="{}">{}</time>').format(
-        moment.isoformat(timespec="seconds"), format_time(moment), relative_words(ahead)
+    now = state.clock()()
+    ahead = moment.replace(tzinfo=UTC).timestamp() - now
+    zone = display_zone()
+    try:
+        then_day = moment.replace(tzinfo=UTC).astimezone(zone).date()
+        today = datetime.fromtimestamp(now, zone).date()
+        days_ahead: int | None = (then_day - today).days
+    except (OverflowError, ValueError, OSError):
+        days_ahead = None
+    return Markup('<time datetime="{}Z">{}</time> <span class="absolute">({})</span>').format(
+        moment.isoformat(timespec="seconds"), relative_words(ahead, days_ahead), format_time(moment)
     )
 
 

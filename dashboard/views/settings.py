@@ -34,6 +34,7 @@ MEANINGS = {
     "SCHEMA": "shape of the three tables: clawmem, or phpclaw-wordpress (phpClaw's own tables)",
     "RECALL_SCORING": "how recall scores: clawmem, or phpclaw (phpClaw's own scoring, byte for byte)",
     "SITES": "dashboard only: label=prefix pairs offered by the site switcher (unset: the TABLE_PREFIX site)",
+    "DISPLAY_TZ": "dashboard only: the time zone absolute times are printed in (an IANA name; default UTC)",
 }
 
 
