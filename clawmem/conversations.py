@@ -359,6 +359,12 @@ class ConversationLog:
         with self.engine.connect() as conn:
             return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
+    def subject_totals(self, user_id: str) -> sql.SubjectTotals:
+        """Return how many conversations, messages said, recall records and checkpoints the
+        subject ``user_id`` has, and the tokens their turns were billed."""
+        with self.engine.connect() as conn:
+            return sql.subject_totals(conn, self.prefix, user_id)
+
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
         with self.engine.connect() as conn:

@@ -97,13 +97,23 @@ class ConversationRow:
 
 @dataclass(frozen=True)
 class ConversationSummary(ConversationRow):
-    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` (and
-    ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
+    """A conversation row with its counts: ``message_count`` is what was said (every role but
+    the ``recall`` records and ``summary`` checkpoints, which are counted apart in
+    ``recall_count`` and ``checkpoint_count``; ``row_count`` is all three). ``unreadable`` and
+    ``raw_created_at`` (and ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata
+    is kept as its raw text)."""
 
     message_count: int
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
     raw_updated_at: Any = field(default=None, repr=False, compare=False)
+    recall_count: int = 0
+    checkpoint_count: int = 0
+
+    @property
+    def row_count(self) -> int:
+        """Return how many message rows the conversation has, of every role."""
+        return self.message_count + self.recall_count + self.checkpoint_count
 
 
 @dataclass(frozen=True)
@@ -426,7 +436,9 @@ def _filtered(
     if query:
         pattern = like_pattern(query)
         in_messages = sa.exists().where(
-            messages.c.conversation_id == table.c.id, messages.c.content.ilike(pattern, escape="\\")
+            messages.c.conversation_id == table.c.id,
+            messages.c.role != "recall",  # a recall record's JSON is not something anyone said
+            messages.c.content.ilike(pattern, escape="\\"),
         )
         select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
     return select
@@ -444,28 +456,73 @@ def summaries(
     """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
     :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
     (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
-    schema = tables(prefix)
-    table, messages = schema.conversations, schema.messages
-    count = (
-        sa.select(sa.func.count())
-        .where(messages.c.conversation_id == table.c.id)
-        .scalar_subquery()
-        .label("message_count")
-    )
+    table = tables(prefix).conversations
     name, descending = SORTS[check_sort(sort)]
-    select = _filtered(sa.select(table, count), prefix, **filters)
+    select = _filtered(sa.select(table, *role_counts_of(prefix)), prefix, **filters)
     start = _start(cursor, sort, conn.dialect.name) if cursor else None
     columns = [table.c[name], table.c.id]
     rows = sorted_rows(conn, select, columns, limit, start, descending=descending, nullable=name == "title")
     return [
         ConversationSummary(
             **conversation_fields(row),
-            message_count=row.message_count,
+            message_count=int(row.message_count or 0),
+            recall_count=int(row.recall_count or 0),
+            checkpoint_count=int(row.checkpoint_count or 0),
             raw_created_at=raw_moment(row.created_at),
             raw_updated_at=raw_moment(row.updated_at),
         )
         for row in rows
     ]
+
+
+NOT_SAID = ("recall", "summary")  # the rows a turn stores that nobody said: counted apart
+
+
+def role_counts_of(prefix: str) -> list[sa.Label[Any]]:
+    """Return the three correlated counts of a conversation row's messages: ``message_count``
+    (what was said), ``recall_count`` and ``checkpoint_count``, each an index range count."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    of_row = messages.c.conversation_id == table.c.id
+
+    def count(label: str, *where: Any) -> sa.Label[Any]:
+        return sa.select(sa.func.count()).where(of_row, *where).scalar_subquery().label(label)
+
+    return [
+        count("message_count", messages.c.role.not_in(NOT_SAID)),
+        count("recall_count", messages.c.role == "recall"),
+        count("checkpoint_count", messages.c.role == "summary"),
+    ]
+
+
+@dataclass(frozen=True)
+class SubjectTotals:
+    """What one subject's conversations hold: how many conversations, messages said, recall
+    records and checkpoints, and the tokens billed (``None``: no turn of theirs reported any)."""
+
+    conversations: int
+    messages: int
+    recall_records: int
+    checkpoints: int
+    total_tokens: int | None = None
+
+
+def subject_totals(conn: Connection, prefix: str, user_id: str) -> SubjectTotals:
+    """Return the :class:`SubjectTotals` of the conversations whose ``user_id`` is ``user_id``
+    (exactly), counted in one statement over the messages' conversation index."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    theirs = sa.select(table.c.id).where(equals_exactly(table.c.user_id, user_id))
+    said = sa.case((messages.c.role.not_in(NOT_SAID), 1), else_=0)
+    recall = sa.case((messages.c.role == "recall", 1), else_=0)
+    summary = sa.case((messages.c.role == "summary", 1), else_=0)
+    counted = conn.execute(
+        sa.select(sa.func.sum(said), sa.func.sum(recall), sa.func.sum(summary)).where(
+            messages.c.conversation_id.in_(theirs)
+        )
+    ).one()
+    conversations = int(conn.execute(sa.select(sa.func.count()).select_from(theirs.subquery())).scalar() or 0)
+    return SubjectTotals(conversations, *(int(value or 0) for value in counted))
 
 
 def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:
@@ -493,6 +550,7 @@ def first_matches(
         sa.select(sa.func.min(table.c.id))
         .where(
             table.c.conversation_id.in_(list(conversation_ids)),
+            table.c.role != "recall",
             table.c.content.ilike(like_pattern(query), escape="\\"),
         )
         .group_by(table.c.conversation_id)

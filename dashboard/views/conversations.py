@@ -73,8 +73,8 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "url": url_for("conversations.detail", conversation_id=conversation.id),
         "title": conversation.title or "(untitled)",
         "user_id": conversation.user_id or "anonymous",
-        # The subject's conversations; the anonymous ones share no subject to filter by.
-        "subject_url": url_for("conversations.index", user_id=conversation.user_id)
+        # The subject's page; the anonymous ones share no subject.
+        "subject_url": url_for("subjects.detail", user_id=conversation.user_id)
         if conversation.user_id
         else None,
         "namespace": conversation.namespace,
@@ -82,6 +82,9 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "created_at": conversation.created_at or UNREADABLE_TIME,
         "updated_at": conversation.updated_at or UNREADABLE_TIME,
         "message_count": conversation.message_count,
+        "total_tokens": getattr(conversation, "total_tokens", None),  # None: not reported
+        "recall_count": conversation.recall_count,
+        "checkpoint_count": conversation.checkpoint_count,
         "unreadable": conversation.unreadable,
     }
 
@@ -247,7 +250,7 @@ def detail(conversation_id: str) -> str:
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
     # The analysis reads every message's size, not its text; only this page is read in full.
-    sizes = _sizes(store, conversation_id, conversation.message_count)
+    sizes = _sizes(store, conversation_id, conversation.row_count)
     page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
     reader = _reader(store, conversation_id)
     analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None

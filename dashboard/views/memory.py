@@ -76,8 +76,8 @@ def index() -> str:
 
 
 def _subject_url(subject: str | None) -> str | None:
-    """Return the list of the conversations of ``subject`` (``None`` for no subject)."""
-    return url_for("conversations.index", user_id=subject) if subject else None
+    """Return the page of ``subject`` (``None`` for no subject)."""
+    return url_for("subjects.detail", user_id=subject) if subject else None
 
 
 def _entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
