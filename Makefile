@@ -1,18 +1,26 @@
 # make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
-# make test: the whole suite.
+# make test: the whole suite (installs the test toolchain of requirements-test.txt first).
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
 PORT ?= 5000
 
-.PHONY: run test lint venv htmx
+.PHONY: run test lint venv test-venv htmx
 
+# The runtime only (requirements.txt): what make run needs to serve the dashboard.
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# The runtime plus the test toolchain (requirements-test.txt), for make test and make lint.
+test-venv: $(VENV)/.tested
+
+$(VENV)/.tested: $(VENV)/.installed requirements-test.txt
+	$(PYTHON) -m pip install --quiet -r requirements-test.txt
 	touch $@
 
 # htmx 2.x from the npm registry, pinned and sha256-checked (see dashboard/vendor.py). Without
@@ -29,7 +37,7 @@ run: venv htmx
 	@echo "first run, otherwise use yours or reset it with: $(FLASK) claw set-password admin)"
 	$(PYTHON) -m dashboard.devserver --host 127.0.0.1 --port $(PORT)
 
-lint: venv
+lint: test-venv
 	$(VENV)/bin/ruff check .
 
 test: lint
