@@ -359,6 +359,12 @@ class ConversationLog:
         with self.engine.connect() as conn:
             return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
+    def subjects(self, limit: int = 100) -> list[str]:
+        """Return up to ``limit`` user ids that have a conversation, sorted (anonymous left out)."""
+        check_limit(limit, 10_000)
+        with self.engine.connect() as conn:
+            return sql.subjects(conn, self.prefix, limit)
+
     def subject_totals(self, user_id: str) -> sql.SubjectTotals:
         """Return how many conversations, messages said, recall records and checkpoints the
         subject ``user_id`` has, and the tokens their turns were billed."""

@@ -49,6 +49,9 @@ def example_urls(app: Flask) -> dict[str, str]:
         "conversations.index": "/conversations/",
         "conversations.detail": f"/conversations/{conversation}",
         "conversations.turn": f"/conversations/{conversation}/turns/{turn}",
+        "subjects.index": "/subjects/",
+        "subjects.detail": "/subjects/cust-1001",
+        "subjects.export": "/subjects/cust-1001/export.json",
         "memory.index": "/memory/",
         "memory.namespace": "/memory/default/",
         "memory.entry": "/memory/default/entry?key=shipping_policy",
@@ -69,6 +72,9 @@ GATED = [
     "conversations.index",
     "conversations.detail",
     "conversations.turn",
+    "subjects.index",
+    "subjects.detail",
+    "subjects.export",
     "memory.index",
     "memory.namespace",
     "memory.entry",
@@ -89,7 +95,7 @@ def test_every_rule_has_an_example(app: Flask, demo: None) -> None:
 def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClient, endpoint: str) -> None:
     response = signed_in.get(example_urls(app)[endpoint])
     assert response.status_code == 200
-    assert response.mimetype == "text/html"
+    assert response.mimetype == ("application/json" if endpoint == "subjects.export" else "text/html")
 
 
 @pytest.mark.parametrize("endpoint", GATED)
@@ -393,7 +399,7 @@ def test_the_conversation_deletion_commands_shown_reach_conversations(
     conversation = first_conversation_id(app)
     with app.app_context():
         commands = {row["task"]: row["command"] for row in deletion_commands(state.settings())}
-        messages = state.conversations().get(conversation).message_count
+        messages = state.conversations().get(conversation).row_count  # every row goes: records too
     assert not any("--namespace conversations" in command for command in commands.values())
     runner = app.test_cli_runner()
     one = commands["Delete one conversation and its messages"].replace("CONVERSATION_ID", conversation)
@@ -427,8 +433,11 @@ def test_overview_shows_what_was_stored_before_the_switch_went_off(
     assert "newest write 20" in body
     assert expired >= 2, "expired-but-unswept rows count as written before"
     assert "flask claw prune --older-than 1h --dry-run" in body
-    assert "flask claw flush --namespace default --dry-run" in body
-    assert "flask claw flush --namespace user:cust-1001 --dry-run" in body
+    # Subjects one at a time (conversations and namespace); default is the operator's, said apart.
+    assert "flask claw erase --user-id cust-1001 --dry-run" in body
+    assert "flask claw flush --namespace user:cust-1001" not in body
+    assert "flask claw flush --namespace default" not in body
+    assert "Namespace <code>default</code>, which recall reads for every turn, holds your own content" in body
     assert "--namespace conversations" not in body, "conversations are not a key/value namespace"
 
 

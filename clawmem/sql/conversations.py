@@ -373,6 +373,14 @@ def edge(conn: Connection, prefix: str, function: Any, by: str) -> datetime | No
     return found if isinstance(found, datetime) else None
 
 
+def subjects(conn: Connection, prefix: str, limit: int) -> list[str]:
+    """Return up to ``limit`` user ids that have a conversation (none for the anonymous ''), in
+    order, from the conversations' user index."""
+    table = tables(prefix).conversations
+    select = sa.select(table.c.user_id).where(table.c.user_id != "").distinct().order_by(table.c.user_id)
+    return [as_text(user_id) for user_id in conn.execute(select.limit(limit)).scalars()]
+
+
 def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     """Return every namespace that holds a conversation."""
     table = tables(prefix).conversations
