@@ -373,14 +373,14 @@ def test_compaction_analysis_marks_what_the_compactor_would_summarise(
     fates = re.findall(r'<li class="message role-\w+ (summarised|kept)"', body)
     assert fates == ["summarised"] * (boundary - start) + ["kept"] * (len(history) - boundary + start)
     assert f"{boundary - start} older messages" in body
-    assert f"first exceeded at message {POSITIONS[conversation_id][10]}" in body
+    assert f"first be exceeded at message {POSITIONS[conversation_id][10]}" in body
     assert body.count("threshold first exceeded here") == 1
 
 
 def test_compaction_analysis_by_tokens(app: Flask, demo: None, signed_in: FlaskClient) -> None:
     conversation_id, history = _long_conversation(app)
     body = page_text(signed_in.get(f"/conversations/{conversation_id}?max_tokens=200"))
-    assert "The token estimate threshold is exceeded." in body
+    assert "the token estimate threshold would first be exceeded at message" in body
     tokens = [int(t) for t in re.findall(r'<span class="tokens">~(\d+) tokens</span>', body)]
     assert len(tokens) == POSITIONS[conversation_id][-1]  # every message, recall records at ~0
     running, first = 0, None
@@ -388,13 +388,15 @@ def test_compaction_analysis_by_tokens(app: Flask, demo: None, signed_in: FlaskC
         running += len((str(message["content"] or "")).encode())
         if first is None and running // 4 > 200:
             first = position
-    assert f"first exceeded at message {first}," in body
+    assert f"first be exceeded at message {first}," in body
 
 
 def test_compaction_off_by_default_says_so(app: Flask, demo: None, signed_in: FlaskClient) -> None:
     conversation_id, _ = _long_conversation(app)
     body = page_text(signed_in.get(f"/conversations/{conversation_id}"))
-    assert "Compaction is off, so this whole history is sent to the model on every turn." in body
+    did, what_if = body.split("<h3>What the agent did</h3>")[1].split("<h3>What if: the dashboard")
+    assert "The agent has not compacted this conversation: no checkpoint is stored" in did
+    assert "With compaction off, the next turn would send this whole history to the model." in what_if
     assert "summarised" not in body
 
 

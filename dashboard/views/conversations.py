@@ -141,7 +141,7 @@ def index() -> str | tuple[str, int]:
     return (body, 400) if errors else body
 
 
-def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, Any] | None:
+def _checkpoint(message: StoredMessage | MessageSize, positions: dict[str, int]) -> dict[str, Any] | None:
     """Return what a ``summary`` row covers (1-based positions when the whole history is known,
     else message ids) and what it cost; ``None`` for any other row."""
     if message.role != "summary":
@@ -160,6 +160,7 @@ def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, 
     parts = counted.get("prompt_tokens", 0) + counted.get("completion_tokens", 0)
     tokens = counted.get("total_tokens") or parts
     return {
+        "position": positions.get(message.id),
         "covers": span,
         "count": covers.get("messages"),
         "provider_calls": record.get("provider_calls") or 0,
@@ -255,6 +256,9 @@ def detail(conversation_id: str) -> str:
     reader = _reader(store, conversation_id)
     analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None
     positions = {message.id: index for index, message in enumerate(sizes or [], start=1)}
+    # What the agent did: every checkpoint stored, what it covers and cost (from its sizes row,
+    # which carries the checkpoint's record).
+    done = [_checkpoint(message, positions) for message in sizes or [] if message.role == "summary"]
     given = recall_rows([message for message in page.items if message.role == "recall"])
     what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
     more_url = (
@@ -272,6 +276,7 @@ def detail(conversation_id: str) -> str:
         messages=[_message_row(message, analysis, positions, given) for message in page.items],
         more_url=more_url,
         analysis=analysis,
+        done=done,
         analysis_limit=ANALYSIS_LIMIT,
         configured=configured_thresholds(settings),
         checkpoints=settings.compact_persist,
