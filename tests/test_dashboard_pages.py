@@ -20,7 +20,7 @@ from clawmem.settings import Settings
 from dashboard import accounts, create_app, state
 from dashboard.security import CONTENT_SECURITY_POLICY
 from dashboard.views.settings import deletion_commands, shown_value
-from tests.dashboard_helpers import page_text, sign_in
+from tests.dashboard_helpers import claw_words, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
@@ -384,12 +384,13 @@ def test_every_deletion_command_shown_exists_with_its_options(app: Flask) -> Non
         commands = deletion_commands(state.settings())
     assert len(commands) >= 8
     for row in commands:
-        words = row["command"].split()
-        assert words[:2] == ["flask", "claw"]
-        result = runner.invoke(args=["claw", words[2], "--help"])
+        _, words = claw_words(row["command"])
+        result = runner.invoke(args=["claw", words[0], "--help"])
         assert result.exit_code == 0, row
-        for option in (word for word in words[3:] if word.startswith("--")):
+        for option in (word for word in words[1:] if word.startswith("--")):
             assert option in result.output, (row, option)
+        if words[0] in ("forget", "flush", "prune", "sweep", "erase", "uninstall"):
+            assert "--dry-run" in words, ("a deleting command is offered as its dry run first", row)
 
 
 def test_the_conversation_deletion_commands_shown_reach_conversations(
@@ -402,13 +403,13 @@ def test_the_conversation_deletion_commands_shown_reach_conversations(
         messages = state.conversations().get(conversation).row_count  # every row goes: records too
     assert not any("--namespace conversations" in command for command in commands.values())
     runner = app.test_cli_runner()
-    one = commands["Delete one conversation and its messages"].replace("CONVERSATION_ID", conversation)
-    result = runner.invoke(args=[*one.split()[1:], "--dry-run"])
+    _, one = claw_words(commands["Delete one conversation and its messages"])
+    result = runner.invoke(args=["claw", *(conversation if w == "CONVERSATION_ID" else w for w in one)])
     assert result.exit_code == 0, result.output
     assert f"would delete conversation {conversation} and its {messages} messages" in result.output
     every = commands["Delete every conversation written until an hour ago, with its messages"]
     clock.advance(2 * 3600)
-    result = runner.invoke(args=every.split()[1:])
+    result = runner.invoke(args=["claw", *claw_words(every)[1]])
     assert result.exit_code == 0, result.output
     assert "30 conversations" in result.output
 
@@ -432,11 +433,11 @@ def test_overview_shows_what_was_stored_before_the_switch_went_off(
     assert f"<strong>{memory_rows}</strong> memory rows" in body
     assert "newest write 20" in body
     assert expired >= 2, "expired-but-unswept rows count as written before"
-    assert "flask claw prune --older-than 1h --dry-run" in body
+    assert "claw prune --older-than 1h --dry-run" in body
     # Subjects one at a time (conversations and namespace); default is the operator's, said apart.
-    assert "flask claw erase --user-id cust-1001 --dry-run" in body
-    assert "flask claw flush --namespace user:cust-1001" not in body
-    assert "flask claw flush --namespace default" not in body
+    assert "claw erase --user-id cust-1001 --dry-run" in body
+    assert "claw flush --namespace user:cust-1001" not in body
+    assert "claw flush --namespace default" not in body
     assert "Namespace <code>default</code>, which recall reads for every turn, holds your own content" in body
     assert "--namespace conversations" not in body, "conversations are not a key/value namespace"
 

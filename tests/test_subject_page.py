@@ -49,8 +49,8 @@ def test_the_subject_page_answers_what_we_hold_with_the_tables_numbers(
     assert f"<dd>{counts['recall']} recall records" in body
     # Their namespace's entries with TTL states, and the exact commands.
     assert "<code>user:cust-1001</code>" in body and 'class="tag permanent"' in body
-    assert "flask claw erase --user-id cust-1001 --dry-run --list" in body
-    assert "flask claw export --user-id cust-1001 --output subject.json" in body
+    assert "claw erase --user-id cust-1001 --dry-run --verbose" in body
+    assert "claw export --user-id cust-1001 --output subject.json" in body
     assert 'href="/subjects/cust-1001/export.json"' in body
 
 

@@ -155,15 +155,16 @@ def _detail(row: MemoryRow, now: int) -> dict[str, Any]:
         "updated_at": row.updated_at or (UNREADABLE_TIME if row.unreadable else None),
         "bytes": format_bytes(row.bytes),
         "unreadable": row.unreadable,
-        "forget": _forget_command(row.namespace, row.key),
+        "forget_preview": _forget_command(row.namespace, row.key, "--dry-run"),
+        "forget": _forget_command(row.namespace, row.key, "--yes"),
     }
 
 
-def _forget_command(namespace: str, key: str) -> str:
-    """Return the shell command that deletes this one key (``--`` keeps a key such as ``-x``
-    from being read as an option)."""
+def _forget_command(namespace: str, key: str, mode: str) -> str:
+    """Return the shell command that previews (``--dry-run``) or deletes (``--yes``) this one key
+    (``--`` keeps a key such as ``-x`` from being read as an option)."""
     words = ["--", key] if key.startswith("-") else [key]
-    return shell_command("flask", "claw", "forget", "--namespace", namespace, "--yes", *words)
+    return shell_command("flask", "claw", "forget", "--namespace", namespace, mode, *words)
 
 
 @bp.get("/<namespace>/entry")

@@ -167,9 +167,10 @@ def index() -> str:
     now = utc_datetime(state.clock())
     totals = _totals()
     found = totals.tables
+    init_db = shell_command("flask", "claw", "init-db")
     table_rows = [
         {"name": t.name, "rows": t.rows,
-         "size": format_bytes(t.bytes) if t.exists else "missing: run flask claw init-db"}
+         "size": format_bytes(t.bytes) if t.exists else f"missing: run {init_db}"}
         for t in found
     ]
     schema = tables(settings.table_prefix)
@@ -195,6 +196,7 @@ def index() -> str:
                  "max_age": format_duration(TOTALS_MAX_AGE)},
         retention=_retention(conversations.oldest(), now, settings.retention_days),
         memory=memory_counts,
+        memory_commands={"sweep": shell_command("flask", "claw", "sweep", "--dry-run")},
         privacy=privacy,
         drivers={
             "memory": settings.memory_driver,

@@ -113,11 +113,15 @@ def offset_from_cursor(cursor: str) -> int:
 
 def shell_command(*words: object) -> str:
     """Return a command for an operator to copy into a shell, every word quoted as the shell
-    needs: a namespace such as ``default --yes #`` stays one argument. A ``flask claw`` command
-    shown on another site than the commands' own starts with that site's ``CLAW_TABLE_PREFIX=``,
-    so it acts on the site the page shows."""
-    environment = state.command_environment() if words[:1] == ("flask",) and has_request_context() else ()
-    return shlex.join([*environment, *(str(word) for word in words)])
+    needs: a namespace such as ``default --yes #`` stays one argument. A claw command (written
+    ``"flask", "claw", ...`` by the views) is given as this installation runs it from a plain
+    shell (see :func:`dashboard.state.command_program`), after the ``CLAW_*`` variables the
+    page's site needs, so it acts on the site the page shows."""
+    text = [str(word) for word in words]
+    if text[:2] == ["flask", "claw"] and has_request_context():
+        program = state.command_program()
+        text = [*state.command_environment(program), *program, *text[2:]]
+    return shlex.join(text)
 
 
 def display_zone() -> Any:

@@ -62,10 +62,11 @@ def _entry(row: MemoryRow, now: int) -> dict[str, Any]:
 
 def subject_commands(user_id: str) -> dict[str, str]:
     """Return the export and erase commands for ``user_id``, the erasure previewed first."""
+    claw = ("flask", "claw")
     return {
-        "export": shell_command("flask", "claw", "export", "--user-id", user_id, "--output", "subject.json"),
-        "erase_preview": shell_command("flask", "claw", "erase", "--user-id", user_id, "--dry-run", "--list"),
-        "erase": shell_command("flask", "claw", "erase", "--user-id", user_id),
+        "export": shell_command(*claw, "export", "--user-id", user_id, "--output", "subject.json"),
+        "erase_preview": shell_command(*claw, "erase", "--user-id", user_id, "--dry-run", "--verbose"),
+        "erase": shell_command(*claw, "erase", "--user-id", user_id, "--yes"),
     }
 
 

@@ -3,6 +3,7 @@ screenshot of every page at 1280 and 375 px in ``tests/artifacts/`` (named page-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -139,7 +140,7 @@ def test_without_tables_every_page_says_which_command_creates_them(
         response = tab.goto(f"{server}{path}")
         assert response.status == 503
         expect(tab.locator("h1")).to_have_text("503 Service Unavailable")
-        expect(tab.locator("pre.command")).to_have_text("flask claw init-db")
+        expect(tab.locator("pre.command")).to_have_text(re.compile(r" claw init-db$"))
         expect(tab.locator("main")).to_contain_text("tables do not exist yet")
     tab.click("text=Check the settings")
     expect(tab.locator("h1")).to_have_text("Settings")
