@@ -49,7 +49,7 @@ DEFAULT_CONVERSATION_NAMESPACE = "default"
 _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
 
-Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input
+Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input, metadata
 
 
 def validate_conversation_id(conversation_id: object) -> str:
@@ -93,8 +93,8 @@ def check_messages(
     ``ValueError`` naming the conversation and the message, before anything is written.
 
     A message is a :class:`Message` or a dict with ``role``, ``content`` and optionally
-    ``tool_name`` and ``tool_input``. Content (and tool input as JSON) may hold up to
-    ``max_bytes`` UTF-8 bytes.
+    ``tool_name``, ``tool_input`` and ``metadata`` (a dict). Content (and tool input and
+    metadata as JSON) may hold up to ``max_bytes`` UTF-8 bytes each.
     """
     records = []
     for index, message in enumerate(messages):
@@ -105,9 +105,10 @@ def check_messages(
                 "content": message.content,
                 "tool_name": message.tool_name,
                 "tool_input": message.tool_input,
+                "metadata": message.metadata,
             }
         elif isinstance(message, dict):
-            extra = set(message) - {"role", "content", "tool_name", "tool_input"}
+            extra = set(message) - {"role", "content", "tool_name", "tool_input", "metadata"}
             if extra:
                 raise ValueError(
                     f"conversation {conversation_id!r}: {where} has unknown fields {sorted(extra)}"
@@ -132,8 +133,16 @@ def check_messages(
         tool_input = fields.get("tool_input")
         if tool_input is not None:
             encode_value(conversation_id, tool_input, max_bytes)
+        metadata = fields.get("metadata")
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise TypeError(f"conversation {conversation_id!r}: {where} metadata must be a dict or None")
+            try:
+                encode_value(conversation_id, metadata, max_bytes)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"conversation {conversation_id!r}: {where} metadata: {exc}") from None
         tool_name = _text(conversation_id, f"{where} tool_name", fields.get("tool_name"))
-        records.append(MessageRecord(role, content, tool_name, tool_input))
+        records.append(MessageRecord(role, content, tool_name, tool_input, metadata))
     return records
 
 
@@ -175,6 +184,12 @@ class ConversationLog:
         self.shape = shape
 
     @property
+    def stores_metadata(self) -> bool:
+        """Return whether messages keep their ``metadata`` and conversations their
+        ``total_tokens``: not on phpClaw's tables, which have no column for them."""
+        return self.shape != PHPCLAW_SCHEMA
+
+    @property
     def roles(self) -> tuple[str, ...]:
         """Return the roles this log stores: all of :data:`ROLES`, or phpClaw's on its tables."""
         return PHPCLAW_ROLES if self.shape == PHPCLAW_SCHEMA else ROLES
@@ -207,17 +222,24 @@ class ConversationLog:
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
         namespace: str = DEFAULT_CONVERSATION_NAMESPACE,
+        tokens: int | None = None,
     ) -> list[str]:
         """Add ``messages`` to the conversation, creating it on first use; return the new ids.
 
         One transaction: the conversation row is touched (or inserted with ``user_id``,
         ``title``, ``metadata`` and ``namespace``, which an existing conversation keeps as they
-        are) and the new rows are inserted in one statement, in order. Raises ``TypeError`` or
-        ``ValueError`` for bad input before anything is written.
+        are), ``tokens`` (the turn's provider-reported usage) is added to its ``total_tokens``,
+        and the new rows are inserted in one statement, in order. On phpClaw's shape message
+        metadata and tokens have no column and are not stored (see :attr:`stores_metadata`).
+        Raises ``TypeError`` or ``ValueError`` for bad input before anything is written.
         """
         validate_conversation_id(conversation_id)
         validate_namespace(namespace)
         records = check_messages(conversation_id, messages, self.max_value_bytes)
+        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+            raise ValueError(
+                f"conversation {conversation_id!r}: tokens must be a whole number >= 0, got {tokens!r}"
+            )
         fields: dict[str, Any] = {
             "user_id": _text(conversation_id, "user_id", user_id) or "",
             "title": _text(conversation_id, "title", title),
@@ -239,6 +261,7 @@ class ConversationLog:
                     )
             fields["user_id"] = wordpress_user_id(conversation_id, fields["user_id"])
             fields["metadata"] = php_json_encode(metadata or [])
+            tokens = None
         if not self.store_messages:
             self._saved(conversation_id, namespace, records, gated=True)
             return []
@@ -249,10 +272,12 @@ class ConversationLog:
             if phpclaw:
                 stamp = stamp.replace(microsecond=0)  # phpClaw's gmdate('Y-m-d H:i:s')
             with write_transaction(self.engine) as conn:
-                if not sql.touch_conversation(conn, self.prefix, conversation_id, stamp):
+                if not sql.touch_conversation(conn, self.prefix, conversation_id, stamp, tokens):
                     row = {"id": conversation_id, "namespace": namespace, "created_at": stamp, **fields}
-                    sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp})
-                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp)
+                    if tokens is not None:
+                        row["total_tokens"] = tokens
+                    sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp}, self.shape)
+                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp, self.shape)
 
         try:
             retry_deadlocks(write)
@@ -286,10 +311,10 @@ class ConversationLog:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
         validate_conversation_id(conversation_id)
         with self.engine.connect() as conn:
-            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
             if row is None:
                 return None
-            messages = sql.messages_since_checkpoint(conn, self.prefix, conversation_id)
+            messages = sql.messages_since_checkpoint(conn, self.prefix, conversation_id, self.shape)
         return Conversation(**sql.conversation_fields(row), messages=tuple(messages))
 
     # -- the read API -----------------------------------------------------------------------
@@ -318,7 +343,9 @@ class ConversationLog:
         sql.check_sort(sort)
         filters = self._filters(user_id, namespace, since, until, query)
         with self.engine.connect() as conn:
-            found = sql.summaries(conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, **filters)
+            found = sql.summaries(
+                conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape, **filters
+            )
         return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort))
 
     def count(
@@ -369,12 +396,14 @@ class ConversationLog:
         """Return how many conversations, messages said, recall records and checkpoints the
         subject ``user_id`` has, and the tokens their turns were billed."""
         with self.engine.connect() as conn:
-            return sql.subject_totals(conn, self.prefix, user_id)
+            return sql.subject_totals(conn, self.prefix, user_id, self.shape)
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
         with self.engine.connect() as conn:
-            found = sql.summaries(conn, self.prefix, limit=1, conversation_id=conversation_id)
+            found = sql.summaries(
+                conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
+            )
         return found[0] if found else None
 
     def messages(
@@ -383,7 +412,7 @@ class ConversationLog:
         """Return a page of one conversation's messages, oldest first (by created_at, then id)."""
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
-            rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor)
+            rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor, self.shape)
         return message_page_of(rows, limit)
 
     def message_sizes(self, conversation_id: str, limit: int = 5000) -> list[MessageSize]:
@@ -398,7 +427,7 @@ class ConversationLog:
         """Return the messages of one conversation among ``message_ids``, by id; ids of no
         message of it are left out."""
         with self.engine.connect() as conn:
-            return sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids)
+            return sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids, self.shape)
 
     def turn(
         self, conversation_id: str, message_id: str
@@ -406,7 +435,7 @@ class ConversationLog:
         """Return a user message of the conversation with its ``recall`` record (``None`` when the
         turn recorded none), or ``None`` when the conversation has no such user message."""
         with self.engine.connect() as conn:
-            found = sql.turn(conn, self.prefix, conversation_id, message_id)
+            found = sql.turn(conn, self.prefix, conversation_id, message_id, self.shape)
         if not found:
             return None
         return (found[0], found[1]) if len(found) == 2 else (None, found[0])
@@ -415,7 +444,7 @@ class ConversationLog:
         """Return the newest ``limit`` messages with role ``user``, newest first."""
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
-            return sql.recent_messages(conn, self.prefix, "user", limit)
+            return sql.recent_messages(conn, self.prefix, "user", limit, self.shape)
 
     def counts(self) -> dict[str, int]:
         """Return ``{"conversations": n, "messages": n}``."""

@@ -163,7 +163,9 @@ def _subject_where(site: Site, subject: Subject) -> Any:
 def subject_conversations(site: Site, subject: Subject) -> Iterator[Conversation]:
     """Yield the subject's conversations, oldest first, each with all its messages (summaries
     and recall records included), one page at a time."""
-    return iter_conversations(site.engine, site.prefix, _subject_where(site, subject))
+    return iter_conversations(
+        site.engine, site.prefix, _subject_where(site, subject), shape=site.conversations.shape
+    )
 
 
 def subject_memory(site: Site, subject: Subject) -> Iterator[MemoryRow]:
@@ -206,6 +208,7 @@ def conversation_document(conversation: Conversation) -> dict[str, Any]:
             "user_id": conversation.user_id,
             "title": conversation.title,
             "metadata": conversation.metadata,
+            "total_tokens": conversation.total_tokens,
             "created_at": _iso(conversation.created_at),
             "updated_at": _iso(conversation.updated_at),
             "messages": [
@@ -216,6 +219,7 @@ def conversation_document(conversation: Conversation) -> dict[str, Any]:
                         "content": message.content,
                         "tool_name": message.tool_name,
                         "tool_input": message.tool_input,
+                        "metadata": message.metadata,
                         "created_at": _iso(message.created_at),
                     },
                     message.unreadable,
@@ -345,11 +349,12 @@ def subject_conversation_ids(site: Site, subject: Subject) -> Iterator[str]:
 # -- the tables as a whole -------------------------------------------------------------------
 
 
-def init_db(site: Site) -> list[str]:
-    """Create the site's three tables in the shape of ``CLAW_SCHEMA`` if they do not exist;
-    return their names. Raises :class:`clawmem.ConfigError` when tables of the other shape exist."""
-    create_tables(site.engine, site.prefix, site.settings.schema)
-    return sizes.table_names(site.prefix)
+def init_db(site: Site) -> tuple[list[str], list[str]]:
+    """Create the site's three tables in the shape of ``CLAW_SCHEMA`` if they do not exist, and
+    bring existing ones of our shape up to date; return their names and what was added to them.
+    Raises :class:`clawmem.ConfigError` when tables of the other shape exist."""
+    changes = create_tables(site.engine, site.prefix, site.settings.schema)
+    return sizes.table_names(site.prefix), changes
 
 
 def activity(site: Site, days: int = 30) -> Activity:

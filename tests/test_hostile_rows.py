@@ -102,7 +102,8 @@ def test_invalid_utf8_in_a_title_reads_as_replacement_characters(
     engine = create_engine(sql_url("sqlite", tmp_path))
     with engine.begin() as conn:
         conn.exec_driver_sql(
-            f"INSERT INTO {prefix}phpclaw_conversations VALUES "
+            f"INSERT INTO {prefix}phpclaw_conversations "
+            "(id, namespace, user_id, title, metadata, created_at, updated_at) VALUES "
             f"('c1', 'default', 'u1', CAST(X'636166c3206f6b' AS TEXT), NULL, '{STAMP}', '{STAMP}')"
         )
     listing = assert_answered(signed_in.get("/conversations/"), "list")

@@ -22,8 +22,12 @@ from clawmem.sql.sizes import sqlite_file_bytes
 @click.command("init-db")
 @one_line_errors
 def init_db() -> None:
-    """Create the three tables of the configured prefix (safe to run again)."""
-    click.echo(f"tables ready: {', '.join(operations.init_db(current_site()))}")
+    """Create the three tables of the configured prefix, or bring existing ones up to date
+    (added columns and indexes, each printed); safe to run again."""
+    names, changes = operations.init_db(current_site())
+    for change in changes:
+        click.echo(change)
+    click.echo(f"tables ready: {', '.join(names)}")
 
 
 # -- stats ------------------------------------------------------------------------------------

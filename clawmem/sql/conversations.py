@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
+from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
 from clawmem.sql.lenient import as_text, raw_moment, read_json, read_moment, reasons
@@ -25,7 +26,7 @@ from clawmem.sql.paging import (
     moment_key,
     sorted_rows,
 )
-from clawmem.sql.schema import tables
+from clawmem.sql.schema import row_columns, tables
 from clawmem.words import utf8_len
 
 ORDER_COLUMNS = ("created_at", "updated_at")
@@ -42,20 +43,23 @@ def check_order_column(column: str, name: str = "by") -> str:
 
 @dataclass(frozen=True)
 class MessageRecord:
-    """A message to append: its role, content and, for tool rows, the call."""
+    """A message to append: its role, content, for tool rows the call, and what belongs to
+    this message alone (``metadata``: a turn's provider usage, a framework's item, a job id)."""
 
     role: str
     content: str | None
     tool_name: str | None = None
     tool_input: Any = None
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class StoredMessage:
     """A message row as read back.
 
-    ``unreadable`` says why a column could not be read (another program's row): then
-    ``tool_input`` holds the column's raw text, or ``created_at`` is ``None`` and
+    ``metadata`` is the message's own JSON object (``None`` when it has none, and always on
+    phpClaw's shape). ``unreadable`` says why a column could not be read (another program's
+    row): then ``tool_input`` (or ``metadata``) holds the column's raw text, or ``created_at`` is ``None`` and
     ``raw_created_at`` holds what was read, so a listing can continue after the row.
     """
 
@@ -68,6 +72,7 @@ class StoredMessage:
     created_at: datetime | None
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
+    metadata: Any = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ class MessageSize:
 
 @dataclass(frozen=True)
 class ConversationRow:
-    """The columns of a conversation row, as read (see :func:`conversation_fields`)."""
+    """The columns of a conversation row, as read (see :func:`conversation_fields`);
+    ``total_tokens`` is ``None`` until a turn's provider reports its usage ("not reported")."""
 
     id: str
     namespace: str
@@ -93,6 +99,7 @@ class ConversationRow:
     metadata: Any
     created_at: datetime | None
     updated_at: datetime | None
+    total_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -131,14 +138,22 @@ class Conversation(ConversationRow):
 # -- writing --------------------------------------------------------------------------------
 
 
-def touch_conversation(conn: Connection, prefix: str, conversation_id: str, stamp: datetime) -> bool:
-    """Set the conversation's ``updated_at`` (locking its row); return whether it exists."""
+def touch_conversation(
+    conn: Connection, prefix: str, conversation_id: str, stamp: datetime, tokens: int | None = None
+) -> bool:
+    """Set the conversation's ``updated_at`` (locking its row) and add ``tokens`` to its
+    ``total_tokens`` (our shape only); return whether it exists."""
     table = tables(prefix).conversations
-    changed = conn.execute(sa.update(table).where(table.c.id == conversation_id).values(updated_at=stamp))
+    values: dict[str, Any] = {"updated_at": stamp}
+    if tokens is not None:
+        values["total_tokens"] = sa.func.coalesce(table.c.total_tokens, 0) + tokens
+    changed = conn.execute(sa.update(table).where(table.c.id == conversation_id).values(values))
     return changed.rowcount > 0
 
 
-def insert_conversation(conn: Connection, prefix: str, row: dict[str, Any]) -> None:
+def insert_conversation(
+    conn: Connection, prefix: str, row: dict[str, Any], shape: str = CLAWMEM_SCHEMA
+) -> None:
     """Insert one conversation row."""
     conn.execute(sa.insert(tables(prefix).conversations).values(row))
 
@@ -149,9 +164,11 @@ def insert_messages(
     conversation_id: str,
     messages: Iterable[MessageRecord],
     created_at: datetime,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> list[str]:
     """Insert ``messages`` in one statement, in order (ids increase, so they sort as given);
-    return their ids."""
+    return their ids. phpClaw's shape has no column for a message's metadata."""
+    own_metadata = shape == CLAWMEM_SCHEMA
     rows = [
         {
             "id": new_id(),
@@ -161,6 +178,7 @@ def insert_messages(
             "tool_name": message.tool_name,
             "tool_input": json_text(message.tool_input),
             "created_at": created_at,
+            **({"metadata": json_text(message.metadata)} if own_metadata else {}),
         }
         for message in messages
     ]
@@ -188,24 +206,30 @@ def delete_conversations(conn: Connection, prefix: str, conversation_ids: Sequen
 # -- reading ---------------------------------------------------------------------------------
 
 
-def load_conversation(conn: Connection, prefix: str, conversation_id: str) -> Any:
+def load_conversation(
+    conn: Connection, prefix: str, conversation_id: str, shape: str = CLAWMEM_SCHEMA
+) -> Any:
     """Return the conversation row, or ``None``."""
     table = tables(prefix).conversations
-    return conn.execute(sa.select(table).where(table.c.id == conversation_id)).first()
+    return conn.execute(sa.select(*row_columns(table, shape)).where(table.c.id == conversation_id)).first()
 
 
-def load_messages(conn: Connection, prefix: str, conversation_ids: Sequence[str]) -> list[StoredMessage]:
+def load_messages(
+    conn: Connection, prefix: str, conversation_ids: Sequence[str], shape: str = CLAWMEM_SCHEMA
+) -> list[StoredMessage]:
     """Return the messages of ``conversation_ids`` ordered by conversation, created_at, id."""
     table = tables(prefix).messages
     rows = conn.execute(
-        sa.select(table)
+        sa.select(*row_columns(table, shape))
         .where(table.c.conversation_id.in_(list(conversation_ids)))
         .order_by(table.c.conversation_id, table.c.created_at, table.c.id)
     )
     return [_message(row) for row in rows]
 
 
-def messages_since_checkpoint(conn: Connection, prefix: str, conversation_id: str) -> list[StoredMessage]:
+def messages_since_checkpoint(
+    conn: Connection, prefix: str, conversation_id: str, shape: str = CLAWMEM_SCHEMA
+) -> list[StoredMessage]:
     """Return what a turn loads of one conversation, in (created_at, id) order: with no
     ``summary`` checkpoint, every message; else a leading ``system`` message, the newest
     checkpoint, and the messages after the last one it covers (older checkpoints left out)."""
@@ -213,12 +237,12 @@ def messages_since_checkpoint(conn: Connection, prefix: str, conversation_id: st
     of_conversation = table.c.conversation_id == conversation_id
     in_order = (table.c.created_at, table.c.id)
     checkpoint = conn.execute(
-        sa.select(table)
+        sa.select(*row_columns(table, shape))
         .where(of_conversation, table.c.role == "summary")
         .order_by(table.c.created_at.desc(), table.c.id.desc())
         .limit(1)
     ).first()
-    select = sa.select(table).where(of_conversation).order_by(*in_order)
+    select = sa.select(*row_columns(table, shape)).where(of_conversation).order_by(*in_order)
     if checkpoint is None:
         return [_message(row) for row in conn.execute(select)]
     summary = _message(checkpoint)
@@ -239,18 +263,22 @@ def covered_until(summary: StoredMessage) -> str | None:
     return last if isinstance(last, str) else None
 
 
-def turn(conn: Connection, prefix: str, conversation_id: str, message_id: str) -> list[StoredMessage]:
+def turn(
+    conn: Connection, prefix: str, conversation_id: str, message_id: str, shape: str = CLAWMEM_SCHEMA
+) -> list[StoredMessage]:
     """Return one ``user`` message of a conversation, preceded by its ``recall`` record when
     the message just before it is one; ``[]`` when there is no such user message."""
     table = tables(prefix).messages
     of_conversation = table.c.conversation_id == conversation_id
     row = conn.execute(
-        sa.select(table).where(of_conversation, table.c.id == message_id, table.c.role == "user")
+        sa.select(*row_columns(table, shape)).where(
+            of_conversation, table.c.id == message_id, table.c.role == "user"
+        )
     ).first()
     if row is None:
         return []
     before = conn.execute(
-        sa.select(table)
+        sa.select(*row_columns(table, shape))
         .where(
             of_conversation,
             after([table.c.created_at, table.c.id], [row.created_at, row.id], descending=True),
@@ -263,11 +291,16 @@ def turn(conn: Connection, prefix: str, conversation_id: str, message_id: str) -
 
 
 def message_page(
-    conn: Connection, prefix: str, conversation_id: str, limit: int, cursor: str | None
+    conn: Connection,
+    prefix: str,
+    conversation_id: str,
+    limit: int,
+    cursor: str | None,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> list[StoredMessage]:
     """Return up to ``limit`` of one conversation's messages after ``cursor``, oldest first."""
     table = tables(prefix).messages
-    select = sa.select(table).where(table.c.conversation_id == conversation_id)
+    select = sa.select(*row_columns(table, shape)).where(table.c.conversation_id == conversation_id)
     if cursor:
         moment = decode_time_cursor(cursor, conn.dialect.name)
         select = select.where(after([table.c.created_at, table.c.id], moment))
@@ -314,7 +347,11 @@ def message_sizes(conn: Connection, prefix: str, conversation_id: str, limit: in
 
 
 def messages_with_ids(
-    conn: Connection, prefix: str, conversation_id: str, message_ids: Sequence[str]
+    conn: Connection,
+    prefix: str,
+    conversation_id: str,
+    message_ids: Sequence[str],
+    shape: str = CLAWMEM_SCHEMA,
 ) -> dict[str, StoredMessage]:
     """Return the messages of one conversation among ``message_ids``, by id (a deleted one is
     left out)."""
@@ -323,17 +360,21 @@ def messages_with_ids(
     for start in range(0, len(message_ids), IDS_PER_STATEMENT):
         chunk = list(message_ids[start : start + IDS_PER_STATEMENT])
         rows = conn.execute(
-            sa.select(table).where(table.c.conversation_id == conversation_id, table.c.id.in_(chunk))
+            sa.select(*row_columns(table, shape)).where(
+                table.c.conversation_id == conversation_id, table.c.id.in_(chunk)
+            )
         )
         found.update((message.id, message) for message in map(_message, rows))
     return found
 
 
-def recent_messages(conn: Connection, prefix: str, role: str, limit: int) -> list[StoredMessage]:
+def recent_messages(
+    conn: Connection, prefix: str, role: str, limit: int, shape: str = CLAWMEM_SCHEMA
+) -> list[StoredMessage]:
     """Return the newest ``limit`` messages with ``role``, newest first."""
     table = tables(prefix).messages
     select = (
-        sa.select(table)
+        sa.select(*row_columns(table, shape))
         .where(table.c.role == role)
         .order_by(table.c.created_at.desc(), table.c.id.desc())
         .limit(limit)
@@ -459,6 +500,7 @@ def summaries(
     limit: int,
     sort: str = "created",
     cursor: str | None = None,
+    shape: str = CLAWMEM_SCHEMA,
     **filters: Any,
 ) -> list[ConversationSummary]:
     """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
@@ -466,7 +508,7 @@ def summaries(
     (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
     table = tables(prefix).conversations
     name, descending = SORTS[check_sort(sort)]
-    select = _filtered(sa.select(table, *role_counts_of(prefix)), prefix, **filters)
+    select = _filtered(sa.select(*row_columns(table, shape), *role_counts_of(prefix)), prefix, **filters)
     start = _start(cursor, sort, conn.dialect.name) if cursor else None
     columns = [table.c[name], table.c.id]
     rows = sorted_rows(conn, select, columns, limit, start, descending=descending, nullable=name == "title")
@@ -515,9 +557,10 @@ class SubjectTotals:
     total_tokens: int | None = None
 
 
-def subject_totals(conn: Connection, prefix: str, user_id: str) -> SubjectTotals:
+def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLAWMEM_SCHEMA) -> SubjectTotals:
     """Return the :class:`SubjectTotals` of the conversations whose ``user_id`` is ``user_id``
-    (exactly), counted in one statement over the messages' conversation index."""
+    (exactly): the messages counted in one statement over the messages' conversation index, the
+    conversations and their tokens in another (phpClaw's shape reports no tokens)."""
     schema = tables(prefix)
     table, messages = schema.conversations, schema.messages
     theirs = sa.select(table.c.id).where(equals_exactly(table.c.user_id, user_id))
@@ -529,8 +572,12 @@ def subject_totals(conn: Connection, prefix: str, user_id: str) -> SubjectTotals
             messages.c.conversation_id.in_(theirs)
         )
     ).one()
-    conversations = int(conn.execute(sa.select(sa.func.count()).select_from(theirs.subquery())).scalar() or 0)
-    return SubjectTotals(conversations, *(int(value or 0) for value in counted))
+    tokens = sa.func.sum(table.c.total_tokens) if shape == CLAWMEM_SCHEMA else sa.null()
+    conversations, total_tokens = conn.execute(
+        sa.select(sa.func.count(), tokens).where(equals_exactly(table.c.user_id, user_id))
+    ).one()
+    return SubjectTotals(int(conversations or 0), *(int(value or 0) for value in counted),
+                         total_tokens=None if total_tokens is None else int(total_tokens))
 
 
 def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:
@@ -597,12 +644,20 @@ def conversation_fields(row: Any) -> dict[str, Any]:
         "metadata": php_metadata(metadata),
         "created_at": created_at,
         "updated_at": updated_at,
+        "total_tokens": _whole(row._mapping.get("total_tokens")),
         "unreadable": reasons(bad_metadata, bad_created, bad_updated),
     }
 
 
+def _whole(value: Any) -> int | None:
+    # Another program may have written anything into total_tokens: what is not a whole number
+    # of tokens reads as not reported.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _message(row: Any) -> StoredMessage:
     tool_input, bad_input = read_json(row.tool_input, "tool_input")
+    metadata, bad_metadata = read_json(row._mapping.get("metadata"), "metadata")
     created_at, bad_created = read_moment(row.created_at, "created_at")
     return StoredMessage(
         id=as_text(row.id),
@@ -612,6 +667,7 @@ def _message(row: Any) -> StoredMessage:
         tool_name=as_text(row.tool_name),
         tool_input=tool_input,
         created_at=created_at,
-        unreadable=reasons(bad_input, bad_created),
+        unreadable=reasons(bad_input, bad_metadata, bad_created),
         raw_created_at=raw_moment(row.created_at),
+        metadata=metadata,
     )

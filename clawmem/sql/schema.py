@@ -98,6 +98,21 @@ def _seconds() -> sa.types.TypeEngine[Any]:
     )
 
 
+# Columns our shape gained after its first release: init-db adds them to existing tables.
+# phpClaw's shape never gets them (SPEC 4.1), so there what they hold reads as "not reported".
+ADDED_COLUMNS = {"conversations": ("total_tokens",), "messages": ("metadata",)}
+
+
+def row_columns(table: sa.Table, shape: str = CLAWMEM_SCHEMA) -> list[sa.Column[Any]]:
+    """Return the columns of ``table`` (a conversations or messages table of :func:`tables`)
+    that its rows have in ``shape``: all of them in ours, all but :data:`ADDED_COLUMNS` in
+    phpClaw's. A whole-row read selects these."""
+    if shape == CLAWMEM_SCHEMA:
+        return list(table.c)
+    part = table.name.rpartition("phpclaw_")[2]
+    return [column for column in table.c if column.name not in ADDED_COLUMNS.get(part, ())]
+
+
 class Tables(NamedTuple):
     """The three tables of one prefix, and the metadata that creates them.
 
@@ -134,6 +149,7 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Column("metadata", sa.Text, nullable=True),
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Column("updated_at", _datetime(), nullable=False),
+        sa.Column("total_tokens", sa.BigInteger, nullable=True),
         sa.Index(f"{prefix}phpclaw_conv_ns_created", "namespace", "created_at"),
         # Serve each order of the dashboard's list (see sql/conversations.py SORTS) without a
         # sort of the whole table.
@@ -152,6 +168,7 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Column("content", _long_text(), nullable=True),
         sa.Column("tool_name", sa.String(255), nullable=True),
         sa.Column("tool_input", sa.Text, nullable=True),
+        sa.Column("metadata", sa.Text, nullable=True),
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Index(f"{prefix}phpclaw_msg_conv_created", "conversation_id", "created_at"),
         # Serves the Overview's messages per day and the newest user messages (cold memory).
@@ -321,23 +338,38 @@ def _create_phpclaw_indexes(engine: Engine, prefix: str) -> None:
                     conn.exec_driver_sql(f"CREATE INDEX {quote(named)} ON {quote(table)} ({listed})")
 
 
-def create_tables(engine: Engine, prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> None:
-    """Create the three tables of ``prefix`` in ``shape`` if they do not exist, and any of their
-    indexes an earlier version did not create (idempotent). Raises :class:`ConfigError`,
-    creating nothing, when tables of the other shape exist."""
+def create_tables(engine: Engine, prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> list[str]:
+    """Create the three tables of ``prefix`` in ``shape`` if they do not exist, and bring
+    existing tables of our shape up to date: the columns of :data:`ADDED_COLUMNS` and the
+    indexes an earlier version did not create (idempotent). Return what it added to existing
+    tables. Raises :class:`ConfigError`, creating nothing, when tables of the other shape exist."""
     check_shape(engine, prefix, shape)
     if shape == PHPCLAW_SCHEMA:
         _phpclaw_tables(prefix).metadata.create_all(engine, checkfirst=True)
         _create_phpclaw_indexes(engine, prefix)
-        return
+        return []
     schema = tables(prefix)
     schema.metadata.create_all(engine, checkfirst=True)
     inspector = sa.inspect(engine)
+    changes = []
+    quote = engine.dialect.identifier_preparer.quote
+    for part, table in (("conversations", schema.conversations), ("messages", schema.messages)):
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for name in ADDED_COLUMNS[part]:
+            if name not in present:
+                kind = table.c[name].type.compile(dialect=engine.dialect)
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(
+                        f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind} NULL"
+                    )
+                changes.append(f"added column {table.name}.{name}")
     for table in (schema.conversations, schema.messages, schema.memory):
         present = {index["name"] for index in inspector.get_indexes(table.name)}
         for index in table.indexes:
             if index.name not in present:
                 index.create(engine)
+                changes.append(f"added index {index.name}")
+    return changes
 
 
 def drop_tables(engine: Engine, prefix: str = "") -> None:

@@ -20,7 +20,7 @@ from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql.conversations import Conversation, StoredMessage, conversation_fields, load_messages
 from clawmem.sql.exact import contains, equals_exactly
 from clawmem.sql.paging import keyset_pages
-from clawmem.sql.schema import tables
+from clawmem.sql.schema import row_columns, tables
 
 PAGE_SIZE = 200
 
@@ -83,7 +83,11 @@ def memory_where(prefix: str, text: str, shape: str = CLAWMEM_SCHEMA) -> sa.Colu
 
 
 def iter_conversations(
-    engine: Engine, prefix: str, where: sa.ColumnElement[bool], page_size: int = PAGE_SIZE
+    engine: Engine,
+    prefix: str,
+    where: sa.ColumnElement[bool],
+    page_size: int = PAGE_SIZE,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> Iterator[Conversation]:
     """Yield every conversation matching ``where``, oldest first, each with all its messages.
 
@@ -94,11 +98,11 @@ def iter_conversations(
 
     def with_messages(conn: Connection, rows: list[Any]) -> list[Conversation]:
         grouped: dict[str, list[StoredMessage]] = {row.id: [] for row in rows}
-        for message in load_messages(conn, prefix, list(grouped)):
+        for message in load_messages(conn, prefix, list(grouped), shape):
             grouped[message.conversation_id].append(message)
         return [Conversation(**conversation_fields(row), messages=tuple(grouped[row.id])) for row in rows]
 
     columns = [conversations.c.created_at, conversations.c.id]
-    select = sa.select(conversations).where(where)
+    select = sa.select(*row_columns(conversations, shape)).where(where)
     for page in keyset_pages(engine, select, columns, page_size, with_messages):
         yield from page

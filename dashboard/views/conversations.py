@@ -82,7 +82,7 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "created_at": conversation.created_at or UNREADABLE_TIME,
         "updated_at": conversation.updated_at or UNREADABLE_TIME,
         "message_count": conversation.message_count,
-        "total_tokens": getattr(conversation, "total_tokens", None),  # None: not reported
+        "total_tokens": conversation.total_tokens,  # None: not reported
         "recall_count": conversation.recall_count,
         "checkpoint_count": conversation.checkpoint_count,
         "unreadable": conversation.unreadable,
