@@ -330,9 +330,12 @@ class ConversationLog:
         since: datetime | None = None,
         until: datetime | None = None,
         query: str | None = None,
+        descending: bool | None = None,
     ) -> Page[ConversationSummary]:
         """Return a page of conversations in ``sort`` order: ``created`` or ``updated`` (newest
-        first) or ``title`` (A to Z, untitled last), ties by id.
+        first), ``title`` (A to Z, untitled last), ``tokens`` (most billed first, not reported
+        last) or ``messages`` (most said first), ties by id; ``descending`` turns any of them
+        the other way (not reported stays last).
 
         Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
         ``query`` contained in the title or any message's content (case-insensitive).
@@ -344,9 +347,10 @@ class ConversationLog:
         filters = self._filters(user_id, namespace, since, until, query)
         with self.engine.connect() as conn:
             found = sql.summaries(
-                conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape, **filters
+                conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
+                descending=descending, **filters,
             )
-        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort))
+        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort, descending))
 
     def count(
         self,

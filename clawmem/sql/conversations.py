@@ -430,7 +430,16 @@ def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
 
 # How the conversation list can be ordered: the column, and whether newest (or Z) comes first.
 # Each is served by an index on (column, id); titles may be NULL, and untitled ones come last.
-SORTS = {"updated": ("updated_at", True), "created": ("created_at", True), "title": ("title", False)}
+# ``tokens`` is the conversation's total_tokens (not reported, NULL, last); ``messages`` its count
+# of messages said, counted per row (no index serves it: it reads every conversation's count).
+SORTS = {
+    "updated": ("updated_at", True),
+    "created": ("created_at", True),
+    "title": ("title", False),
+    "tokens": ("total_tokens", True),
+    "messages": ("message_count", True),
+}
+NUMERIC_SORTS = ("tokens", "messages")
 
 
 def check_sort(sort: str) -> str:
@@ -440,20 +449,40 @@ def check_sort(sort: str) -> str:
     return sort
 
 
-def cursor_key(conversation: ConversationSummary, sort: str) -> list[Any]:
+def sort_name(sort: str, descending: bool | None) -> str:
+    """Return the name a cursor of ``sort`` in that direction is made for (``tokens``, or
+    ``tokens:asc`` for the other way than its own)."""
+    if descending is None or descending == SORTS[sort][1]:
+        return sort
+    return f"{sort}:{'desc' if descending else 'asc'}"
+
+
+def cursor_key(conversation: ConversationSummary, sort: str, descending: bool | None = None) -> list[Any]:
     """Return the key of the cursor after ``conversation`` in the list ordered by ``sort``:
-    ``[sort, the sort column as text (None for no title), id]``."""
+    ``[sort, the sort column as text (None for no title or no tokens), id]``."""
+    name = sort_name(sort, descending)
     if sort == "title":
-        return [sort, conversation.title, conversation.id]
+        return [name, conversation.title, conversation.id]
+    if sort == "tokens":
+        tokens = conversation.total_tokens
+        return [name, None if tokens is None else str(tokens), conversation.id]
+    if sort == "messages":
+        return [name, str(conversation.message_count), conversation.id]
     if sort == "updated":
-        return [sort, moment_key(conversation.updated_at, conversation.raw_updated_at), conversation.id]
-    return [sort, moment_key(conversation.created_at, conversation.raw_created_at), conversation.id]
+        return [name, moment_key(conversation.updated_at, conversation.raw_updated_at), conversation.id]
+    return [name, moment_key(conversation.created_at, conversation.raw_created_at), conversation.id]
 
 
-def _start(cursor: str, sort: str, dialect: str) -> tuple[Any, str]:
-    value, conversation_id = decode_sorted_cursor(cursor, sort)
+def _start(cursor: str, sort: str, dialect: str, descending: bool | None = None) -> tuple[Any, str]:
+    value, conversation_id = decode_sorted_cursor(cursor, sort_name(sort, descending))
     if sort == "title":
         return value, conversation_id
+    if sort in NUMERIC_SORTS:
+        if value is None:
+            return None, conversation_id
+        if not value.isdigit():
+            raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+        return int(value), conversation_id
     if value is None:  # both time columns are NOT NULL: no cursor of ours holds a NULL there
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     return decode_moment(value, cursor, dialect), conversation_id
@@ -501,17 +530,25 @@ def summaries(
     sort: str = "created",
     cursor: str | None = None,
     shape: str = CLAWMEM_SCHEMA,
+    descending: bool | None = None,
     **filters: Any,
 ) -> list[ConversationSummary]:
     """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
     :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
     (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
     table = tables(prefix).conversations
-    name, descending = SORTS[check_sort(sort)]
-    select = _filtered(sa.select(*row_columns(table, shape), *role_counts_of(prefix)), prefix, **filters)
-    start = _start(cursor, sort, conn.dialect.name) if cursor else None
-    columns = [table.c[name], table.c.id]
-    rows = sorted_rows(conn, select, columns, limit, start, descending=descending, nullable=name == "title")
+    name, own_direction = SORTS[check_sort(sort)]
+    if sort == "tokens" and shape != CLAWMEM_SCHEMA:
+        raise ValueError("phpClaw's tables hold no tokens to sort by")
+    counts = role_counts_of(prefix)
+    select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
+    start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
+    column = counts[0].element if sort == "messages" else table.c[name]
+    rows = sorted_rows(
+        conn, select, [column, table.c.id], limit, start,
+        descending=own_direction if descending is None else descending,
+        nullable=name in ("title", "total_tokens"),
+    )
     return [
         ConversationSummary(
             **conversation_fields(row),

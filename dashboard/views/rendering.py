@@ -62,19 +62,32 @@ def sort_arg(sorts: Mapping[str, bool], default: str) -> str:
     return sort
 
 
+def order_arg() -> bool | None:
+    """Return the ``order`` query parameter as ``descending`` (``None``: the sort's own
+    direction); abort with a 400 for anything but ``asc`` or ``desc``."""
+    order = text_arg("order", 10)
+    if order not in ("", "asc", "desc"):
+        abort(400, description=f"order must be asc or desc, got {order!r}")
+    return None if not order else order == "desc"
+
+
 def sort_links(
-    sorts: Mapping[str, bool], current: str, endpoint: str, **params: Any
+    sorts: Mapping[str, bool], current: str, endpoint: str, descending: bool | None = None, **params: Any
 ) -> dict[str, dict[str, Any]]:
     """Return, for each of ``sorts`` (name -> newest first), the URL of page one of the list in
     that order with the same ``params``, and the ``aria-sort`` of its column header (only the
-    ``current`` sort has one)."""
-    return {
-        name: {
-            "url": url_for(endpoint, **params, sort=name),
-            "aria_sort": ("descending" if descending else "ascending") if name == current else None,
+    ``current`` sort has one, in its direction ``descending``, whose link turns it around)."""
+    links = {}
+    for name, own in sorts.items():
+        if name != current:
+            links[name] = {"url": url_for(endpoint, **params, sort=name), "aria_sort": None}
+            continue
+        now = own if descending is None else descending
+        links[name] = {
+            "url": url_for(endpoint, **params, sort=name, order="asc" if now else "desc"),
+            "aria_sort": "descending" if now else "ascending",
         }
-        for name, descending in sorts.items()
-    }
+    return links
 
 
 def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
