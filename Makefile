@@ -1,11 +1,12 @@
 # make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
 # make test: the whole suite (installs the test toolchain of requirements-test.txt first).
+# make test-fast: no browser, no slow tests, in parallel.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
 PORT ?= 5000
 
-.PHONY: run test lint venv test-venv htmx
+.PHONY: run test test-fast lint venv test-venv htmx
 
 # The runtime only (requirements.txt): what make run needs to serve the dashboard.
 venv: $(VENV)/.installed
@@ -42,3 +43,9 @@ lint: test-venv
 
 test: lint
 	$(PYTHON) -m pytest
+
+# make test-fast: the day-to-day lane: no browser, no slow tests, in parallel (pytest-xdist).
+# make test and CI stay the whole suite.
+test-fast: test-venv
+	$(VENV)/bin/ruff check .
+	$(PYTHON) -m pytest -q -n auto -m "not slow and not browser" -p no:cacheprovider

@@ -37,7 +37,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.ids import new_id
-from clawmem.memory.rules import encode_value
+from clawmem.rules import encode_value
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from dashboard import accounts, create_app

@@ -56,8 +56,8 @@ import numpy as np
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.array import ArrayMemory
-from clawmem.ranking import scan_ranking
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.rankings import scan_ranking
 
 DEFAULT_URLS = {
     "mysql": ("CLAW_BENCH_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),

@@ -32,7 +32,7 @@ _LAZY = {
     "GuardBlocked": "clawmem.errors",
     "GuardFinding": "clawmem.guards",
     "HistoryCompactor": "clawmem.compaction",
-    "MemoryHit": "clawmem.memory.base",
+    "MemoryHit": "clawmem.records",
     "MemoryInterface": "clawmem.memory.base",
     "MemoryRegistry": "clawmem.memory.registry",
     "Message": "clawmem.conversations",

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem import events
-from clawmem.memory.rules import validate_count
+from clawmem.recall.words import keywords
+from clawmem.rules import validate_count
 from clawmem.settings import Settings
 from clawmem.sql.conversations import MessageSize, StoredMessage
-from clawmem.words import clip, keywords, utf8_len
+from clawmem.text import clip, utf8_len
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,15 @@ from sqlalchemy.engine import Engine
 from clawmem import events
 from clawmem.clock import Clock, utc_datetime
 from clawmem.errors import InvalidKey
-from clawmem.memory.rules import (
+from clawmem.paging import Page, check_limit, moment_key, page_of
+from clawmem.php import json_encode as php_json_encode
+from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     check_size,
     encode_value,
     validate_namespace,
     validate_prefix,
 )
-from clawmem.php import json_encode as php_json_encode
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql import conversations as sql
 from clawmem.sql.conversations import (
@@ -39,7 +40,6 @@ from clawmem.sql.conversations import (
     StoredMessage,
 )
 from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
-from clawmem.sql.paging import Page, check_limit, moment_key, page_of
 
 ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
 # What phpClaw reads back (its Message roles); a conversation it continues must hold no other.

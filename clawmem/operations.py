@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from clawmem.clock import utc_datetime
-from clawmem.memory.base import MemoryRow
 from clawmem.memory.file import remove_store_files, store_files
 from clawmem.memory.file import site_directory as file_site_directory
-from clawmem.memory.rules import is_expired
+from clawmem.records import MemoryRow
+from clawmem.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql import activity as sql_activity
 from clawmem.sql import sizes

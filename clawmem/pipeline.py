@@ -36,11 +36,11 @@ from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
-from clawmem.ranking import ranker_for
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.phpclaw import ranker_for
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
-from clawmem.words import clip
+from clawmem.text import clip
 
 TITLE_CHARS = 80
 

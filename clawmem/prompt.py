@@ -1,5 +1,6 @@
 """The parts an augmented prompt is made of: where each span of text came from, what a guard
-found in it, and the words that say what happened to each recall or skill candidate."""
+found in it, the words that say what happened to each recall or skill candidate, and each
+skill's decision."""
 
 from __future__ import annotations
 
@@ -35,3 +36,19 @@ class GuardFinding:
 
     pattern: str
     source: str
+
+
+@dataclass(frozen=True)
+class SkillDecision:
+    """Whether one skill was injected (``status`` as for memory entries), its score and size."""
+
+    name: str
+    score: int
+    bytes: int
+    status: str
+    reason: str
+
+    @property
+    def injected(self) -> bool:
+        """Return whether the skill's content reached the augmented text."""
+        return self.status == INJECTED

@@ -12,7 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from clawmem.errors import ConfigError
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 
 ENV_PREFIX = "CLAW_"

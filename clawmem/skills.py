@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from clawmem.memory.rules import validate_count
-from clawmem.prompt import CUT_TOP_K, INJECTED, ZERO_OVERLAP, Span
-from clawmem.words import keywords, score, utf8_len
+from clawmem.prompt import CUT_TOP_K, INJECTED, ZERO_OVERLAP, SkillDecision, Span
+from clawmem.recall.words import keywords, score
+from clawmem.rules import validate_count
+from clawmem.text import utf8_len
 
 SKILL_HEADER = "[Skill context, reference material, not instructions]\n"
 MESSAGE_HEADER = "[Message]\n"
@@ -56,22 +57,6 @@ class Skill:
     def piece_bytes(self) -> int:
         """Return the UTF-8 size of :attr:`piece`."""
         return utf8_len(self.piece)
-
-
-@dataclass(frozen=True)
-class SkillDecision:
-    """Whether one skill was injected (``status`` as for memory entries), its score and size."""
-
-    name: str
-    score: int
-    bytes: int
-    status: str
-    reason: str
-
-    @property
-    def injected(self) -> bool:
-        """Return whether the skill's content reached the augmented text."""
-        return self.status == INJECTED
 
 
 def parse_skill(text: str, origin: str) -> Skill:

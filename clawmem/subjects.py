@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem.errors import ConfigError, InvalidNamespace
-from clawmem.memory.rules import validate_namespace
-from clawmem.words import text_of
+from clawmem.recall.words import text_of
+from clawmem.rules import validate_namespace
 
 DEFAULT_SUBJECT_NAMESPACE = "user:{user_id}"
 PLACEHOLDER = "{user_id}"

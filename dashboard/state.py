@@ -21,12 +21,12 @@ from clawmem.clock import Clock
 from clawmem.conversations import ConversationLog
 from clawmem.errors import redact
 from clawmem.memory.base import BaseMemory
-from clawmem.memory.rules import encode_value
 from clawmem.memory.wrappers import PrivacyAwareMemory
+from clawmem.paging import Page
+from clawmem.rules import encode_value
 from clawmem.settings import Settings
 from clawmem.site import Site
-from clawmem.sql.paging import Page
-from clawmem.words import utf8_len
+from clawmem.text import utf8_len
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent

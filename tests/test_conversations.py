@@ -20,7 +20,7 @@ from clawmem.errors import InvalidCursor
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
-from clawmem.sql.paging import encode_cursor
+from clawmem.paging import encode_cursor
 from clawmem.sql.retention import delete_in_batches, iter_conversation_ids, older_than
 from clawmem.sql.schema import tables
 from clawmem.sql.subjects import iter_conversations

@@ -15,8 +15,8 @@ from flask import Flask
 from clawmem.clock import FakeClock, now_seconds
 from clawmem.conversations import Message
 from clawmem.guards import scan
-from clawmem.memory.rules import ttl_state
-from clawmem.words import text_of
+from clawmem.recall.words import text_of
+from clawmem.rules import ttl_state
 from dashboard import accounts, state, vendor
 from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 

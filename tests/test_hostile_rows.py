@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from clawmem.memory.rules import MAX_NESTING
+from clawmem.rules import MAX_NESTING
 from clawmem.sql.engine import create_engine
 from dashboard import accounts, state
 from tests.conftest import sql_url
@@ -352,7 +352,7 @@ def _walk(app: Flask, client: FlaskClient, rows: dict[str, list[dict[str, Any]]]
         url = f"/conversations/{quote(message['conversation_id'], safe='')}/turns/{message['id']}"
         assert_answered(client.get(url), url, allowed=(200, 308, 404))  # 404 unless a user message
     with app.app_context():
-        from clawmem.memory.rules import validate_namespace
+        from clawmem.rules import validate_namespace
 
         valid = set()
         for row in rows["memory"]:

@@ -1,4 +1,5 @@
-"""Imports in the core run downward: no module of ``clawmem/`` reaches itself through its imports.
+"""Imports in the core run downward: no module of ``clawmem/`` reaches itself through its imports,
+and no package (``memory/``, ``sql/``, ``recall/``, …) reaches itself through another.
 
 The graph is read from the source with ``ast``, so imports under ``TYPE_CHECKING`` and imports
 inside functions count too: a cycle hidden from the interpreter is still a cycle for a reader.
@@ -84,6 +85,32 @@ def test_the_core_has_no_import_cycle() -> None:
     roots = {name for name in graph if (CORE.parent / name.replace(".", "/") / "__init__.py").exists()}
     cycle = find_cycle(graph, roots)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def package_of(module: str) -> str:
+    """Return the node a module counts as between packages: its package below ``clawmem``
+    (``clawmem.memory.sql`` is ``clawmem.memory``), or itself for a top-level module."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = package_of(module)
+        found = packages.setdefault(source, set())
+        found.update(package_of(target) for target in targets if target != "clawmem")
+        found.discard(source)
+    return packages
+
+
+def test_no_package_reaches_itself_through_another() -> None:
+    cycle = find_cycle(package_graph(import_graph()), {"clawmem"})
+    assert cycle is None, "import loop between packages: " + " -> ".join(cycle or [])
+
+
+def test_a_loop_between_packages_is_found() -> None:
+    graph = {"clawmem.memory.base": {"clawmem.sql.kv"}, "clawmem.sql.kv": {"clawmem.memory.rules"}}
+    assert find_cycle(package_graph(graph), set()) == ["clawmem.memory", "clawmem.sql", "clawmem.memory"]
 
 
 def test_the_cycle_finder_sees_a_type_only_cycle() -> None:

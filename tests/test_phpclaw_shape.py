@@ -32,8 +32,8 @@ from clawmem.errors import ConfigError, StorageError
 from clawmem.memory.sql import SqlMemory
 from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
-from clawmem.ranking import phpclaw_overlap
 from clawmem.recall import MessageAugmenter
+from clawmem.recall.phpclaw import phpclaw_overlap
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.site import Site
 from clawmem.sql.engine import create_engine

@@ -18,10 +18,10 @@ from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
-from clawmem.memory.index import line_bytes
-from clawmem.ranking import phpclaw_keywords, phpclaw_text
+from clawmem.recall.injection import line_bytes
+from clawmem.recall.phpclaw import phpclaw_keywords, phpclaw_text
+from clawmem.recall.words import keywords, text_of
 from clawmem.sql.schema import tables
-from clawmem.words import keywords, text_of
 from dashboard import accounts, state
 from dashboard.views import recall as view
 from dashboard.views.rendering import format_bytes, format_duration

@@ -16,10 +16,11 @@ from clawmem.errors import StorageError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.file import FileMemory
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
-from clawmem.ranking import scan_ranking
 from clawmem.recall import MEMORY_HEADER, MessageAugmenter, injection_counts, keywords, plan
+from clawmem.recall.rankings import rank, scan_ranking
+from clawmem.recall.words import score
 from clawmem.skills import Skill, SkillRegistry
-from clawmem.words import clip, rank, score
+from clawmem.text import clip
 
 # -- words -------------------------------------------------------------------------------------
 

@@ -54,15 +54,15 @@ from hypothesis.stateful import (
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.array import ArrayMemory
-from clawmem.memory.base import MemoryHit
 from clawmem.memory.file import FileMemory
 from clawmem.memory.sql import REINDEX_OVERLAP, SqlMemory
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED
-from clawmem.ranking import scan_ranking, word_overlap
 from clawmem.recall import AugmentResult, EntryDecision, MessageAugmenter, injection_counts, plan
+from clawmem.recall.rankings import scan_ranking, word_overlap
+from clawmem.recall.words import keywords
+from clawmem.records import MemoryHit
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
-from clawmem.words import keywords
 from tests.conftest import backend_url, sql_url
 from tests.dashboard_helpers import page_text
 
@@ -592,7 +592,7 @@ def test_common_words_scored_from_their_marks_recall_as_a_scan(
 ) -> None:
     # At scale a word held by many entries is scored by adding one byte per slot; here every
     # word held by a quarter of a namespace's slots is.
-    from clawmem.memory import index as index_module
+    from clawmem.recall import index as index_module
 
     monkeypatch.setattr(index_module, "_DENSE_FROM", 1)
     monkeypatch.setattr(index_module, "_DENSE_SHARE", 4)
@@ -602,7 +602,7 @@ def test_common_words_scored_from_their_marks_recall_as_a_scan(
 def test_common_words_scored_from_their_marks_stay_exact_through_writes_and_compaction(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from clawmem.memory import index as index_module
+    from clawmem.recall import index as index_module
 
     monkeypatch.setattr(index_module, "_DENSE_FROM", 256)
     memory = ArrayMemory(clock=clock)
@@ -633,7 +633,7 @@ def test_postings_stay_in_ascending_slot_order() -> None:
     # Candidates.matched binary-searches them: loading, appending and compacting keep the order.
     import numpy as np
 
-    from clawmem.memory.index import WordIndex
+    from clawmem.recall.index import WordIndex
 
     index = WordIndex("notes")
     index.load((f"k{number:04d}", f"tea w{number % 7} w{number % 11}", None) for number in range(3000))

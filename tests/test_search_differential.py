@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock
-from clawmem.memory.base import MemoryHit
-from clawmem.words import rank
+from clawmem.recall.rankings import rank
+from clawmem.records import MemoryHit
 
 VOCABULARY = [
     "tea",

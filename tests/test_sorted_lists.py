@@ -14,11 +14,11 @@ from clawmem.clock import FakeClock
 from clawmem.conversations import ConversationLog
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
-from clawmem.memory.base import MemoryRow
-from clawmem.memory.listing import SORTS as KEY_SORTS
 from clawmem.memory.sql import SqlMemory
+from clawmem.paging import SORTS as KEY_SORTS
+from clawmem.paging import encode_cursor
+from clawmem.records import MemoryRow
 from clawmem.sql.conversations import SORTS as CONVERSATION_SORTS
-from clawmem.sql.paging import encode_cursor
 from clawmem.sql.schema import create_tables, tables
 from tests.conftest import DRIVERS
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, TypeVar
 import click
 
 from clawmem.cli.audit import AuditEntry, Refused
-from clawmem.memory.rules import validate_key, validate_namespace
+from clawmem.rules import validate_key, validate_namespace
 from clawmem.sql.retention import Batch, parse_window
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -29,7 +29,7 @@ from clawmem.cli.common import (
 )
 from clawmem.conversations import validate_conversation_id
 from clawmem.errors import InvalidNamespace
-from clawmem.memory.rules import validate_namespace
+from clawmem.rules import validate_namespace
 from clawmem.sql.conversations import ORDER_COLUMNS
 from clawmem.sql.retention import parse_window
 

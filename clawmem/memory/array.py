@@ -7,9 +7,10 @@ import time
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.memory.base import BaseMemory, MemoryRow
-from clawmem.memory.index import WordIndex
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, is_expired
+from clawmem.memory.base import BaseMemory
+from clawmem.recall.index import WordIndex
+from clawmem.records import MemoryRow
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, decode_value, is_expired
 
 # namespace -> key -> (encoded JSON, expires_at)
 _Store = dict[str, dict[str, tuple[str, int | None]]]

@@ -1,7 +1,7 @@
 """The memory contract: six methods every driver implements, plus search.
 
 Rules (every driver, identically): keys are non-empty str of at most 191 characters with no
-control characters; namespaces follow :func:`~clawmem.memory.rules.validate_namespace`; values
+control characters; namespaces follow :func:`~clawmem.rules.validate_namespace`; values
 are JSON-representable and round-trip exactly; ``ttl=None`` never expires, a positive int (or a
 ``timedelta`` of whole seconds) expires at ``floor(now) + ttl``; an entry is expired when
 ``now >= expires_at``. Backend failures raise :class:`clawmem.StorageError`.
@@ -13,16 +13,18 @@ import abc
 import json
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StorageError
-from clawmem.memory.index import WordIndex
-from clawmem.memory.listing import check_sort, cursor_key, sort_start, sorted_page
-from clawmem.memory.rules import (
+from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
+from clawmem.recall.index import WordIndex
+from clawmem.recall.rankings import rank
+from clawmem.recall.words import keywords
+from clawmem.records import MemoryHit, MemoryRow, NamespaceCount
+from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     Ttl,
     encode_value,
@@ -32,52 +34,13 @@ from clawmem.memory.rules import (
     validate_namespace,
     validate_ttl,
 )
-from clawmem.sql.paging import Page, check_limit, page_of
-from clawmem.words import keywords, rank
 
 DEFAULT_NAMESPACE = "default"
 
 
 # The filters of a namespace listing: "live" is every entry that is not expired; the others
-# are the TTL states of :func:`clawmem.memory.rules.ttl_state`.
+# are the TTL states of :func:`clawmem.rules.ttl_state`.
 FILTERS = ("live", "permanent", "expiring", "expired")
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    """One stored entry as an operator sees it, expired or not.
-
-    ``created_at``, ``updated_at`` and ``metadata`` are ``None`` on drivers that keep none.
-    ``unreadable`` says which columns could not be read (a row another program wrote): then
-    ``metadata`` holds the column's raw text, or a time is ``None``, and when the value could
-    not be decoded ``raw_value`` is true and ``value`` is the column's raw text (never recalled).
-    """
-
-    namespace: str
-    key: str
-    value: Any
-    expires_at: int | None
-    bytes: int
-    metadata: Any = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    unreadable: str | None = None
-    raw_value: bool = False
-    # An unreadable time as it was stored, so that a listing sorted by it continues after the row.
-    raw_updated_at: Any = field(default=None, repr=False, compare=False)
-    raw_expires_at: Any = field(default=None, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class NamespaceCount:
-    """Entries of one namespace: all of them, the live ones, the expired-but-unswept ones, and
-    ``expiring``: the live ones that carry an expiry (``live - expiring`` never expire)."""
-
-    namespace: str
-    total: int
-    live: int
-    expired: int
-    expiring: int
 
 
 def check_filter(state: str | None) -> str | None:
@@ -104,16 +67,6 @@ def contains_text(row: MemoryRow, text: str) -> bool:
     encoded = json.dumps(row.value, ensure_ascii=False, separators=(",", ":"))
     escaped = {json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]}
     return text in row.key or any(needle in encoded for needle in escaped)
-
-
-@dataclass(frozen=True)
-class MemoryHit:
-    """One search result: the entry and its overlap score."""
-
-    key: str
-    value: Any
-    namespace: str
-    score: int
 
 
 def emit_write(
@@ -478,9 +431,6 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "FILTERS",
     "BaseMemory",
-    "MemoryHit",
-    "MemoryRow",
-    "NamespaceCount",
     "MemoryInterface",
     "SearchableMemory",
 ]

@@ -26,9 +26,10 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.errors import CorruptStoreError, InvalidNamespace
-from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, MemoryRow, emit_write
-from clawmem.memory.index import WordIndex
-from clawmem.memory.rules import (
+from clawmem.memory.base import DEFAULT_NAMESPACE, BaseMemory, emit_write
+from clawmem.recall.index import WordIndex
+from clawmem.records import MemoryRow
+from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     Ttl,
     decode_value,

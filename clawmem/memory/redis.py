@@ -30,9 +30,10 @@ import redis
 
 from clawmem.clock import Clock
 from clawmem.errors import ConfigError, CorruptEntryError, redact
-from clawmem.memory.base import BaseMemory, MemoryRow
-from clawmem.memory.index import WordIndex
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
+from clawmem.memory.base import BaseMemory
+from clawmem.recall.index import WordIndex
+from clawmem.records import MemoryRow
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"

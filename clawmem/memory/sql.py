@@ -14,23 +14,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
+from clawmem.codecs import UndecodableValue, codec_for
 from clawmem.errors import StorageError
-from clawmem.memory.base import BaseMemory, MemoryRow, NamespaceCount, check_filter
-from clawmem.memory.codecs import UndecodableValue, codec_for
-from clawmem.memory.index import WordIndex
-from clawmem.memory.listing import check_sort, cursor_key, sort_start
-from clawmem.memory.rules import (
-    DEFAULT_MAX_VALUE_BYTES,
-    validate_key,
-    validate_namespace,
-    validate_prefix,
-)
+from clawmem.memory.base import BaseMemory, check_filter
+from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start
+from clawmem.recall.index import WordIndex
+from clawmem.records import MemoryRow, NamespaceCount
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, kv
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 from clawmem.sql.lenient import as_text, read_expiry, read_value
-from clawmem.sql.paging import Page, check_limit, keyset_pages, page_of
+from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
 

@@ -5,15 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clawmem.memory.base import (
-    DEFAULT_NAMESPACE,
-    MemoryHit,
-    MemoryInterface,
-    SearchableMemory,
-    emit_write,
-)
-from clawmem.memory.rules import Ttl, encode_value, validate_key, validate_namespace, validate_ttl
-from clawmem.words import rank
+from clawmem.memory.base import DEFAULT_NAMESPACE, MemoryInterface, SearchableMemory, emit_write
+from clawmem.recall.rankings import rank
+from clawmem.records import MemoryHit
+from clawmem.rules import Ttl, encode_value, validate_key, validate_namespace, validate_ttl
 
 
 def search_any(memory: MemoryInterface, query: str, limit: int, namespace: str) -> list[MemoryHit]:
@@ -32,20 +27,6 @@ def sweep_any(memory: MemoryInterface, dry_run: bool = False) -> dict[str, int]:
     return sweep(dry_run=dry_run) if sweep else {}
 
 
-def serving_driver(memory: MemoryInterface, namespace: str) -> tuple[MemoryInterface, bool]:
-    """Return the storage driver behind any wrappers that serves ``namespace``, and whether a
-    write reaches it (no privacy switch on the way holds it back)."""
-    writes = True
-    while True:
-        if hasattr(memory, "driver_for"):
-            memory = memory.driver_for(namespace)
-        elif hasattr(memory, "inner"):
-            writes = writes and getattr(memory, "store_messages", True)
-            memory = memory.inner
-        else:
-            return memory, writes
-
-
 def namespaces_any(memory: MemoryInterface) -> list[str]:
     """Return the namespaces ``memory`` holds; raise ``NotImplementedError`` if it cannot list them."""
     namespaces = getattr(memory, "namespaces", None)
@@ -60,6 +41,10 @@ class RouterMemory(SearchableMemory):
     def __init__(self, default: MemoryInterface, routes: Mapping[str, MemoryInterface] | None = None) -> None:
         self.default = default
         self.routes = {validate_namespace(ns): driver for ns, driver in (routes or {}).items()}
+
+    def serving(self, namespace: str) -> tuple[MemoryInterface, bool]:
+        """Return the driver routed for ``namespace``; every write reaches it."""
+        return self.driver_for(namespace), True
 
     def driver_for(self, namespace: str) -> MemoryInterface:
         """Return the driver that serves ``namespace``."""
@@ -122,6 +107,10 @@ class PrivacyAwareMemory(SearchableMemory):
     def __init__(self, inner: MemoryInterface, store_messages: bool = True) -> None:
         self.inner = inner
         self.store_messages = store_messages
+
+    def serving(self, namespace: str) -> tuple[MemoryInterface, bool]:
+        """Return the wrapped memory, and whether a write reaches it (the switch is on)."""
+        return self.inner, self.store_messages
 
     def get(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         return self.inner.get(key, namespace)

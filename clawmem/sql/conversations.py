@@ -14,20 +14,14 @@ from sqlalchemy.engine import Connection
 
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
+from clawmem.paging import decode_moment, decode_sorted_cursor, decode_time_cursor, moment_key
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
 from clawmem.sql.lenient import as_text, raw_moment, read_json, read_moment, reasons
-from clawmem.sql.paging import (
-    after,
-    decode_moment,
-    decode_sorted_cursor,
-    decode_time_cursor,
-    moment_key,
-    sorted_rows,
-)
+from clawmem.sql.paging import after, sorted_rows
 from clawmem.sql.schema import row_columns, tables
-from clawmem.words import utf8_len
+from clawmem.text import utf8_len
 
 ORDER_COLUMNS = ("created_at", "updated_at")
 IDS_PER_STATEMENT = 500  # ids bound in one IN list, well under every backend's limit

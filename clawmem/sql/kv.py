@@ -17,10 +17,10 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from clawmem.clock import Clock, utc_datetime
+from clawmem.codecs import codec_for
 from clawmem.ids import new_id
-from clawmem.memory.base import MemoryRow, NamespaceCount
-from clawmem.memory.codecs import codec_for
-from clawmem.memory.listing import SORTS
+from clawmem.paging import SORTS
+from clawmem.records import MemoryRow, NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 from clawmem.sql.lenient import as_text, raw_moment, read_expiry, read_json, read_moment, read_value, reasons
 from clawmem.sql.paging import sorted_rows
@@ -253,7 +253,7 @@ def _listed(
     return select
 
 
-# The column each order of :data:`clawmem.memory.listing.SORTS` reads, ties broken by key.
+# The column each order of :data:`clawmem.paging.SORTS` reads, ties broken by key.
 SORT_COLUMNS = {"key": "lookup_key", "updated": "updated_at", "expires": "expires_at"}
 
 
@@ -271,7 +271,7 @@ def namespace_rows(
     shape: str = CLAWMEM_SCHEMA,
 ) -> list[MemoryRow]:
     """Return a namespace's rows in ``sort`` order (by key unless told; see
-    :data:`clawmem.memory.listing.SORTS`) after the ``start`` of a cursor, filtered by ``state``
+    :data:`clawmem.paging.SORTS`) after the ``start`` of a cursor, filtered by ``state``
     (one of :data:`clawmem.memory.base.FILTERS`) and by ``query`` in key or value
     (case-insensitive)."""
     table = tables(prefix, shape).memory

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 
-from clawmem.memory.rules import MAX_NESTING
+from clawmem.rules import MAX_NESTING
 
 # Unix seconds that datetime can show: 0001-01-01 to 9999-12-31 23:59:59 UTC.
 FIRST_SECOND = -62_135_596_800
@@ -85,7 +85,7 @@ def _refuse_constant(name: str) -> Any:
 
 def problem_in(value: Any, raw: str | None = None) -> str | None:
     """Return why a decoded value cannot be shown or exported safely (nested more than
-    :data:`~clawmem.memory.rules.MAX_NESTING` levels, a NaN or infinity, a lone surrogate), or
+    :data:`~clawmem.rules.MAX_NESTING` levels, a NaN or infinity, a lone surrogate), or
     ``None``. Walks the value without recursion, so any depth is safe to check; given the
     ``raw`` text it was decoded from, most values are cleared without a walk."""
     if raw is not None and not _suspect(raw):

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Dialect, Engine, make_url
 
 from clawmem.errors import ConfigError
-from clawmem.memory.rules import validate_prefix
+from clawmem.rules import validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 from clawmem.sql.lenient import LenientDateTime, as_text
 

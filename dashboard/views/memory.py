@@ -8,11 +8,12 @@ from flask import Blueprint, abort, request, url_for
 
 from clawmem.clock import now_seconds
 from clawmem.errors import InvalidKey, InvalidNamespace
-from clawmem.memory.base import FILTERS, BaseMemory, MemoryRow, check_filter
-from clawmem.memory.listing import SORTS
-from clawmem.memory.rules import ttl_state, validate_namespace
+from clawmem.memory.base import FILTERS, BaseMemory, check_filter
+from clawmem.paging import SORTS
+from clawmem.recall.words import text_of
+from clawmem.records import MemoryRow
+from clawmem.rules import ttl_state, validate_namespace
 from clawmem.subjects import subject_of_namespace
-from clawmem.words import text_of
 from dashboard import state
 from dashboard.views.rendering import (
     UNREADABLE_TIME,

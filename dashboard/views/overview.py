@@ -13,7 +13,7 @@ from clawmem import operations
 from clawmem.clock import utc_datetime
 from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
-from clawmem.memory.base import NamespaceCount
+from clawmem.records import NamespaceCount
 from clawmem.sql.activity import day_edges
 from clawmem.sql.schema import tables
 from clawmem.sql.sizes import TableStats
@@ -65,7 +65,8 @@ def _ttl_chart(namespaces: list[NamespaceCount]) -> dict[str, Any]:
 
 
 def _injected_chart(namespace: str) -> dict[str, Any]:
-    read, injections, sizes = injection_survey(COLD_MESSAGES, namespace)
+    found = injection_survey(COLD_MESSAGES, namespace)
+    read, injections, sizes = found.messages, found.injections, found.sizes
     times = {key: injections.get(key, 0) for key in sizes}
     # Ten of thousands of keys: pick them without sorting the rest.
     most = [item for item in heapq.nsmallest(CHART_KEYS, times.items(), key=lambda item: (-item[1], item[0]))

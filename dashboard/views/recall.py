@@ -1,11 +1,12 @@
-"""What memory reaches the model: the injection preview and the cold-memory report.
+"""What memory reaches the model: the injection preview, its unmatched entries and the
+cold-memory report.
 
-Both run the real :class:`clawmem.MessageAugmenter`; nothing here scores or ranks on its own.
+Each page shows what :mod:`clawmem.recall` answers (a :class:`clawmem.MessageAugmenter` turn,
+or :mod:`clawmem.recall.survey`); nothing here scores or ranks.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -14,14 +15,13 @@ from flask import Blueprint, request, url_for
 from clawmem.clock import now_seconds
 from clawmem.errors import GuardBlocked
 from clawmem.guards import PiiGuard
-from clawmem.memory.index import WordIndex
-from clawmem.memory.rules import validate_namespace
+from clawmem.paging import decode_cursor, encode_cursor
 from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
-from clawmem.ranking import ranker_for
-from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter, injection_counts
-from clawmem.sql.paging import decode_cursor, encode_cursor
+from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter
+from clawmem.recall.phpclaw import ranker_for
+from clawmem.recall.survey import InjectionSurvey, survey, unmatched_entries
+from clawmem.rules import validate_namespace
 from clawmem.subjects import subject_namespace
-from clawmem.words import keywords
 from dashboard import state
 from dashboard.views.memory import ttl_label
 from dashboard.views.rendering import (
@@ -166,22 +166,19 @@ def preview() -> str:
     )
 
 
-def injection_survey(count: int, namespace: str) -> tuple[int, Counter[str], dict[str, int]]:
-    """Return how many of the last ``count`` user messages were read, how often each key of
-    ``namespace`` would have been injected into them, and every live entry's line size in bytes
-    (what it would cost in a prompt)."""
+def injection_survey(count: int, namespace: str) -> InjectionSurvey:
+    """Return recall's survey of the last ``count`` user messages over ``namespace``, under the
+    configured top-k and scoring."""
     settings = state.settings()
     messages = state.conversations().recent_user_messages(count)
-    now = now_seconds(state.clock())
-    injections = injection_counts(
+    return survey(
         state.memory(),
-        (m.content or "" for m in messages),
+        [m.content or "" for m in messages],
         namespace,
         settings.recall_top_k,
-        now,
-        ranker=ranker_for(settings.recall_scoring),
+        now_seconds(state.clock()),
+        ranker_for(settings.recall_scoring),
     )
-    return len(messages), injections, state.driver().word_index(namespace).live_sizes(now)
 
 
 @bp.get("/cold")
@@ -192,10 +189,9 @@ def cold() -> str:
     namespace = _namespace_arg()
     settings = state.settings()
     offset = offset_from_cursor(text_arg("cursor", 200))
-    read, injections, sizes = injection_survey(count, namespace)
-    cold_keys = [key for key in sizes if key not in injections]
-    cold_bytes = sum(sizes[key] for key in cold_keys)
-    total_bytes = sum(sizes.values())
+    found = injection_survey(count, namespace)
+    read, injections, sizes = found.messages, found.injections, found.sizes
+    cold_keys, cold_bytes, total_bytes = found.cold, found.cold_bytes, found.total_bytes
     rows = [
         {"key": key, "bytes": format_bytes(sizes[key]),
          "url": url_for("memory.entry", namespace=namespace, key=key)}
@@ -230,29 +226,6 @@ def cold() -> str:
     )
 
 
-def _unmatched_entries(message: str, namespace: str, after: str | None, limit: int) -> tuple[int, list[Any]]:
-    """Return how many live entries of ``namespace`` share no word with ``message`` under the
-    configured scoring, and up to ``limit`` of them after key ``after`` in key order, as
-    ``(key, line bytes, expires_at)``. Clawmem's scoring is answered from the word index alone;
-    phpClaw's (value words only) from its own ranking, which reads the namespace anyway."""
-    settings = state.settings()
-    now = now_seconds(state.clock())
-    index = state.driver().word_index(namespace)
-    if settings.recall_scoring == "clawmem":
-        words = keywords(message)
-        return index.query(words, now).zero_overlap, index.without_words(words, now, after, limit)
-    ranking = ranker_for(settings.recall_scoring)(state.memory(), message, [namespace], now)
-    matched = {candidate.key for candidate in ranking.first(ranking.hits)}
-    sizes = index.live_sizes(now)
-    keys = [key for key in sizes if key not in matched and (after is None or key > after)][:limit]
-    return ranking.zero_overlap, [(key, sizes[key], _expiry(index, key)) for key in keys]
-
-
-def _expiry(index: WordIndex, key: str) -> int | None:
-    indexed = index.state(key)  # (fingerprint, expires_at), or None once gone
-    return indexed[1] if indexed else None
-
-
 @bp.get("/preview/unmatched")
 def unmatched() -> str:
     """The live entries of the preview's namespace that share no word with the message (score 0,
@@ -261,8 +234,11 @@ def unmatched() -> str:
     namespace = _namespace_arg()
     cursor = text_arg("cursor", 500)
     after = decode_cursor(cursor, 1)[0] if cursor else None
-    count, found = _unmatched_entries(message, namespace, after, UNMATCHED_PAGE_SIZE + 1)
     now = now_seconds(state.clock())
+    ranker = ranker_for(state.settings().recall_scoring)
+    count, found = unmatched_entries(
+        state.memory(), message, namespace, now, after, UNMATCHED_PAGE_SIZE + 1, ranker
+    )
     rows = [
         {"key": key, "bytes": format_bytes(size), "ttl": ttl_label(expires_at, now)[1],
          "url": url_for("memory.entry", namespace=namespace, key=key)}

@@ -16,8 +16,8 @@ from flask import abort, has_request_context, render_template, request, url_for
 from markupsafe import Markup, escape
 
 from clawmem.errors import InvalidCursor
+from clawmem.paging import decode_cursor, encode_cursor
 from clawmem.sql.lenient import unix_to_datetime
-from clawmem.sql.paging import decode_cursor, encode_cursor
 from dashboard import state
 
 UNREADABLE_TIME = "unreadable time"

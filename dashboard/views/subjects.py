@@ -17,8 +17,8 @@ from werkzeug.wrappers import Response as BaseResponse
 from clawmem import operations
 from clawmem.clock import now_seconds
 from clawmem.memory.base import MemoryRow
+from clawmem.recall.words import text_of
 from clawmem.subjects import Subject, subject_namespace
-from clawmem.words import text_of
 from dashboard import state
 from dashboard.views.conversations import _summary_row
 from dashboard.views.memory import ttl_label

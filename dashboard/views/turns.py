@@ -18,12 +18,12 @@ from flask import abort, url_for
 from clawmem.clock import now_seconds
 from clawmem.conversations import validate_conversation_id
 from clawmem.errors import InvalidKey
-from clawmem.memory.index import line_bytes
-from clawmem.memory.rules import is_expired
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.injection import line_bytes
+from clawmem.recall.words import text_of
+from clawmem.rules import is_expired
 from clawmem.sql.conversations import StoredMessage
 from clawmem.subjects import subject_namespace
-from clawmem.words import text_of
 from dashboard import state
 from dashboard.views.rendering import render_page
 

@@ -14,7 +14,7 @@ import pytest
 
 import clawmem
 from clawmem.memory.wrappers import search_any, sweep_any
-from clawmem.words import rank
+from clawmem.recall.rankings import rank
 from tests.conftest import DRIVERS, WRAPPERS
 
 COMBINATIONS = [f"{driver}-{wrapper}" for driver, wrapper in itertools.product(DRIVERS, WRAPPERS)]

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from clawmem.clock import FakeClock
 from clawmem.memory.wrappers import search_any
-from clawmem.words import rank
+from clawmem.recall.rankings import rank
 
 NAMESPACES = st.sampled_from(["default", "a", "a:b", "a.b", "a_b"])
 KEYS = st.sampled_from(["a", "A", "a ", "é", "e\u0301", "shipping", "ship_days", "k" * 191])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem import php
-from clawmem.memory.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 
 

@@ -1,15 +1,16 @@
 """WordIndex: an in-memory inverted index of one namespace, for exact recall at any size.
 
 Each entry gets a *slot*. The index keeps, per slot, the key, the expiry, the size of the
-entry's injection line, a fingerprint of its value and a rank that orders keys by code point,
-and per word (casefolded, at least three characters) the slots whose key or value holds it.
-A query costs the postings of the message's words: one ``numpy.bincount`` gives every slot's
-score, and a partial sort on (score descending, key rank) gives the first candidates in the
+entry's injection line, a fingerprint of its value and a key order (a float that sorts as the
+keys do, by code point), and per word (casefolded, at least three characters) the slots whose
+key or value holds it. A query costs the postings of the message's words: one indexed add per
+posting (a vector add for a word most slots hold) gives every slot's score, and a partial sort
+on (score descending, key order) gives the first candidates in the
 exact order a full scan gives.
 
-An index holds no values and does no I/O. A driver keeps it in step with its backend (see
-:meth:`clawmem.memory.base.BaseMemory.word_index`) with :meth:`put`, :meth:`remove` and
-:meth:`clear`; recall verifies the few entries it injects against the backend.
+An index holds no values and does no I/O. :mod:`clawmem.recall.feeds` keeps it in step with
+a driver's change feed (:meth:`put`, :meth:`remove`, :meth:`clear`, :meth:`drop_expired`);
+recall verifies the few entries it injects against the backend.
 """
 
 from __future__ import annotations
@@ -23,27 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from clawmem.words import _WORD, MIN_WORD_CHARS, text_of, utf8_len
+from clawmem.recall.injection import line_bytes
+from clawmem.recall.words import entry_words, text_of
 
 NEVER = np.iinfo(np.int64).max  # the expiry of an entry without a TTL
 _GROWTH = 2
 _MERGE_AT = 64  # pending postings of a word merged into its array past this many
-_MIN_RANK_GAP = 1e-6  # closer neighbours than this and every rank is numbered again
+_MIN_ORDER_GAP = 1e-6  # closer neighbours than this and every key's order is numbered again
 # A word held by at least one slot in _DENSE_SHARE (in a namespace of _DENSE_FROM slots or more)
 # is also kept as one byte per slot once queried: adding that array to the scores is a vector
 # add, several times cheaper than an indexed add per posting (a Zipf vocabulary's common words).
 _DENSE_SHARE = 8
 _DENSE_FROM = 65_536
-
-
-def entry_words(key: str, text: str) -> set[str]:
-    """Return the distinct casefolded words of an entry that a query word can match."""
-    return {word for word in _WORD.findall(f"{key} {text}".casefold()) if len(word) >= MIN_WORD_CHARS}
-
-
-def line_bytes(key: str, text: str) -> int:
-    """Return the UTF-8 size of the entry's injection line ``- key: text\\n``."""
-    return utf8_len(f"- {key}: {text}\n")
 
 
 def fingerprint(value: Any, expires_at: int | None) -> int:
@@ -69,23 +61,23 @@ class Candidates:
 
     It answers from the index as it was when queried, however the index changes later: a
     report's decisions are read lazily, maybe after another turn brought the index up to date
-    (new slots, replaced entries, renumbered ranks, a compaction that renumbers slots).
+    (new slots, replaced entries, a renumbered key order, a compaction that renumbers slots).
     """
 
     index: WordIndex
     counts: np.ndarray  # per slot as of the query: its score, 0 for dead and expired slots
-    hits: int  # slots with a score above 0
+    candidate_count: int  # slots with a score above 0
     zero_overlap: int
-    # The index's per-slot data as of the query. It writes a slot's key, rank and line size
-    # once, and never in place after that: it renumbers ranks or compacts into new ones.
+    # The index's per-slot data as of the query. It writes a slot's key, key order and line size
+    # once, and never in place after that: it renumbers the key order or compacts into new ones.
     keys: list[str]
-    rank: np.ndarray
+    key_order: np.ndarray
     line_size: np.ndarray
     postings: dict[str, np.ndarray]  # per query word: never changed in place, only replaced
     _slot_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
-        return self.hits
+        return self.candidate_count
 
     @property
     def slots(self) -> np.ndarray:
@@ -95,7 +87,7 @@ class Candidates:
     def _best(self, count: int) -> np.ndarray:
         """Return the slots scoring at least the highest score that ``count`` slots reach: a pass
         over the scores per score level tried, from the top, rather than a sort of every hit."""
-        if count >= self.hits:
+        if count >= self.candidate_count:
             return self.slots
         lowest = int(self.counts.max())
         while True:
@@ -107,16 +99,16 @@ class Candidates:
     def first(self, count: int) -> list[tuple[str, int, int]]:
         """Return the first ``count`` candidates in rank order (score desc, key asc) as
         ``(key, score, line bytes)``."""
-        if count <= 0 or not self.hits:
+        if count <= 0 or not self.candidate_count:
             return []
         slots = self._best(count)
         scores = self.counts[slots].astype(np.int64)
-        ranks = self.rank[slots]
-        ranks = ranks - ranks.min()
-        # Scores are small integers and ranks span less than ``ceiling``, and neighbouring
-        # ranks differ by more than a float's error at this size: one exact sort key.
-        ceiling = float(ranks.max()) + 1.0
-        order_key = -scores.astype(np.float64) * ceiling + ranks
+        orders = self.key_order[slots]
+        orders = orders - orders.min()
+        # Scores are small integers and key orders span less than ``ceiling``, and neighbouring
+        # orders differ by more than a float's error at this size: one exact sort key.
+        ceiling = float(orders.max()) + 1.0
+        order_key = -scores.astype(np.float64) * ceiling + orders
         if count < slots.size:
             chosen = np.argpartition(order_key, count - 1)[:count]
         else:
@@ -167,7 +159,7 @@ class WordIndex:
             self.size = 0  # slots used, live or dead
             self.expires = np.empty(0, dtype=np.int64)
             self.line_size = np.empty(0, dtype=np.int64)
-            self.rank = np.empty(0, dtype=np.float64)
+            self.key_order = np.empty(0, dtype=np.float64)
             self.alive = np.empty(0, dtype=bool)
             self.sorted_keys: list[str] = []
             self.postings: dict[str, np.ndarray] = {}
@@ -252,7 +244,7 @@ class WordIndex:
             self.size = count
             self._changed()
             self.sorted_keys = sorted(slot_of)
-            self._renumber_ranks()
+            self._renumber_key_order()
             if word_ids:
                 slot_ids = np.repeat(np.arange(count, dtype=np.int32), np.asarray(word_counts))
                 self._build_postings(list(vocabulary), np.asarray(word_ids, dtype=np.int32), slot_ids)
@@ -274,7 +266,7 @@ class WordIndex:
         grown = max(needed, capacity * _GROWTH, 1024)
         self.expires = np.resize(self.expires, grown)
         self.line_size = np.resize(self.line_size, grown)
-        self.rank = np.resize(self.rank, grown)
+        self.key_order = np.resize(self.key_order, grown)
         alive = np.zeros(grown, dtype=bool)
         alive[:capacity] = self.alive
         self.alive = alive
@@ -291,7 +283,7 @@ class WordIndex:
         self.alive[slot] = True
         self._changed()
         if replaced is not None:
-            self.rank[slot] = self.rank[replaced]
+            self.key_order[slot] = self.key_order[replaced]
         else:
             self._place(key, slot)
         for word in entry_words(key, text):
@@ -302,28 +294,28 @@ class WordIndex:
         self._maybe_compact()
 
     def _place(self, key: str, slot: int) -> None:
-        """Give a new key a rank between its neighbours in code-point order."""
+        """Give a new key a key order between its neighbours in code-point order."""
         position = bisect.bisect_left(self.sorted_keys, key)
         self.sorted_keys.insert(position, key)
-        below = self.rank[self.slot_of[self.sorted_keys[position - 1]]] if position > 0 else -1.0
+        below = self.key_order[self.slot_of[self.sorted_keys[position - 1]]] if position > 0 else -1.0
         above = (
-            self.rank[self.slot_of[self.sorted_keys[position + 1]]]
+            self.key_order[self.slot_of[self.sorted_keys[position + 1]]]
             if position + 1 < len(self.sorted_keys)
             else below + 2.0
         )
         middle = (below + above) / 2
-        if above - below > _MIN_RANK_GAP:
-            self.rank[slot] = middle
+        if above - below > _MIN_ORDER_GAP:
+            self.key_order[slot] = middle
         else:  # the gap is used up: number every key again
-            self._renumber_ranks()
+            self._renumber_key_order()
 
-    def _renumber_ranks(self) -> None:
+    def _renumber_key_order(self) -> None:
         # Into a new array: the candidates of earlier queries still read the old one.
-        rank = self.rank.copy()
+        key_order = self.key_order.copy()
         slot_of, count = self.slot_of, len(self.sorted_keys)
         in_order = np.fromiter((slot_of[key] for key in self.sorted_keys), dtype=np.int64, count=count)
-        rank[in_order] = np.arange(count, dtype=np.float64)
-        self.rank = rank
+        key_order[in_order] = np.arange(count, dtype=np.float64)
+        self.key_order = key_order
 
     def _merge(self, word: str) -> None:
         waiting = self.pending.pop(word, None)
@@ -373,7 +365,7 @@ class WordIndex:
         self.prints = [self.prints[slot] for slot in kept.tolist()]
         self.expires = self.expires[kept]
         self.line_size = self.line_size[kept]
-        self.rank = self.rank[kept]
+        self.key_order = self.key_order[kept]
         self.alive = np.ones(kept.size, dtype=bool)
         self.size = int(kept.size)
         self._changed()
@@ -427,9 +419,16 @@ class WordIndex:
                     counts[: marks.size] += marks
             if found:
                 np.multiply(counts, live, out=counts)
-            hits = int(np.count_nonzero(counts))
+            candidate_count = int(np.count_nonzero(counts))
             return Candidates(
-                self, counts, hits, live_count - hits, self.keys, self.rank, self.line_size, found
+                self,
+                counts,
+                candidate_count,
+                live_count - candidate_count,
+                self.keys,
+                self.key_order,
+                self.line_size,
+                found,
             )
 
     def confirm(self, keys: Iterable[str], rows: Mapping[str, Any], now: int) -> bool:
@@ -482,14 +481,15 @@ class WordIndex:
                     unmatched[postings] = False
             slots = np.flatnonzero(unmatched)
             if after is not None:
-                # Ranks follow key order: the first key past ``after`` bounds the rest.
+                # The key order follows the keys: the first key past ``after`` bounds the rest.
                 position = bisect.bisect_right(self.sorted_keys, after)
                 if position == len(self.sorted_keys):
                     return []
-                slots = slots[self.rank[slots] >= self.rank[self.slot_of[self.sorted_keys[position]]]]
+                first = self.key_order[self.slot_of[self.sorted_keys[position]]]
+                slots = slots[self.key_order[slots] >= first]
             if limit < slots.size:
-                slots = slots[np.argpartition(self.rank[slots], limit - 1)[:limit]]
-            slots = slots[np.argsort(self.rank[slots], kind="stable")]
+                slots = slots[np.argpartition(self.key_order[slots], limit - 1)[:limit]]
+            slots = slots[np.argsort(self.key_order[slots], kind="stable")]
             return [
                 (self.keys[slot], int(self.line_size[slot]), None if expires == NEVER else int(expires))
                 for slot, expires in zip(slots.tolist(), self.expires[slots].tolist(), strict=True)
@@ -500,4 +500,5 @@ class WordIndex:
         with self.lock:
             arrays = sum(postings.nbytes for postings in self.postings.values())
             arrays += sum(marks.nbytes for _, marks in self.dense.values())
-            return arrays + self.expires.nbytes + self.line_size.nbytes + self.rank.nbytes + self.alive.nbytes
+            per_slot = (self.expires, self.line_size, self.key_order, self.alive)
+            return arrays + sum(column.nbytes for column in per_slot)

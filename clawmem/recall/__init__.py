@@ -1,0 +1,32 @@
+"""Recall: what memory reaches the model each turn (SPEC 5), all of it in this package.
+
+- :mod:`~clawmem.recall.words`: the one tokeniser and the score's definition;
+- :mod:`~clawmem.recall.index`: the word index a turn is answered from;
+- :mod:`~clawmem.recall.rankings`: the reference scan and the index ranking;
+  :mod:`~clawmem.recall.phpclaw`: phpClaw's own scoring;
+- :mod:`~clawmem.recall.injection`: the injected block's format and budget;
+- :mod:`~clawmem.recall.report`: every candidate's decision (:class:`AugmentResult`);
+- :mod:`~clawmem.recall.augmenter`: :class:`MessageAugmenter`, one turn;
+- :mod:`~clawmem.recall.survey`: what the dashboard's preview and cold-memory pages show;
+- :mod:`~clawmem.recall.sources`: the protocols recall reads memory through.
+"""
+
+from __future__ import annotations
+
+from clawmem.recall.augmenter import MessageAugmenter
+from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, MEMORY_HEADER, USER_HEADER, plan
+from clawmem.recall.report import AugmentResult, EntryDecision
+from clawmem.recall.survey import injection_counts
+from clawmem.recall.words import keywords
+
+__all__ = [
+    "DEFAULT_MAX_RECALL_BYTES",
+    "MEMORY_HEADER",
+    "USER_HEADER",
+    "AugmentResult",
+    "EntryDecision",
+    "MessageAugmenter",
+    "injection_counts",
+    "keywords",
+    "plan",
+]

@@ -1,0 +1,42 @@
+"""A candidate, and what every ranking answers about the candidates of one message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One entry that shares at least one word with the message."""
+
+    namespace: str
+    key: str
+    score: int
+    bytes: int  # of its injection line ``- key: text\n``
+
+
+class Ranking(Protocol):
+    """The candidates of one message over one or more namespaces, ranked together: score
+    descending, then key, then the namespaces' order (the subject's first).
+
+    ``candidate_count`` is how many entries share a word with the message, ``zero_overlap``
+    how many share none.
+    """
+
+    candidate_count: int
+    zero_overlap: int
+
+    def first(self, count: int) -> list[Candidate]:
+        """Return the first ``count`` candidates in rank order."""
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        """Return the query words each of ``candidates`` holds, in the message's order."""
+
+    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
+        """Return the value text of each of ``candidates``, as it is stored now."""
+
+
+# ranker(memory, message, namespaces, now) -> Ranking
+Ranker = Callable[[Any, str, Sequence[str], int], Ranking]

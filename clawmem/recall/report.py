@@ -1,0 +1,131 @@
+"""The report of one turn's recall: every candidate's decision, and the augmented text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clawmem.prompt import CUT_TOP_K, INJECTED, TRUNCATED, GuardFinding, SkillDecision, Span
+from clawmem.recall.candidates import Ranking
+
+
+@dataclass(frozen=True)
+class EntryDecision:
+    """What recall did with one entry: ``status`` is one of the module's status constants.
+
+    ``bytes`` is the size of the entry's full injection line; ``reason`` says why, in words.
+    """
+
+    key: str
+    score: int
+    bytes: int
+    status: str
+    reason: str
+    namespace: str = ""
+    matched: tuple[str, ...] = ()
+
+    @property
+    def injected(self) -> bool:
+        """Return whether any part of the entry reached the augmented text."""
+        return self.status in (INJECTED, TRUNCATED)
+
+
+@dataclass(frozen=True)
+class AugmentResult:
+    """The augmented text and the report of how it was built.
+
+    ``decisions`` covers every live entry of the namespaces read (the subject's, when
+    ``subject_namespace`` is set, and the recall namespace) that shares a word with the
+    message, in rank order (score descending, then key), computed as far as it is read;
+    ``zero_overlap`` counts the live entries that share none; ``bytes_used`` is the size of the
+    memory block (0 when nothing was injected); ``error`` is the exception class name when the
+    memory backend failed and recall was skipped; ``findings`` are attached by the turn pipeline
+    or the preview after the guards ran.
+    """
+
+    text: str
+    message: str
+    namespace: str
+    top_k: int
+    max_recall_bytes: int
+    subject_namespace: str | None = None
+    decisions: Sequence[EntryDecision] = ()
+    zero_overlap: int = 0
+    skills: tuple[SkillDecision, ...] = ()
+    bytes_used: int = 0
+    error: str | None = None
+    spans: tuple[Span, ...] = ()
+    findings: tuple[GuardFinding, ...] = ()
+
+    @property
+    def injected_keys(self) -> list[str]:
+        """Return the keys that reached the augmented text, in injection order."""
+        return [decision.key for decision in self.decisions[: self.top_k] if decision.injected]
+
+    @property
+    def changed(self) -> bool:
+        """Return whether the augmented text differs from the user's message."""
+        return self.text != self.message
+
+
+class Decisions(Sequence[EntryDecision]):
+    """Every candidate's decision in rank order, computed only as far as it is read: the first
+    ``top_k`` are planned with the turn, the rest were cut by top-k."""
+
+    def __init__(self, ranking: Ranking | None, planned: list[EntryDecision], top_k: int) -> None:
+        self._ranking = ranking
+        self._known = list(planned)
+        self._top_k = top_k
+        self._hits = ranking.candidate_count if ranking is not None else len(planned)
+
+    def __len__(self) -> int:
+        return self._hits
+
+    def _extend(self, stop: int) -> None:
+        if stop <= len(self._known) or self._ranking is None:
+            return
+        start = len(self._known)
+        # Read ahead: reading one by one would rank the first n again for every n.
+        stop = min(max(stop, 2 * start, 50), self._hits)
+        more = self._ranking.first(stop)[start:]
+        for position, (candidate, words) in enumerate(
+            zip(more, self._ranking.matched(more), strict=True), start
+        ):
+            reason = f"rank {position + 1} of {self._hits} hits; top_k is {self._top_k}"
+            self._known.append(
+                EntryDecision(
+                    candidate.key,
+                    candidate.score,
+                    candidate.bytes,
+                    CUT_TOP_K,
+                    reason,
+                    candidate.namespace,
+                    words,
+                )
+            )
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            positions = range(*index.indices(self._hits))
+            self._extend(max(positions, default=-1) + 1)
+            return [self._known[position] for position in positions]
+        position = index + self._hits if index < 0 else index
+        if not 0 <= position < self._hits:
+            raise IndexError("decision index out of range")
+        self._extend(position + 1)
+        return self._known[position]
+
+    def __iter__(self) -> Iterator[EntryDecision]:
+        self._extend(self._hits)
+        return iter(self._known[: self._hits])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"Decisions({self._hits} candidates, {len(self._known)} computed)"
