@@ -49,6 +49,10 @@ def hostile(app: Flask) -> dict[str, str]:
         "conversations": "/conversations/",
         "conversation": "/conversations/c-long",
         "turn": f"/conversations/c-long/turns/{message.id}",
+        "subjects": "/subjects/",
+        "subject": "/subjects/cust-1001",
+        "long-subject": f"/subjects/{'u' * 150}",
+        "by-tokens": "/conversations/?sort=tokens",
         "memory": "/memory/",
         "namespace": "/memory/default/",
         "long-namespace": f"/memory/{LONG_NAMESPACE}/",
@@ -157,15 +161,19 @@ def _save(tab: Any, name: str, width: int) -> None:
     tab.screenshot(path=str(ARTIFACTS / f"{name}-{width}.png"), full_page=True)
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 def test_a_screenshot_of_every_page(
-    browser: Any, server: str, hostile: dict[str, str], width: int  # noqa: F811
+    browser: Any, server: str, hostile: dict[str, str], width: int, scheme: str  # noqa: F811
 ) -> None:
-    tab = _tab(browser, server, width)
+    tab = _tab(browser, server, width, color_scheme=scheme)
+    suffix = "" if scheme == "light" else "-dark"
     for name, path in hostile.items():
         tab.goto(f"{server}{path}")
         expect(tab.locator("h1")).to_be_visible()
-        _save(tab, name, width)
+        _save(tab, f"{name}{suffix}", width)
+    background = tab.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert (background == "rgb(255, 255, 255)") == (scheme == "light"), background
     tab.context.close()
     saved = {path.name for path in ARTIFACTS.glob(f"*-{width}.png")}
-    assert {f"{name}-{width}.png" for name in hostile} <= saved
+    assert {f"{name}{suffix}-{width}.png" for name in hostile} <= saved
