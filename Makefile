@@ -1,18 +1,27 @@
 # make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
-# make test: the whole suite. make test-fast: no browser, no slow tests, in parallel.
+# make test: the whole suite (installs the test toolchain of requirements-test.txt first).
+# make test-fast: no browser, no slow tests, in parallel.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
 PORT ?= 5000
 
-.PHONY: run test test-fast lint venv htmx
+.PHONY: run test test-fast lint venv test-venv htmx
 
+# The runtime only (requirements.txt): what make run needs to serve the dashboard.
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# The runtime plus the test toolchain (requirements-test.txt), for make test and make lint.
+test-venv: $(VENV)/.tested
+
+$(VENV)/.tested: $(VENV)/.installed requirements-test.txt
+	$(PYTHON) -m pip install --quiet -r requirements-test.txt
 	touch $@
 
 # htmx 2.x from the npm registry, pinned and sha256-checked (see dashboard/vendor.py). Without
@@ -29,7 +38,7 @@ run: venv htmx
 	@echo "first run, otherwise use yours or reset it with: $(FLASK) claw set-password admin)"
 	$(PYTHON) -m dashboard.devserver --host 127.0.0.1 --port $(PORT)
 
-lint: venv
+lint: test-venv
 	$(VENV)/bin/ruff check .
 
 # Two pytest runs: the main suite, then LangChain's standard tests in their own lane, whose
@@ -40,6 +49,6 @@ test: lint
 
 # make test-fast: the day-to-day lane: no browser, no slow tests, in parallel (pytest-xdist).
 # make test and CI stay the whole suite.
-test-fast: venv
+test-fast: test-venv
 	$(VENV)/bin/ruff check .
 	$(PYTHON) -m pytest -q -n auto -m "not slow and not browser" -p no:cacheprovider

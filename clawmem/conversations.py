@@ -414,9 +414,12 @@ class ConversationLog:
         since: datetime | None = None,
         until: datetime | None = None,
         query: str | None = None,
+        descending: bool | None = None,
     ) -> Page[ConversationSummary]:
         """Return a page of conversations in ``sort`` order: ``created`` or ``updated`` (newest
-        first) or ``title`` (A to Z, untitled last), ties by id.
+        first), ``title`` (A to Z, untitled last), ``tokens`` (most billed first, not reported
+        last) or ``messages`` (most said first), ties by id; ``descending`` turns any of them
+        the other way (not reported stays last).
 
         Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
         ``query`` contained in the title or any message's content (case-insensitive).
@@ -428,9 +431,10 @@ class ConversationLog:
         filters = self._filters(user_id, namespace, since, until, query)
         with self.engine.connect() as conn:
             found = sql.summaries(
-                conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape, **filters
+                conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
+                descending=descending, **filters,
             )
-        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort))
+        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort, descending))
 
     def count(
         self,
@@ -480,6 +484,18 @@ class ConversationLog:
         fields = sql.conversation_fields(row)
         fields.pop("unreadable")
         return ConversationRow(**fields)
+
+    def subjects(self, limit: int = 100) -> list[str]:
+        """Return up to ``limit`` user ids that have a conversation, sorted (anonymous left out)."""
+        check_limit(limit, 10_000)
+        with self.engine.connect() as conn:
+            return sql.subjects(conn, self.prefix, limit)
+
+    def subject_totals(self, user_id: str) -> sql.SubjectTotals:
+        """Return how many conversations, messages said, recall records and checkpoints the
+        subject ``user_id`` has, and the tokens their turns were billed."""
+        with self.engine.connect() as conn:
+            return sql.subject_totals(conn, self.prefix, user_id, self.shape)
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""

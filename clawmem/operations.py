@@ -99,7 +99,7 @@ def forget_conversation(site: Site, conversation_id: str, dry_run: bool = False)
     if found is None:
         return Deleted(dry_run)
     if dry_run:
-        return Deleted(True, conversations=1, messages=found.message_count)
+        return Deleted(True, conversations=1, messages=found.row_count)
     conversations, messages = site.conversations.delete(conversation_id)
     return Deleted(False, conversations=conversations, messages=messages)
 

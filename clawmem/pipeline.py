@@ -71,6 +71,18 @@ def title_from(message: str) -> str | None:
     return clip(line, TITLE_CHARS)
 
 
+def billed_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    """Return the tokens a provider call was billed: its ``total_tokens``, else prompt plus
+    completion; ``None`` when it reported neither ("not reported", never 0)."""
+    if not usage:
+        return None
+    counted = {name: value for name, value in usage.items() if type(value) is int and value >= 0}
+    if "total_tokens" in counted:
+        return counted["total_tokens"]
+    parts = [counted[name] for name in ("prompt_tokens", "completion_tokens") if name in counted]
+    return sum(parts) if parts else None
+
+
 def tool_rows(calls: Iterable[ToolCall]) -> list[Message]:
     """Return the stored ``tool`` messages for the provider's tool calls.
 
@@ -254,10 +266,14 @@ class Claw:
                     earlier = redact_history(earlier)
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
             answer = self.provider.complete(list(compaction.history))
+            # The turn's own call is billed on its assistant row; a compaction's call stays with
+            # its checkpoint's record, so neither is counted twice.
+            usage = dict(answer.usage) if answer.usage else None
+            tokens = billed_tokens(usage)
             added = [
                 *([recall_record(augment)] if self.record_recall else []),
                 Message("user", message, metadata={"job_id": job_id, "run_id": run_id} if job_id else None),
-                Message("assistant", answer.text),
+                Message("assistant", answer.text, metadata={"usage": usage} if usage else None),
                 *tool_rows(answer.tool_calls),
             ]
             append_options: dict[str, Any] = {}
@@ -270,7 +286,12 @@ class Claw:
             if job_id:
                 append_options["job_id"] = job_id
             self.conversations.append(
-                conversation_id, added, user_id=user_id, title=title_from(message), **append_options
+                conversation_id,
+                added,
+                user_id=user_id,
+                title=title_from(message),
+                tokens=tokens,
+                **append_options,
             )
         return Reply(
             answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from clawmem.errors import ConfigError
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
@@ -103,6 +104,19 @@ def parse_sites(raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs.items())
 
 
+def display_zone(name: str) -> ZoneInfo:
+    """Return the time zone ``CLAW_DISPLAY_TZ`` names (an IANA name such as ``Europe/Berlin``).
+
+    Raises :class:`ConfigError` in one line when no such zone is known.
+    """
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ConfigError(
+            f"{ENV_PREFIX}DISPLAY_TZ must be a time zone name such as UTC or Europe/Berlin, got {name!r}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every clawmem setting. Field ``x`` is read from ``CLAW_X`` (config key ``X``).
@@ -137,6 +151,7 @@ class Settings:
     provider_url: str = ""
     provider_model: str = ""
     provider_factory: str = ""
+    display_tz: str = "UTC"
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
@@ -153,6 +168,7 @@ class Settings:
                 f"{ENV_PREFIX}RECALL_SCORING must be one of {', '.join(RECALL_SCORINGS)}, "
                 f"got {self.recall_scoring!r}"
             )
+        display_zone(self.display_tz)
         check_url("DATABASE_URL", self.database_url)
         check_url("REDIS_URL", self.redis_url)
         check_url("QUEUE_URL", self.queue_url)
@@ -164,6 +180,11 @@ class Settings:
             object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")
         if not self.file_dir:
             object.__setattr__(self, "file_dir", str(instance / "memory"))
+
+    @property
+    def display_zone(self) -> ZoneInfo:
+        """Return the time zone the dashboard prints absolute times in (``CLAW_DISPLAY_TZ``)."""
+        return display_zone(self.display_tz)
 
     @property
     def allowed_pii_keys(self) -> tuple[str, ...]:

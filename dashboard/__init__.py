@@ -50,12 +50,14 @@ def _check_schema(settings: Settings) -> None:
 
 
 def create_app(test_config: dict[str, Any] | None = None, instance_path: str | None = None) -> Flask:
-    """Build the dashboard app, its instance folder defaulting to ``<repository>/instance``.
+    """Build the dashboard app, its instance folder defaulting to ``CLAW_INSTANCE_PATH`` (as for
+    the ``clawmem`` script), else ``<repository>/instance``.
 
     Configuration comes from ``<instance>/config.py``, then ``CLAW_*`` environment variables,
     then ``test_config``. Raises :class:`clawmem.ConfigError` for a malformed setting, or
     when the site's tables have the other shape than ``CLAW_SCHEMA``.
     """
+    instance_path = instance_path or os.environ.get(f"{ENV_PREFIX}INSTANCE_PATH") or None
     app = Flask(
         __name__,
         instance_path=instance_path,

@@ -6,6 +6,7 @@ forth, so entries expire, conversations spread over three weeks, and messages ge
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -263,6 +264,30 @@ def _namespace(entry: DemoEntry, template: str) -> str:
     return entry.namespace
 
 
+def _with_usage(
+    added: list[dict[str, Any] | Message], sent_bytes: int
+) -> tuple[list[dict[str, Any] | Message], int, int]:
+    """Return ``added`` with each assistant message carrying the usage a provider would report
+    for it (about four bytes a token), the tokens of the turn, and the bytes sent so far."""
+    rows: list[dict[str, Any] | Message] = []
+    tokens = 0
+    for message in added:
+        role, content = (message.role, message.content) if isinstance(message, Message) else (
+            message["role"], message.get("content"))
+        if role == "assistant":
+            prompt = sent_bytes // 4 + 40
+            completion = max(1, len((content or "").encode()) // 4)
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+            message = (dataclasses.replace(message, metadata={"usage": usage}) if isinstance(message, Message)
+                       else {**message, "metadata": {"usage": usage}})
+            tokens += prompt + completion
+        if role != "recall":
+            sent_bytes += len((content or "").encode())
+        rows.append(message)
+    return rows, tokens, sent_bytes
+
+
 def load_demo(
     memory: MemoryInterface,
     conversations: ConversationLog,
@@ -300,10 +325,18 @@ def load_demo(
         clock.now = start + number * 16 * HOUR + chooser.randint(0, 3 * HOUR)
         conversation_id = new_id()
         metadata = {"channel": chooser.choice(["web", "email", "app"]), DEMO_MARKER: True}
+        sent_bytes = 0
         for turn in turns:
             said = [_with_recall(recall, message, subject, subject_template) for message in turn]
             added = [message for pair in said for message in pair]
-            conversations.append(conversation_id, added, user_id=subject, title=title, metadata=metadata)
+            # As a provider bills: the history sent as the prompt, the reply as the completion.
+            # Every seventh conversation's provider reports no usage, as some do.
+            tokens = None
+            if number % 7 != 3:
+                added, tokens, sent_bytes = _with_usage(added, sent_bytes)
+            conversations.append(
+                conversation_id, added, user_id=subject, title=title, metadata=metadata, tokens=tokens
+            )
             report.messages += len(added)
             clock.advance(chooser.randint(40, 400))
         report.conversations += 1

@@ -7,15 +7,19 @@ on the site its request chose among ``CLAW_SITES`` (see :mod:`dashboard.sites`).
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 from flask import Flask, current_app, g, has_request_context
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
 from clawmem.conversations import ConversationLog
+from clawmem.errors import redact
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.paging import Page
@@ -23,6 +27,7 @@ from clawmem.settings import Settings
 from clawmem.site import Site
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _open_site(app: Flask, settings: Settings) -> Site:
@@ -78,13 +83,53 @@ def setting_sources() -> dict[str, str]:
     return sources
 
 
-def command_environment() -> tuple[str, ...]:
-    """Return the variables a ``flask claw`` command needs to act on the current site, such as
-    ``CLAW_TABLE_PREFIX=wp_2_`` (none when it is the commands' own site)."""
+# Settings only the dashboard reads: a command needs none of them.
+DASHBOARD_ONLY = {"SITES", "DISPLAY_TZ"}
+
+
+def _secret(name: str, value: str) -> bool:
+    # Never printed on a page: the operator's shell must hold these already.
+    return any(word in name for word in ("KEY", "PASSWORD", "SECRET", "TOKEN")) or redact(value) != value
+
+
+def _config_word(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def command_program() -> tuple[str, ...]:
+    """Return how this installation runs a claw command from a plain shell: ``clawmem`` when the
+    console script of this very environment is on ``PATH``, else this environment's own
+    ``flask`` on the checkout's ``wsgi.py`` (absolute paths, so it runs from any directory)."""
+    bin_dir = Path(sys.executable).parent
+    found = shutil.which("clawmem")
+    if found is not None and Path(found).resolve().parent == bin_dir.resolve():
+        return ("clawmem",)
+    return (str(bin_dir / "flask"), "--app", str(ROOT / "wsgi.py"), "claw")
+
+
+def command_environment(program: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Return the ``CLAW_*`` variables a claw command needs to act on the site the page shows:
+    the instance folder when it is not the checkout's own, every setting that came from the
+    environment or the app's own config (and, for the ``clawmem`` script, which reads no
+    instance config file, from that file too), and the page's table prefix. A setting holding
+    a secret is left out: the shell must hold it already."""
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    program = program if program is not None else command_program()
+    sources = app.extensions["clawmem.sources"]
+    passed = {"environment", "test config"} | ({"instance config file"} if program == ("clawmem",) else set())
+    words = []
+    if program == ("clawmem",) or Path(app.instance_path).resolve() != (ROOT / "instance").resolve():
+        words.append(f"CLAW_INSTANCE_PATH={Path(app.instance_path).resolve()}")
+    for name, source in sources.items():
+        if source not in passed or name in DASHBOARD_ONLY or name == "TABLE_PREFIX":
+            continue
+        value = _config_word(app.config.get(name, ""))
+        if not _secret(name, value):
+            words.append(f"CLAW_{name}={value}")
     prefix = site().prefix
-    if prefix == site_of(current_app._get_current_object()).prefix:  # type: ignore[attr-defined]
-        return ()
-    return (f"CLAW_TABLE_PREFIX={prefix}",)
+    if prefix != site_of(app).prefix or sources.get("TABLE_PREFIX") in passed:
+        words.append(f"CLAW_TABLE_PREFIX={prefix}")
+    return tuple(words)
 
 
 def clock() -> Clock:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import re
+import shlex
 
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
@@ -28,3 +30,20 @@ def sign_in(client: FlaskClient, username: str = ADMIN, password: str = PASSWORD
 def page_text(response: TestResponse) -> str:
     """Return a response body as text."""
     return response.get_data(as_text=True)
+
+
+def claw_words(command: str) -> tuple[dict[str, str], list[str]]:
+    """Split a claw command the dashboard shows into its ``CLAW_*`` variables and the words after
+    the program (``clawmem``, or ``…/flask --app …/wsgi.py claw``)."""
+    words = shlex.split(html.unescape(command))
+    environment = {}
+    while words and re.fullmatch(r"CLAW_[A-Z_]+=.*", words[0], re.S):
+        name, _, value = words.pop(0).partition("=")
+        environment[name] = value
+    if words[:1] == ["clawmem"]:
+        return environment, words[1:]
+    if words[:2] == ["flask", "claw"]:  # as a view writes it, outside a request
+        return environment, words[2:]
+    assert words[0].endswith("/flask") and words[1] == "--app" and words[2].endswith("wsgi.py"), words
+    assert words[3] == "claw", words
+    return environment, words[4:]

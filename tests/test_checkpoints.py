@@ -499,10 +499,14 @@ def test_the_analysis_names_the_threshold_exceeded_first_and_the_other(
     # Said message 18 is row 20 of the conversation (a recall row and a summary row come before
     # it), and said message 21 is row 23.
     assert (
-        "The token estimate threshold is exceeded. It was first exceeded at message 20 "
-        "(the message count threshold first at message 23),"
+        "With these thresholds, the token estimate threshold would first be exceeded at message 20 "
+        "(the message count threshold at message 23),"
     ) in text
-    assert "leaves out the 2 summary checkpoint and recall rows" in text
+    assert "leaves out the 2 checkpoint and recall rows" in text
+    # What the agent did comes first, apart from the what-if.
+    did, what_if = text.split("What the agent did", 1)[1].split("What if: the dashboard's tried thresholds")
+    assert "The agent compacted this conversation 1 time" in did and "would" not in did
+    assert "Worked out here from the stored messages, not what the agent ran with" in what_if
     rows = re.findall(r'<li class="message role-(\w+)(?: (\w+))?" id="m-([0-9A-Z]{26})">', body)
     assert [row[2] for row in rows] == ids
     fates = [(role, fate) for role, fate, _ in rows]
@@ -516,9 +520,9 @@ def test_the_analysis_names_the_threshold_exceeded_first_and_the_other(
     ]
     assert f'id="m-{ids[19]}"' in marked
     if persist:
-        assert "each message is summarised once" in text and "every turn from there on" not in text
+        assert "each message summarised once" in text and "every turn from there on" not in text
     else:
-        assert "so compaction fires on every turn from there on" in text and "summarised once" not in text
+        assert "compaction would fire on every turn from there on" in text and "summarised once" not in text
 
 
 @pytest.mark.parametrize(

@@ -174,14 +174,20 @@ def test_ttl_state_follows_the_fake_clock(
     assert "read through the memory contract" not in body and "Live entries only" not in body
     detail = page_text(driver_client.get("/memory/ttl/entry?key=soon"))
     assert '<span class="tag expiring">expires in 1 h 58 min</span>' in detail
-    # floor(set time) + 7200, said relative to the fake clock, with the UTC time on hover
-    expires = '<time datetime="2023-11-15T00:13:20Z" title="2023-11-15 00:13:20 UTC">in 2 h</time>'
+    # floor(set time) + 7200, said relative to the fake clock, with the UTC time beside it
+    expires = (
+        '<time datetime="2023-11-15T00:13:20Z">in 2 h</time> '
+        '<span class="absolute">(2023-11-15 00:13:20 UTC)</span>'
+    )
     assert f"<dt>Expires</dt><dd>{expires}</dd>" in detail
     expired = driver_client.get("/memory/ttl/entry?key=gone")
     assert expired.status_code == 200, "an expired entry the driver still holds has a detail page"
     assert '<span class="tag expired">expired 1 min ago (not yet swept)</span>' in page_text(expired)
     # Only the SQL driver keeps write times; the others show none rather than an empty field.
-    updated = '<time datetime="2023-11-14T22:13:20Z" title="2023-11-14 22:13:20 UTC">2 min ago</time>'
+    updated = (
+        '<time datetime="2023-11-14T22:13:20Z">2 min ago</time> '
+        '<span class="absolute">(2023-11-14 22:13:20 UTC)</span>'
+    )
     assert (f"<dt>Updated</dt><dd>{updated}</dd>" in detail) == (memory_driver == "sql")
     assert ("<dt>Created</dt>" in detail) == (memory_driver == "sql")
     index = page_text(driver_client.get("/memory/"))
@@ -367,28 +373,31 @@ def test_compaction_analysis_marks_what_the_compactor_would_summarise(
     fates = re.findall(r'<li class="message role-\w+ (summarised|kept)"', body)
     assert fates == ["summarised"] * (boundary - start) + ["kept"] * (len(history) - boundary + start)
     assert f"{boundary - start} older messages" in body
-    assert f"first exceeded at message {POSITIONS[conversation_id][10]}" in body
+    assert f"first be exceeded at message {POSITIONS[conversation_id][10]}" in body
     assert body.count("threshold first exceeded here") == 1
 
 
 def test_compaction_analysis_by_tokens(app: Flask, demo: None, signed_in: FlaskClient) -> None:
     conversation_id, history = _long_conversation(app)
     body = page_text(signed_in.get(f"/conversations/{conversation_id}?max_tokens=200"))
-    assert "The token estimate threshold is exceeded." in body
+    assert "the token estimate threshold would first be exceeded at message" in body
     tokens = [int(t) for t in re.findall(r'<span class="tokens">~(\d+) tokens</span>', body)]
-    assert len(tokens) == POSITIONS[conversation_id][-1]  # every message, recall records at ~0
+    # Every message said; recall records are never sent, so they show no estimate ("~0" misled).
+    assert len(tokens) == len(POSITIONS[conversation_id])
     running, first = 0, None
     for position, message in zip(POSITIONS[conversation_id], history, strict=True):
         running += len((str(message["content"] or "")).encode())
         if first is None and running // 4 > 200:
             first = position
-    assert f"first exceeded at message {first}," in body
+    assert f"first be exceeded at message {first}," in body
 
 
 def test_compaction_off_by_default_says_so(app: Flask, demo: None, signed_in: FlaskClient) -> None:
     conversation_id, _ = _long_conversation(app)
     body = page_text(signed_in.get(f"/conversations/{conversation_id}"))
-    assert "Compaction is off, so this whole history is sent to the model on every turn." in body
+    did, what_if = body.split("<h3>What the agent did</h3>")[1].split("<h3>What if: the dashboard")
+    assert "The agent has not compacted this conversation: no checkpoint is stored" in did
+    assert "With compaction off, the next turn would send this whole history to the model." in what_if
     assert "summarised" not in body
 
 
@@ -401,8 +410,11 @@ def test_conversation_shows_roles_times_and_tool_calls(
     assert '<span class="role">tool</span>' in detail and '<span class="role">user</span>' in detail
     assert "<code>lookup_order</code>" in detail
     assert "&#34;order_id&#34;" in detail
-    stamp = r'<time datetime="[0-9T:-]+Z" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">[^<]+ ago</time>'
-    assert re.search(stamp, detail), "each message's time, relative, with the UTC time on hover"
+    stamp = (
+        r'<time datetime="[0-9T:-]+Z">[^<]+ ago</time> '
+        r'<span class="absolute">\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)</span>'
+    )
+    assert re.search(stamp, detail), "each message's time, relative, with the UTC time beside it"
 
 
 def test_demo_on_the_file_driver_fills_the_memory_index(make_app: Callable[..., Flask]) -> None:

@@ -49,14 +49,14 @@ def test_demo_keeps_each_customers_facts_in_their_subject_namespace(app: Flask, 
     index = page_text(client.get("/memory/"))
     assert re.search(
         r'<a href="/memory/user:cust-1001/"><code>user:cust-1001</code></a>\s*'
-        r'<span class="subject">subject <a href="/conversations/\?user_id=cust-1001"[^>]*>'
+        r'<span class="subject">subject <a href="/subjects/cust-1001"[^>]*>'
         r"<bdi>cust-1001</bdi></a></span>",
         index,
     )
-    assert '<a href="/conversations/?user_id=cust-2002"' in index
+    assert '<a href="/subjects/cust-2002"' in index
     assert "<code>default</code></a></td>" in index, "a namespace that is no subject's names none"
     listing = page_text(client.get("/memory/user:cust-1001/"))
-    assert re.search(r'The own facts of subject <a href="/conversations/\?user_id=cust-1001"[^>]*>'
+    assert re.search(r'The own facts of subject <a href="/subjects/cust-1001"[^>]*>'
                      r"<code>cust-1001</code></a>", listing)
     assert "Alice Moreau" in listing
 
@@ -70,7 +70,7 @@ def test_demo_follows_a_configured_subject_namespace(make_app: Callable[..., Fla
         accounts.create_admin(ADMIN, PASSWORD, 0)
     client = app.test_client()
     sign_in(client)
-    assert '<a href="/conversations/?user_id=cust-1001"' in page_text(client.get("/memory/"))
+    assert '<a href="/subjects/cust-1001"' in page_text(client.get("/memory/"))
 
 
 def test_demo_has_thirty_conversations_with_tool_rows_and_two_subjects(app: Flask, demo: None) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-import shlex
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -18,7 +17,7 @@ from clawmem.clock import FakeClock
 from clawmem.conversations import Message
 from dashboard import state
 from tests.conftest import SQL_BACKENDS
-from tests.dashboard_helpers import page_text
+from tests.dashboard_helpers import claw_words, page_text
 from tests.test_sorted_lists import TITLES, expected_order, insert_conversations
 
 pytest_plugins = ["tests.dashboard_fixtures"]
@@ -64,18 +63,24 @@ def test_column_headers_link_to_each_order_and_say_which_is_current(
 ) -> None:
     _conversations(app, 3)
     body = page_text(signed_in.get("/conversations/?user_id=cust-1&sort=title"))
-    header = r'<th(?: aria-sort="(\w+)")?>\s*<a href="([^"]+)"'
+    header = r'<th(?: class="num")?(?: aria-sort="(\w+)")?>\s*<a href="([^"]+)"'
     headers = {url: aria for aria, url in re.findall(header, body)}
     assert set(headers) == {
-        "/conversations/?user_id=cust-1&amp;sort=title",
+        "/conversations/?user_id=cust-1&amp;sort=title&amp;order=desc",  # the current one turns around
         "/conversations/?user_id=cust-1&amp;sort=created",
         "/conversations/?user_id=cust-1&amp;sort=updated",
+        "/conversations/?user_id=cust-1&amp;sort=messages",
+        "/conversations/?user_id=cust-1&amp;sort=tokens",
     }
-    assert headers["/conversations/?user_id=cust-1&amp;sort=title"] == "ascending"
+    assert headers["/conversations/?user_id=cust-1&amp;sort=title&amp;order=desc"] == "ascending"
+    turned = page_text(signed_in.get("/conversations/?user_id=cust-1&sort=title&order=desc"))
+    assert re.search(r'<th aria-sort="descending">\s*<a href="[^"]*sort=title&amp;order=asc">Title', turned)
+    assert signed_in.get("/conversations/?order=sideways").status_code == 400
     assert body.count("aria-sort=") == 1
     assert '<input type="hidden" name="sort" value="title">' in body, "filtering keeps the order"
     default = page_text(signed_in.get("/conversations/"))
-    assert re.search(r'<th aria-sort="descending">\s*<a href="[^"]*sort=updated">Last activity', default)
+    current = r'<th aria-sort="descending">\s*<a href="[^"]*sort=updated&amp;order=asc">Last activity'
+    assert re.search(current, default)
 
 
 def test_a_cursor_of_another_order_or_an_unknown_order_is_a_400(app: Flask, signed_in: FlaskClient) -> None:
@@ -140,7 +145,7 @@ def test_keys_page_by_key_update_and_expiry(app: Flask, signed_in: FlaskClient, 
     assert soonest == [f"k{n:02}" for n in timed] + [f"k{n:02}" for n in range(60) if expiry[n] is None]
 
 
-def test_times_are_relative_to_the_clock_with_the_utc_time_on_hover(
+def test_times_are_relative_to_the_clock_with_the_utc_time_beside_them(
     app: Flask, signed_in: FlaskClient, clock: FakeClock
 ) -> None:
     ago = 3 * 3600 + 120
@@ -150,13 +155,15 @@ def test_times_are_relative_to_the_clock_with_the_utc_time_on_hover(
         state.memory().set("later", 1, "prefs", ttl=ago + 600)
     clock.advance(ago)
     row = page_text(signed_in.get("/conversations/"))
-    stamp = re.search(r'<time datetime="([0-9T:-]+)Z" title="([^"]+) UTC">3 h ago</time>', row)
+    stamp = re.search(r'<time datetime="([0-9T:-]+)Z">3 h ago</time> <span class="absolute">\(([^)]+) UTC',
+                      row)
     assert stamp, row
     assert stamp.group(2) == stamp.group(1).replace("T", " ")
     assert datetime.fromisoformat(stamp.group(1)).timestamp() == pytest.approx(clock() - ago, abs=1)
     entry = page_text(signed_in.get("/memory/prefs/entry?key=later"))
     assert re.search(r"<dt>Updated</dt><dd><time [^>]+>3 h ago</time>", entry)
-    assert re.search(r'<dt>Expires</dt><dd><time datetime="[^"]+" title="[^"]+ UTC">in 10 min</time>', entry)
+    assert re.search(r'<dt>Expires</dt><dd><time datetime="[^"]+">in 10 min</time> <span class="absolute">',
+                     entry)
 
 
 def test_the_subject_links_to_its_conversations(app: Flask, signed_in: FlaskClient) -> None:
@@ -168,12 +175,12 @@ def test_the_subject_links_to_its_conversations(app: Flask, signed_in: FlaskClie
         state.memory().set("likes", "tea", "user:cust-8")
     body = page_text(signed_in.get("/conversations/"))
     link = re.search(r'<a href="([^"]+)" title="[^"]+"><bdi>cust 7&amp;x</bdi>', body)
-    assert link and html.unescape(link.group(1)) == "/conversations/?user_id=cust+7%26x"
+    assert link and html.unescape(link.group(1)) == "/subjects/cust%207&x"
     assert "<td data-label=\"Subject\"><bdi>anonymous</bdi></td>" in body, "no subject to filter by"
     only = page_text(signed_in.get(html.unescape(link.group(1))))
     assert re.findall(r'<a href="/conversations/([^"/?]+)">', only) == ["c-a"]
     for page in ("/memory/", "/memory/user:cust-8/", "/memory/user:cust-8/entry?key=likes"):
-        assert 'href="/conversations/?user_id=cust-8"' in page_text(signed_in.get(page)), page
+        assert 'href="/subjects/cust-8"' in page_text(signed_in.get(page)), page
 
 
 def test_search_results_show_the_match_marked_in_a_snippet(app: Flask, signed_in: FlaskClient) -> None:
@@ -220,11 +227,11 @@ def test_a_key_page_shows_the_command_that_forgets_it_and_the_command_works(
         state.memory().set(key, "to go", "user:cust-9")
         state.memory().set("stays", "kept", "user:cust-9")
     body = page_text(signed_in.get(f"/memory/user:cust-9/entry?key={quote(key)}"))
-    shown = re.search(r'<pre class="command"><code>(.*?)</code></pre>', body, re.S)
-    assert shown, body
-    words = shlex.split(html.unescape(shown.group(1)))
-    assert words[:3] == ["flask", "claw", "forget"]
-    result = app.test_cli_runner().invoke(args=words[1:])
+    preview, shown = re.findall(r'<pre class="command"><code>(.*?)</code></pre>', body, re.S)
+    assert "--dry-run" in claw_words(preview)[1], "the preview is offered first"
+    _, words = claw_words(shown)
+    assert words[0] == "forget" and "--yes" in words
+    result = app.test_cli_runner().invoke(args=["claw", *words])
     assert result.exit_code == 0, result.output
     with app.app_context():
         assert state.driver().entry("user:cust-9", key) is None

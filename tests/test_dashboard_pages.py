@@ -20,7 +20,7 @@ from clawmem.settings import Settings
 from dashboard import accounts, create_app, state
 from dashboard.security import CONTENT_SECURITY_POLICY
 from dashboard.views.settings import deletion_commands, shown_value
-from tests.dashboard_helpers import page_text, sign_in
+from tests.dashboard_helpers import claw_words, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
@@ -49,6 +49,9 @@ def example_urls(app: Flask) -> dict[str, str]:
         "conversations.index": "/conversations/",
         "conversations.detail": f"/conversations/{conversation}",
         "conversations.turn": f"/conversations/{conversation}/turns/{turn}",
+        "subjects.index": "/subjects/",
+        "subjects.detail": "/subjects/cust-1001",
+        "subjects.export": "/subjects/cust-1001/export.json",
         "memory.index": "/memory/",
         "memory.namespace": "/memory/default/",
         "memory.entry": "/memory/default/entry?key=shipping_policy",
@@ -70,6 +73,9 @@ GATED = [
     "conversations.index",
     "conversations.detail",
     "conversations.turn",
+    "subjects.index",
+    "subjects.detail",
+    "subjects.export",
     "memory.index",
     "memory.namespace",
     "memory.entry",
@@ -91,7 +97,7 @@ def test_every_rule_has_an_example(app: Flask, demo: None) -> None:
 def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClient, endpoint: str) -> None:
     response = signed_in.get(example_urls(app)[endpoint])
     assert response.status_code == 200
-    assert response.mimetype == "text/html"
+    assert response.mimetype == ("application/json" if endpoint == "subjects.export" else "text/html")
 
 
 @pytest.mark.parametrize("endpoint", GATED)
@@ -380,12 +386,13 @@ def test_every_deletion_command_shown_exists_with_its_options(app: Flask) -> Non
         commands = deletion_commands(state.settings())
     assert len(commands) >= 8
     for row in commands:
-        words = row["command"].split()
-        assert words[:2] == ["flask", "claw"]
-        result = runner.invoke(args=["claw", words[2], "--help"])
+        _, words = claw_words(row["command"])
+        result = runner.invoke(args=["claw", words[0], "--help"])
         assert result.exit_code == 0, row
-        for option in (word for word in words[3:] if word.startswith("--")):
+        for option in (word for word in words[1:] if word.startswith("--")):
             assert option in result.output, (row, option)
+        if words[0] in ("forget", "flush", "prune", "sweep", "erase", "uninstall"):
+            assert "--dry-run" in words, ("a deleting command is offered as its dry run first", row)
 
 
 def test_the_conversation_deletion_commands_shown_reach_conversations(
@@ -395,16 +402,16 @@ def test_the_conversation_deletion_commands_shown_reach_conversations(
     conversation = first_conversation_id(app)
     with app.app_context():
         commands = {row["task"]: row["command"] for row in deletion_commands(state.settings())}
-        messages = state.conversations().get(conversation).message_count
+        messages = state.conversations().get(conversation).row_count  # every row goes: records too
     assert not any("--namespace conversations" in command for command in commands.values())
     runner = app.test_cli_runner()
-    one = commands["Delete one conversation and its messages"].replace("CONVERSATION_ID", conversation)
-    result = runner.invoke(args=[*one.split()[1:], "--dry-run"])
+    _, one = claw_words(commands["Delete one conversation and its messages"])
+    result = runner.invoke(args=["claw", *(conversation if w == "CONVERSATION_ID" else w for w in one)])
     assert result.exit_code == 0, result.output
     assert f"would delete conversation {conversation} and its {messages} messages" in result.output
     every = commands["Delete every conversation written until an hour ago, with its messages"]
     clock.advance(2 * 3600)
-    result = runner.invoke(args=every.split()[1:])
+    result = runner.invoke(args=["claw", *claw_words(every)[1]])
     assert result.exit_code == 0, result.output
     assert "30 conversations" in result.output
 
@@ -428,9 +435,12 @@ def test_overview_shows_what_was_stored_before_the_switch_went_off(
     assert f"<strong>{memory_rows}</strong> memory rows" in body
     assert "newest write 20" in body
     assert expired >= 2, "expired-but-unswept rows count as written before"
-    assert "flask claw prune --older-than 1h --dry-run" in body
-    assert "flask claw flush --namespace default --dry-run" in body
-    assert "flask claw flush --namespace user:cust-1001 --dry-run" in body
+    assert "claw prune --older-than 1h --dry-run" in body
+    # Subjects one at a time (conversations and namespace); default is the operator's, said apart.
+    assert "claw erase --user-id cust-1001 --dry-run" in body
+    assert "claw flush --namespace user:cust-1001" not in body
+    assert "claw flush --namespace default" not in body
+    assert "Namespace <code>default</code>, which recall reads for every turn, holds your own content" in body
     assert "--namespace conversations" not in body, "conversations are not a key/value namespace"
 
 

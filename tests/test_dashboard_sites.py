@@ -37,7 +37,7 @@ from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables
 from dashboard import accounts, create_app, state
 from tests.conftest import backend_url
-from tests.dashboard_helpers import ADMIN, PASSWORD, csrf_from, page_text, sign_in
+from tests.dashboard_helpers import ADMIN, PASSWORD, claw_words, csrf_from, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
@@ -295,10 +295,10 @@ def test_the_header_names_the_site_and_switching_keeps_the_page_and_its_query(
 ) -> None:
     _, client = two_sites
     body = page_text(client.get("/conversations/?q=orders&site=beta"))
-    assert re.search(rf"Site <strong>beta</strong>\s*<code[^>]*>{prefix}b_</code>", body)
+    assert re.search(rf"Site: <strong>beta</strong>\s*<code[^>]*>{prefix}b_</code>", body)
     assert _switch_links(body) == {"alpha": "/conversations/?q=orders"}
     alpha = page_text(client.get("/conversations/?q=orders"))
-    assert "Site <strong>alpha</strong>" in alpha and MARKERS["alpha"] in alpha
+    assert "Site: <strong>alpha</strong>" in alpha and MARKERS["alpha"] in alpha
     assert MARKERS["beta"] not in alpha
     assert _switch_links(alpha) == {"beta": "/conversations/?q=orders&site=beta"}
     cold = page_text(client.get("/cold?n=7&namespace=aardvarkish-ns"))
@@ -371,34 +371,35 @@ def test_a_command_shown_on_another_site_acts_on_that_site(
 ) -> None:
     app, client = two_sites
     body = page_text(client.get("/settings?site=beta"))
-    commands = re.findall(r"<td><code>([^<]*flask claw[^<]*)</code></td>", body)
+    commands = re.findall(r'<td data-label="Command"><code class="command">([^<]*)</code></td>', body)
     assert commands
-    assert all(command.startswith(f"CLAW_TABLE_PREFIX={prefix}b_ flask claw ") for command in commands)
+    assert all(claw_words(command)[0]["CLAW_TABLE_PREFIX"] == f"{prefix}b_" for command in commands)
     assert "<td>CLAW_SITES (beta)</td>" in body
     assert f"alpha={prefix}a_,beta={prefix}b_" in body
     with app.app_context():
         conversation = state.sites_of(app)["beta"].conversations.list(limit=1).items[0].id
-    forget = next(c for c in commands if "--conversation" in c).replace("CONVERSATION_ID", conversation)
-    environment, *words = forget.split()
-    name, value = environment.split("=")
+    environment, words = claw_words(next(c for c in commands if "--conversation" in c))
+    words = [conversation if word == "CONVERSATION_ID" else word for word in words]
     beta_app = create_app({"TESTING": True, "DATABASE_URL": app.extensions["clawmem.settings"].database_url,
-                           name.removeprefix("CLAW_"): value}, instance_path=app.instance_path)
-    result = beta_app.test_cli_runner().invoke(args=[*words[1:], "--dry-run"])
+                           "TABLE_PREFIX": environment["CLAW_TABLE_PREFIX"]}, instance_path=app.instance_path)
+    result = beta_app.test_cli_runner().invoke(args=["claw", *words])
     assert result.exit_code == 0, result.output
     assert f"would delete conversation {conversation}" in result.output
     alpha = page_text(client.get("/settings"))  # the commands' site is in no pair, so alpha needs it too
-    assert f"CLAW_TABLE_PREFIX={prefix}a_ flask claw forget" in alpha
+    assert re.search(rf"CLAW_TABLE_PREFIX={prefix}a_ \S+/flask --app \S+ claw forget", alpha)
 
 
 def test_one_site_keeps_every_address_as_it_was(
     app: Flask, demo: None, signed_in: FlaskClient, prefix: str
 ) -> None:
     body = page_text(signed_in.get("/conversations/"))
-    assert re.search(rf"Site\s*<code[^>]*>{prefix}</code>", body)
-    assert "<strong>default</strong>" not in body
+    # The one site is named as an operator would call it, with its prefix beside it.
+    assert re.search(rf"Site: <strong>default</strong>\s*<code[^>]*>{prefix}</code>", body)
     assert "switch to" not in body and "site=" not in body and 'name="site"' not in body
     settings = page_text(signed_in.get("/settings"))
-    assert "<td><code>flask claw forget" in settings and "CLAW_TABLE_PREFIX=" not in settings
+    # The commands carry only what the app was configured with (here, its test prefix and database).
+    commands = re.findall(r'<code class="command">([^<]*)</code>', settings)
+    assert commands and all(claw_words(c)[0].get("CLAW_TABLE_PREFIX") == prefix for c in commands)
     assert signed_in.get("/?site=other").status_code == 404
 
 

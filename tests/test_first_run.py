@@ -244,3 +244,52 @@ def _read_until(process: subprocess.Popen[str], line_start: str, seconds: float)
         if line.startswith(line_start):
             return "".join(lines)
     raise AssertionError(f"no line starting {line_start!r} (exit {process.poll()}):\n{''.join(lines)}")
+
+
+TEST_ONLY = {"pytest", "pytest_flask", "hypothesis", "ruff", "playwright", "setuptools", "build", "twine",
+             "check_wheel_contents"}
+
+
+def _requirement_names(path: Path) -> set[str]:
+    names = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-r"):
+            names.add(re.split(r"[\[=<>]", line, maxsplit=1)[0].lower().replace("-", "_"))
+    return names
+
+
+def test_make_run_installs_only_the_runtime_and_make_test_adds_the_toolchain() -> None:
+    runtime, tests = _requirement_names(ROOT / "requirements.txt"), _requirement_names(
+        ROOT / "requirements-test.txt"
+    )
+    assert not runtime & TEST_ONLY, "the test toolchain is not part of the runtime"
+    assert tests >= TEST_ONLY and "-r requirements.txt" in (ROOT / "requirements-test.txt").read_text()
+    env = clean_environment()
+    run = subprocess.run(["make", "-n", "-B", "run"], cwd=ROOT, env=env, text=True, capture_output=True,
+                         check=True).stdout
+    installs = re.findall(r"pip install --quiet -r (\S+)", run)
+    assert installs == ["requirements.txt"], run
+    test = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, env=env, text=True, capture_output=True,
+                          check=True).stdout
+    assert re.findall(r"pip install --quiet -r (\S+)", test) == ["requirements.txt", "requirements-test.txt"]
+
+
+def test_the_dashboard_and_the_core_import_nothing_of_the_test_toolchain() -> None:
+    # Run in a fresh interpreter that refuses to import the toolchain: what make run starts.
+    blocker = (
+        "import sys, importlib.abc\n"
+        "class Refuse(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {sorted(TEST_ONLY)!r}: raise ImportError('test-only: ' + name)\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        "import pkgutil, importlib, clawmem, dashboard, wsgi\n"
+        "for package in (clawmem, dashboard):\n"
+        "    for found in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        if not found.name.startswith('clawmem.integrations'):\n"
+        "            importlib.import_module(found.name)\n"
+        "print('ok')\n"
+    )
+    env = clean_environment(CLAW_DATABASE_URL="sqlite://")
+    done = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, env=env, text=True, capture_output=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

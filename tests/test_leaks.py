@@ -229,10 +229,10 @@ def test_the_overviews_commands_are_quoted_so_a_namespace_stays_one_argument(
     client = app.test_client()
     sign_in(client)
     body = page_text(client.get("/"))
-    shown = "flask claw flush --namespace &#39;default --yes #&#39; --dry-run"
+    shown = "claw flush --namespace &#39;default --yes #&#39; --dry-run"
     assert shown in body
     words = shlex.split(shown.replace("&#39;", "'"))
-    result = _claw(app, *words[2:])
+    result = _claw(app, *words[1:])
     assert result.exit_code == 0, result.output
     assert "would delete 1 entry of namespace 'default --yes #' (dry run: nothing deleted)" in result.output
     with app.app_context():

@@ -38,16 +38,44 @@ def insert_conversations(engine: sa.engine.Engine, prefix: str, count: int = 45)
             "title": TITLES[number % len(TITLES)],
             "created_at": START + timedelta(seconds=number // 3),
             "updated_at": START + timedelta(minutes=(count - number) // 4),
+            # Ties, and every fifth not reported (NULL, listed last either way).
+            "total_tokens": None if number % 5 == 0 else (number % 7) * 100,
         }
         for number in range(count)
     ]
+    # Messages said (number % 4, so ties), each turn's recall record counted apart.
+    messages = [
+        {"id": new_id(), "conversation_id": row["id"], "role": role, "content": "x",
+         "created_at": row["created_at"]}
+        for number, row in enumerate(rows)
+        for said in range(number % 4)
+        for role in ("recall", "user" if said % 2 == 0 else "assistant")
+    ]
     with engine.begin() as conn:
         conn.execute(sa.insert(tables(prefix).conversations), rows)
+        if messages:
+            conn.execute(sa.insert(tables(prefix).messages), messages)
+    for number, row in enumerate(rows):
+        row["said"] = number % 4
     return rows
 
 
-def expected_order(rows: list[dict[str, Any]], sort: str) -> list[str]:
-    """Return the ids of ``rows`` in the order the list sorted by ``sort`` must give them."""
+def expected_order(rows: list[dict[str, Any]], sort: str, descending: bool | None = None) -> list[str]:
+    """Return the ids of ``rows`` in the order the list sorted by ``sort`` must give them
+    (``descending`` turns it the other way; what has no value stays last)."""
+    if sort in ("tokens", "messages"):
+        column = "total_tokens" if sort == "tokens" else "said"
+        down = True if descending is None else descending
+        present = sorted((r for r in rows if r[column] is not None), key=lambda r: (r[column], r["id"]),
+                         reverse=down)
+        missing = sorted((r for r in rows if r[column] is None), key=lambda r: r["id"], reverse=down)
+        return [row["id"] for row in present + missing]
+    if descending is not None and descending != (sort != "title"):
+        return list(reversed(expected_order(rows, sort))) if sort != "title" else [
+            row["id"] for row in sorted((r for r in rows if r["title"] is not None),
+                                        key=lambda r: (r["title"], r["id"]), reverse=True)
+        ] + [row["id"] for row in sorted((r for r in rows if r["title"] is None), key=lambda r: r["id"],
+                                         reverse=True)]
     if sort == "title":
         titled = sorted((r for r in rows if r["title"] is not None), key=lambda r: (r["title"], r["id"]))
         untitled = sorted((r for r in rows if r["title"] is None), key=lambda r: r["id"])
@@ -83,6 +111,10 @@ def test_every_conversation_order_pages_each_row_once_in_order(
     titled_alpha = sum(1 for row in rows if row["title"] == "alpha")
     assert log.count(query="alpha", at_most=5) == 5 < titled_alpha
     assert log.count(query="alpha", at_most=1000) == titled_alpha == 12
+    for descending in (True, False):
+        turned = [c.id for c in _walk(
+            lambda cursor, d=descending: log.list(limit=4, cursor=cursor, sort=sort, descending=d))]
+        assert turned == expected_order(rows, sort, descending), descending
 
 
 def test_a_conversation_cursor_of_another_order_is_refused(engine: sa.engine.Engine, prefix: str) -> None:
@@ -94,8 +126,10 @@ def test_a_conversation_cursor_of_another_order_is_refused(engine: sa.engine.Eng
             if other != sort:
                 with pytest.raises(InvalidCursor):
                     log.list(limit=2, sort=other, cursor=cursor)
-    with pytest.raises(ValueError, match="sort must be one of updated, created, title"):
-        log.list(sort="messages")
+    with pytest.raises(InvalidCursor):  # a cursor of the other direction
+        log.list(limit=2, sort="tokens", descending=False, cursor=cursors["tokens"])
+    with pytest.raises(ValueError, match="sort must be one of updated, created, title, tokens, messages"):
+        log.list(sort="size")
 
 
 def test_search_finds_the_start_of_each_conversations_first_matching_message(

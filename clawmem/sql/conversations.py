@@ -98,13 +98,23 @@ class ConversationRow:
 
 @dataclass(frozen=True)
 class ConversationSummary(ConversationRow):
-    """A conversation row with its message count; ``unreadable`` and ``raw_created_at`` (and
-    ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata is kept as its raw text)."""
+    """A conversation row with its counts: ``message_count`` is what was said (every role but
+    the ``recall`` records and ``summary`` checkpoints, which are counted apart in
+    ``recall_count`` and ``checkpoint_count``; ``row_count`` is all three). ``unreadable`` and
+    ``raw_created_at`` (and ``raw_updated_at``) as in :class:`StoredMessage` (unreadable metadata
+    is kept as its raw text)."""
 
     message_count: int
     unreadable: str | None = None
     raw_created_at: Any = field(default=None, repr=False, compare=False)
     raw_updated_at: Any = field(default=None, repr=False, compare=False)
+    recall_count: int = 0
+    checkpoint_count: int = 0
+
+    @property
+    def row_count(self) -> int:
+        """Return how many message rows the conversation has, of every role."""
+        return self.message_count + self.recall_count + self.checkpoint_count
 
 
 @dataclass(frozen=True)
@@ -425,6 +435,14 @@ def edge(conn: Connection, prefix: str, function: Any, by: str) -> datetime | No
     return found if isinstance(found, datetime) else None
 
 
+def subjects(conn: Connection, prefix: str, limit: int) -> list[str]:
+    """Return up to ``limit`` user ids that have a conversation (none for the anonymous ''), in
+    order, from the conversations' user index."""
+    table = tables(prefix).conversations
+    select = sa.select(table.c.user_id).where(table.c.user_id != "").distinct().order_by(table.c.user_id)
+    return [as_text(user_id) for user_id in conn.execute(select.limit(limit)).scalars()]
+
+
 def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     """Return every namespace that holds a conversation."""
     table = tables(prefix).conversations
@@ -433,7 +451,16 @@ def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
 
 # How the conversation list can be ordered: the column, and whether newest (or Z) comes first.
 # Each is served by an index on (column, id); titles may be NULL, and untitled ones come last.
-SORTS = {"updated": ("updated_at", True), "created": ("created_at", True), "title": ("title", False)}
+# ``tokens`` is the conversation's total_tokens (not reported, NULL, last); ``messages`` its count
+# of messages said, counted per row (no index serves it: it reads every conversation's count).
+SORTS = {
+    "updated": ("updated_at", True),
+    "created": ("created_at", True),
+    "title": ("title", False),
+    "tokens": ("total_tokens", True),
+    "messages": ("message_count", True),
+}
+NUMERIC_SORTS = ("tokens", "messages")
 
 
 def check_sort(sort: str) -> str:
@@ -443,20 +470,40 @@ def check_sort(sort: str) -> str:
     return sort
 
 
-def cursor_key(conversation: ConversationSummary, sort: str) -> list[Any]:
+def sort_name(sort: str, descending: bool | None) -> str:
+    """Return the name a cursor of ``sort`` in that direction is made for (``tokens``, or
+    ``tokens:asc`` for the other way than its own)."""
+    if descending is None or descending == SORTS[sort][1]:
+        return sort
+    return f"{sort}:{'desc' if descending else 'asc'}"
+
+
+def cursor_key(conversation: ConversationSummary, sort: str, descending: bool | None = None) -> list[Any]:
     """Return the key of the cursor after ``conversation`` in the list ordered by ``sort``:
-    ``[sort, the sort column as text (None for no title), id]``."""
+    ``[sort, the sort column as text (None for no title or no tokens), id]``."""
+    name = sort_name(sort, descending)
     if sort == "title":
-        return [sort, conversation.title, conversation.id]
+        return [name, conversation.title, conversation.id]
+    if sort == "tokens":
+        tokens = conversation.total_tokens
+        return [name, None if tokens is None else str(tokens), conversation.id]
+    if sort == "messages":
+        return [name, str(conversation.message_count), conversation.id]
     if sort == "updated":
-        return [sort, moment_key(conversation.updated_at, conversation.raw_updated_at), conversation.id]
-    return [sort, moment_key(conversation.created_at, conversation.raw_created_at), conversation.id]
+        return [name, moment_key(conversation.updated_at, conversation.raw_updated_at), conversation.id]
+    return [name, moment_key(conversation.created_at, conversation.raw_created_at), conversation.id]
 
 
-def _start(cursor: str, sort: str, dialect: str) -> tuple[Any, str]:
-    value, conversation_id = decode_sorted_cursor(cursor, sort)
+def _start(cursor: str, sort: str, dialect: str, descending: bool | None = None) -> tuple[Any, str]:
+    value, conversation_id = decode_sorted_cursor(cursor, sort_name(sort, descending))
     if sort == "title":
         return value, conversation_id
+    if sort in NUMERIC_SORTS:
+        if value is None:
+            return None, conversation_id
+        if not value.isdigit():
+            raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+        return int(value), conversation_id
     if value is None:  # both time columns are NOT NULL: no cursor of ours holds a NULL there
         raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     return decode_moment(value, cursor, dialect), conversation_id
@@ -488,7 +535,9 @@ def _filtered(
     if query:
         pattern = like_pattern(query)
         in_messages = sa.exists().where(
-            messages.c.conversation_id == table.c.id, messages.c.content.ilike(pattern, escape="\\")
+            messages.c.conversation_id == table.c.id,
+            messages.c.role != "recall",  # a recall record's JSON is not something anyone said
+            messages.c.content.ilike(pattern, escape="\\"),
         )
         select = select.where(sa.or_(table.c.title.ilike(pattern, escape="\\"), in_messages))
     return select
@@ -502,33 +551,91 @@ def summaries(
     sort: str = "created",
     cursor: str | None = None,
     shape: str = CLAWMEM_SCHEMA,
+    descending: bool | None = None,
     **filters: Any,
 ) -> list[ConversationSummary]:
     """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
     :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
     (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
-    schema = tables(prefix)
-    table, messages = schema.conversations, schema.messages
-    count = (
-        sa.select(sa.func.count())
-        .where(messages.c.conversation_id == table.c.id)
-        .scalar_subquery()
-        .label("message_count")
+    table = tables(prefix).conversations
+    name, own_direction = SORTS[check_sort(sort)]
+    if sort == "tokens" and shape != CLAWMEM_SCHEMA:
+        raise ValueError("phpClaw's tables hold no tokens to sort by")
+    counts = role_counts_of(prefix)
+    select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
+    start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
+    column = counts[0].element if sort == "messages" else table.c[name]
+    rows = sorted_rows(
+        conn, select, [column, table.c.id], limit, start,
+        descending=own_direction if descending is None else descending,
+        nullable=name in ("title", "total_tokens"),
     )
-    name, descending = SORTS[check_sort(sort)]
-    select = _filtered(sa.select(*row_columns(table, shape), count), prefix, **filters)
-    start = _start(cursor, sort, conn.dialect.name) if cursor else None
-    columns = [table.c[name], table.c.id]
-    rows = sorted_rows(conn, select, columns, limit, start, descending=descending, nullable=name == "title")
     return [
         ConversationSummary(
             **conversation_fields(row),
-            message_count=row.message_count,
+            message_count=int(row.message_count or 0),
+            recall_count=int(row.recall_count or 0),
+            checkpoint_count=int(row.checkpoint_count or 0),
             raw_created_at=raw_moment(row.created_at),
             raw_updated_at=raw_moment(row.updated_at),
         )
         for row in rows
     ]
+
+
+NOT_SAID = ("recall", "summary")  # the rows a turn stores that nobody said: counted apart
+
+
+def role_counts_of(prefix: str) -> list[sa.Label[Any]]:
+    """Return the three correlated counts of a conversation row's messages: ``message_count``
+    (what was said), ``recall_count`` and ``checkpoint_count``, each an index range count."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    of_row = messages.c.conversation_id == table.c.id
+
+    def count(label: str, *where: Any) -> sa.Label[Any]:
+        return sa.select(sa.func.count()).where(of_row, *where).scalar_subquery().label(label)
+
+    return [
+        count("message_count", messages.c.role.not_in(NOT_SAID)),
+        count("recall_count", messages.c.role == "recall"),
+        count("checkpoint_count", messages.c.role == "summary"),
+    ]
+
+
+@dataclass(frozen=True)
+class SubjectTotals:
+    """What one subject's conversations hold: how many conversations, messages said, recall
+    records and checkpoints, and the tokens billed (``None``: no turn of theirs reported any)."""
+
+    conversations: int
+    messages: int
+    recall_records: int
+    checkpoints: int
+    total_tokens: int | None = None
+
+
+def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLAWMEM_SCHEMA) -> SubjectTotals:
+    """Return the :class:`SubjectTotals` of the conversations whose ``user_id`` is ``user_id``
+    (exactly): the messages counted in one statement over the messages' conversation index, the
+    conversations and their tokens in another (phpClaw's shape reports no tokens)."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    theirs = sa.select(table.c.id).where(equals_exactly(table.c.user_id, user_id))
+    said = sa.case((messages.c.role.not_in(NOT_SAID), 1), else_=0)
+    recall = sa.case((messages.c.role == "recall", 1), else_=0)
+    summary = sa.case((messages.c.role == "summary", 1), else_=0)
+    counted = conn.execute(
+        sa.select(sa.func.sum(said), sa.func.sum(recall), sa.func.sum(summary)).where(
+            messages.c.conversation_id.in_(theirs)
+        )
+    ).one()
+    tokens = sa.func.sum(table.c.total_tokens) if shape == CLAWMEM_SCHEMA else sa.null()
+    conversations, total_tokens = conn.execute(
+        sa.select(sa.func.count(), tokens).where(equals_exactly(table.c.user_id, user_id))
+    ).one()
+    return SubjectTotals(int(conversations or 0), *(int(value or 0) for value in counted),
+                         total_tokens=None if total_tokens is None else int(total_tokens))
 
 
 def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:
@@ -556,6 +663,7 @@ def first_matches(
         sa.select(sa.func.min(table.c.id))
         .where(
             table.c.conversation_id.in_(list(conversation_ids)),
+            table.c.role != "recall",
             table.c.content.ilike(like_pattern(query), escape="\\"),
         )
         .group_by(table.c.conversation_id)

@@ -13,10 +13,29 @@ from clawmem.errors import ConfigError, InvalidCursor, InvalidNamespace, Storage
 from clawmem.sql.engine import describe_error
 from clawmem.sql.sizes import present_tables, table_names
 from dashboard import state
-from dashboard.views import conversations, health, jobs, memory, overview, recall, rendering, settings
+from dashboard.views import (
+    conversations,
+    health,
+    jobs,
+    memory,
+    overview,
+    recall,
+    rendering,
+    settings,
+    subjects,
+)
 from dashboard.views.rendering import shell_command
 
-BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, jobs.bp, settings.bp)
+BLUEPRINTS = (
+    health.bp,
+    overview.bp,
+    conversations.bp,
+    subjects.bp,
+    memory.bp,
+    recall.bp,
+    jobs.bp,
+    settings.bp,
+)
 HTMX_FILE = "vendor/htmx.min.js"
 
 
@@ -77,7 +96,10 @@ def _misconfigured(error: ConfigError) -> tuple[str | dict[str, str], int]:
 
 def _page_globals() -> dict[str, object]:
     has_htmx = current_app.extensions["dashboard.has_htmx"]
-    return {"htmx_url": url_for("static", filename=HTMX_FILE) if has_htmx else None}
+    return {
+        "htmx_url": url_for("static", filename=HTMX_FILE) if has_htmx else None,
+        "display_zone_name": rendering.zone_name(),
+    }
 
 
 def init_app(app: Flask) -> None:

@@ -12,12 +12,13 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
 from clawmem.conversations import ConversationLog
 from clawmem.integrations.openai_agents import session_id_of
-from clawmem.pipeline import provider_history
+from clawmem.pipeline import billed_tokens, provider_history
 from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
 from dashboard import state
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
     int_arg,
+    order_arg,
     pretty_json,
     preview_text,
     render_page,
@@ -74,8 +75,8 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "url": url_for("conversations.detail", conversation_id=conversation.id),
         "title": conversation.title or "(untitled)",
         "user_id": conversation.user_id or "anonymous",
-        # The subject's conversations; the anonymous ones share no subject to filter by.
-        "subject_url": url_for("conversations.index", user_id=conversation.user_id)
+        # The subject's page; the anonymous ones share no subject.
+        "subject_url": url_for("subjects.detail", user_id=conversation.user_id)
         if conversation.user_id
         else None,
         "namespace": conversation.namespace,
@@ -83,12 +84,16 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
         "created_at": conversation.created_at or UNREADABLE_TIME,
         "updated_at": conversation.updated_at or UNREADABLE_TIME,
         "message_count": conversation.message_count,
+        "total_tokens": conversation.total_tokens,  # None: not reported
+        "recall_count": conversation.recall_count,
+        "checkpoint_count": conversation.checkpoint_count,
         "unreadable": conversation.unreadable,
     }
 
 
 def _list_page(
-    filters: dict[str, str], sort: str, since: datetime | None, until: datetime | None
+    filters: dict[str, str], sort: str, since: datetime | None, until: datetime | None,
+    descending: bool | None = None,
 ) -> dict[str, Any]:
     """Return the page of the list the request asks for, its rows, and (unless only more rows
     are asked for) how many conversations match in all."""
@@ -100,7 +105,10 @@ def _list_page(
         "until": until,
         "query": filters.get("q"),
     }
-    page = store.list(limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, **chosen)
+    page = store.list(
+        limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending, **chosen
+    )
+    order = {} if descending is None else {"order": "desc" if descending else "asc"}
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
     # A search reads message text, which no index serves: its count stops at a bound.
     bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
@@ -108,7 +116,7 @@ def _list_page(
         "rows": [{**_summary_row(c), "match": found.get(c.id)} for c in page.items],
         "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
         "bound": bound,
-        "more_url": url_for("conversations.index", **filters, sort=sort, cursor=page.next_cursor)
+        "more_url": url_for("conversations.index", **filters, sort=sort, **order, cursor=page.next_cursor)
         if page.next_cursor
         else None,
     }
@@ -120,11 +128,14 @@ def index() -> str | tuple[str, int]:
     filtered by search text, subject, namespace and date, with how many match."""
     filters = _filters()
     sort = sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)
+    descending = order_arg()
+    if sort == "tokens" and not state.conversations().stores_metadata:
+        abort(400, description="phpClaw's tables hold no token counts to sort by.")
     (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
     errors = [error for error in (since_error, until_error) if error]
     # Said on the page beside the filters, instead of silently listing everything.
     listed = {"rows": [], "total": 0, "bound": None, "more_url": None} if errors else _list_page(
-        filters, sort, since, until
+        filters, sort, since, until, descending
     )
     body = render_page(
         "conversations/index.html",
@@ -133,13 +144,14 @@ def index() -> str | tuple[str, int]:
         errors=errors,
         page_context=lambda: {"namespaces": state.conversations().namespaces()},
         sort=sort,
-        sorts=sort_links(SORT_DIRECTIONS, sort, "conversations.index", **filters),
+        order="" if descending is None else ("desc" if descending else "asc"),
+        sorts=sort_links(SORT_DIRECTIONS, sort, "conversations.index", descending, **filters),
         **listed,
     )
     return (body, 400) if errors else body
 
 
-def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, Any] | None:
+def _checkpoint(message: StoredMessage | MessageSize, positions: dict[str, int]) -> dict[str, Any] | None:
     """Return what a ``summary`` row covers (1-based positions when the whole history is known,
     else message ids) and what it cost; ``None`` for any other row."""
     if message.role != "summary":
@@ -158,6 +170,7 @@ def _checkpoint(message: StoredMessage, positions: dict[str, int]) -> dict[str, 
     parts = counted.get("prompt_tokens", 0) + counted.get("completion_tokens", 0)
     tokens = counted.get("total_tokens") or parts
     return {
+        "position": positions.get(message.id),
         "covers": span,
         "count": covers.get("messages"),
         "provider_calls": record.get("provider_calls") or 0,
@@ -184,7 +197,9 @@ def _message_row(
         "tool_name": message.tool_name or "",
         "tool_input": "" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
         "checkpoint": checkpoint,
-        "tokens": estimate_tokens(provider_history([message])),  # what a turn would send of it
+        # What a turn would send of it (a recall record is never sent), and what its call billed.
+        "tokens": None if message.role == "recall" else estimate_tokens(provider_history([message])),
+        "billed": _billed(message),
         "fate": ("summarised" if summarised else "kept") if analysed else "",
         "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
         "given": given.get(message.id) if message.role == "recall" else None,
@@ -194,6 +209,18 @@ def _message_row(
         if message.role == "user"
         else None,
     }
+
+
+def _billed(message: StoredMessage) -> dict[str, Any] | None:
+    """Return what an assistant row's provider call was billed, from its metadata's usage:
+    ``tokens`` (``None``: not reported) and the usage's parts; ``None`` for other rows."""
+    if message.role != "assistant":
+        return None
+    metadata = message.metadata if isinstance(message.metadata, dict) else {}
+    usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else None
+    parts = {name: value for name, value in (usage or {}).items() if type(value) is int}
+    return {"tokens": billed_tokens(usage),
+            "usage": ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items())}
 
 
 Reader = Callable[[list[str]], list[StoredMessage]]
@@ -248,11 +275,14 @@ def detail(conversation_id: str) -> str:
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
     # The analysis reads every message's size, not its text; only this page is read in full.
-    sizes = _sizes(store, conversation_id, conversation.message_count)
+    sizes = _sizes(store, conversation_id, conversation.row_count)
     page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
     reader = _reader(store, conversation_id)
     analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None
     positions = {message.id: index for index, message in enumerate(sizes or [], start=1)}
+    # What the agent did: every checkpoint stored, what it covers and cost (from its sizes row,
+    # which carries the checkpoint's record).
+    done = [_checkpoint(message, positions) for message in sizes or [] if message.role == "summary"]
     given = recall_rows([message for message in page.items if message.role == "recall"])
     what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
     more_url = (
@@ -271,6 +301,7 @@ def detail(conversation_id: str) -> str:
         messages=[_message_row(message, analysis, positions, given) for message in page.items],
         more_url=more_url,
         analysis=analysis,
+        done=done,
         analysis_limit=ANALYSIS_LIMIT,
         configured=configured_thresholds(settings),
         checkpoints=settings.compact_persist,

@@ -80,8 +80,8 @@ def index() -> str:
 
 
 def _subject_url(subject: str | None) -> str | None:
-    """Return the list of the conversations of ``subject`` (``None`` for no subject)."""
-    return url_for("conversations.index", user_id=subject) if subject else None
+    """Return the page of ``subject`` (``None`` for no subject)."""
+    return url_for("subjects.detail", user_id=subject) if subject else None
 
 
 def _entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
@@ -159,15 +159,16 @@ def _detail(row: MemoryRow, now: int) -> dict[str, Any]:
         "updated_at": row.updated_at or (UNREADABLE_TIME if row.unreadable else None),
         "bytes": format_bytes(row.bytes),
         "unreadable": row.unreadable,
-        "forget": _forget_command(row.namespace, row.key),
+        "forget_preview": _forget_command(row.namespace, row.key, "--dry-run"),
+        "forget": _forget_command(row.namespace, row.key, "--yes"),
     }
 
 
-def _forget_command(namespace: str, key: str) -> str:
-    """Return the shell command that deletes this one key (``--`` keeps a key such as ``-x``
-    from being read as an option)."""
+def _forget_command(namespace: str, key: str, mode: str) -> str:
+    """Return the shell command that previews (``--dry-run``) or deletes (``--yes``) this one key
+    (``--`` keeps a key such as ``-x`` from being read as an option)."""
     words = ["--", key] if key.startswith("-") else [key]
-    return shell_command("flask", "claw", "forget", "--namespace", namespace, "--yes", *words)
+    return shell_command("flask", "claw", "forget", "--namespace", namespace, mode, *words)
 
 
 @bp.get("/<namespace>/entry")

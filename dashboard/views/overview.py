@@ -18,6 +18,7 @@ from clawmem.records import NamespaceCount
 from clawmem.sql.activity import day_edges
 from clawmem.sql.schema import tables
 from clawmem.sql.sizes import TableStats
+from clawmem.subjects import subject_namespace, subject_of_namespace
 from dashboard import charts, state
 from dashboard.views.jobs import retention_view
 from dashboard.views.recall import COLD_MESSAGES, injection_survey
@@ -100,15 +101,34 @@ def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict
 
 
 def _deletion_commands() -> dict[str, Any]:
+    """Return what the storage-off notice offers to delete, previewed first: the conversations
+    by age, each subject (their conversations and their own namespace, by ``erase``), and the
+    other namespaces; ``default`` is said apart, as the operator's own content."""
+    settings = state.settings()
     # Namespaces come from the table, so any text can be one: every word is quoted for the shell.
     namespaces = state.driver().namespaces()
-    commands = [{"command": shell_command("flask", "claw", "prune", "--older-than", "1h", "--dry-run"),
-                 "note": "every conversation written until an hour ago"}]
-    commands += [
-        {"command": shell_command("flask", "claw", "flush", "--namespace", name, "--dry-run"), "note": ""}
-        for name in namespaces[:MAX_LISTED]
+    subject_of = {name: subject_of_namespace(name, settings.subject_namespace) for name in namespaces}
+    subjects = sorted(set(state.conversations().subjects(limit=MAX_LISTED + 1))
+                      | {subject for subject in subject_of.values() if subject})
+    listed_subjects = [
+        {"user_id": subject, "url": url_for("subjects.detail", user_id=subject),
+         "namespace": subject_namespace(subject, settings.subject_namespace),
+         "command": shell_command("flask", "claw", "erase", "--user-id", subject, "--dry-run")}
+        for subject in subjects[:MAX_LISTED]
     ]
-    return {"listed": commands, "more_namespaces": max(0, len(namespaces) - MAX_LISTED)}
+    others = [name for name in namespaces if not subject_of[name] and name != settings.recall_namespace]
+    return {
+        "prune": shell_command("flask", "claw", "prune", "--older-than", "1h", "--dry-run"),
+        "subjects": listed_subjects,
+        "more_subjects": max(0, len(subjects) - MAX_LISTED),
+        "namespaces": [
+            {"namespace": name,
+             "command": shell_command("flask", "claw", "flush", "--namespace", name, "--dry-run")}
+            for name in others[:MAX_LISTED]
+        ],
+        "more_namespaces": max(0, len(others) - MAX_LISTED),
+        "operator_namespace": settings.recall_namespace if settings.recall_namespace in namespaces else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -150,9 +170,10 @@ def index() -> str:
     now = utc_datetime(state.clock())
     totals = _totals()
     found = totals.tables
+    init_db = shell_command("flask", "claw", "init-db")
     table_rows = [
         {"name": t.name, "rows": t.rows,
-         "size": format_bytes(t.bytes) if t.exists else "missing: run flask claw init-db"}
+         "size": format_bytes(t.bytes) if t.exists else f"missing: run {init_db}"}
         for t in found
     ]
     schema = tables(settings.table_prefix)
@@ -179,6 +200,7 @@ def index() -> str:
         retention=_retention(conversations.oldest(), now, settings.retention_days),
         scheduled_retention=retention_view(retention_status(state.site())),
         memory=memory_counts,
+        memory_commands={"sweep": shell_command("flask", "claw", "sweep", "--dry-run")},
         privacy=privacy,
         drivers={
             "memory": settings.memory_driver,

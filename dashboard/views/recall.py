@@ -21,6 +21,7 @@ from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugme
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.survey import InjectionSurvey, survey, unmatched_entries
 from clawmem.rules import validate_namespace
+from clawmem.subjects import subject_namespace
 from dashboard import state
 from dashboard.views.memory import ttl_label
 from dashboard.views.rendering import (
@@ -105,6 +106,9 @@ def preview() -> str:
     message = request.args.get("message", "")[:MAX_MESSAGE_CHARS]
     namespace = _namespace_arg()
     settings = state.settings()
+    # A subject's turn reads their own namespace beside the recall namespace, as Claw.send does.
+    user_id = text_arg("user_id", 255)
+    subject = subject_namespace(user_id, settings.subject_namespace) if user_id else None
     offset = offset_from_cursor(text_arg("cursor", 200))
     report: dict[str, Any] | None = None
     decisions: list[dict[str, Any]] = []
@@ -117,11 +121,12 @@ def preview() -> str:
             announce=False,
             ranker=ranker_for(settings.recall_scoring),
         )
-        result = augmenter.augment(message)
+        result = augmenter.augment(message, subject)
         guard = _guard_outcome(result)
         shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
         decisions = [
-            {"key": d.key, "score": d.score, "bytes": d.bytes, "status": d.status,
+            {"key": d.key, "namespace": d.namespace or namespace,
+             "score": d.score, "bytes": d.bytes, "status": d.status,
              "status_words": STATUS_WORDS.get(d.status, d.status), "reason": d.reason, "injected": d.injected,
              "matched": ", ".join(d.matched),
              "url": url_for("memory.entry", namespace=d.namespace or namespace, key=d.key)}
@@ -129,6 +134,7 @@ def preview() -> str:
         ]
         if offset + DECISION_PAGE_SIZE < len(result.decisions):
             more_url = url_for("recall.preview", message=message, namespace=namespace,
+                               **({"user_id": user_id} if user_id else {}),
                                cursor=offset_cursor(offset + DECISION_PAGE_SIZE))
         report = {
             "text": guard["text"],
@@ -149,6 +155,8 @@ def preview() -> str:
         {"preview-result": "recall/_preview_result.html", "decisions-more": "recall/_decisions.html"},
         message=message,
         namespace=namespace,
+        user_id=user_id,
+        subject_namespace=subject,
         page_context=_namespace_page(namespace),
         top_k=settings.recall_top_k,
         budget=DEFAULT_MAX_RECALL_BYTES,

@@ -62,19 +62,32 @@ def sort_arg(sorts: Mapping[str, bool], default: str) -> str:
     return sort
 
 
+def order_arg() -> bool | None:
+    """Return the ``order`` query parameter as ``descending`` (``None``: the sort's own
+    direction); abort with a 400 for anything but ``asc`` or ``desc``."""
+    order = text_arg("order", 10)
+    if order not in ("", "asc", "desc"):
+        abort(400, description=f"order must be asc or desc, got {order!r}")
+    return None if not order else order == "desc"
+
+
 def sort_links(
-    sorts: Mapping[str, bool], current: str, endpoint: str, **params: Any
+    sorts: Mapping[str, bool], current: str, endpoint: str, descending: bool | None = None, **params: Any
 ) -> dict[str, dict[str, Any]]:
     """Return, for each of ``sorts`` (name -> newest first), the URL of page one of the list in
     that order with the same ``params``, and the ``aria-sort`` of its column header (only the
-    ``current`` sort has one)."""
-    return {
-        name: {
-            "url": url_for(endpoint, **params, sort=name),
-            "aria_sort": ("descending" if descending else "ascending") if name == current else None,
+    ``current`` sort has one, in its direction ``descending``, whose link turns it around)."""
+    links = {}
+    for name, own in sorts.items():
+        if name != current:
+            links[name] = {"url": url_for(endpoint, **params, sort=name), "aria_sort": None}
+            continue
+        now = own if descending is None else descending
+        links[name] = {
+            "url": url_for(endpoint, **params, sort=name, order="asc" if now else "desc"),
+            "aria_sort": "descending" if now else "ascending",
         }
-        for name, descending in sorts.items()
-    }
+    return links
 
 
 def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
@@ -113,42 +126,75 @@ def offset_from_cursor(cursor: str) -> int:
 
 def shell_command(*words: object) -> str:
     """Return a command for an operator to copy into a shell, every word quoted as the shell
-    needs: a namespace such as ``default --yes #`` stays one argument. A ``flask claw`` command
-    shown on another site than the commands' own starts with that site's ``CLAW_TABLE_PREFIX=``,
-    so it acts on the site the page shows."""
-    environment = state.command_environment() if words[:1] == ("flask",) and has_request_context() else ()
-    return shlex.join([*environment, *(str(word) for word in words)])
+    needs: a namespace such as ``default --yes #`` stays one argument. A claw command (written
+    ``"flask", "claw", ...`` by the views) is given as this installation runs it from a plain
+    shell (see :func:`dashboard.state.command_program`), after the ``CLAW_*`` variables the
+    page's site needs, so it acts on the site the page shows."""
+    text = [str(word) for word in words]
+    if text[:2] == ["flask", "claw"] and has_request_context():
+        program = state.command_program()
+        text = [*state.command_environment(program), *program, *text[2:]]
+    return shlex.join(text)
+
+
+def display_zone() -> Any:
+    """Return the zone absolute times are printed in: ``CLAW_DISPLAY_TZ`` of the app (UTC outside
+    a request)."""
+    return state.settings().display_zone if has_request_context() else UTC
+
+
+def zone_name(zone: Any = None) -> str:
+    """Return the name of the display zone as the pages say it (``UTC``, ``Europe/Berlin``)."""
+    zone = zone if zone is not None else display_zone()
+    return "UTC" if zone is UTC else str(zone)
 
 
 def format_time(moment: Any, missing: str = "") -> str:
-    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` (``missing`` for ``None``, and
-    :data:`UNREADABLE_TIME` for anything else: a time another program stored that no datetime
-    holds)."""
+    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` in the display zone
+    (``CLAW_DISPLAY_TZ``; its abbreviation, such as ``CEST``, ends it), ``missing`` for ``None``,
+    and :data:`UNREADABLE_TIME` for anything else: a time another program stored that no
+    datetime holds."""
     if moment is None:
         return missing
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
-    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+    zone = display_zone()
+    try:
+        local = moment.replace(tzinfo=UTC).astimezone(zone)
+    except (OverflowError, ValueError):  # the first or last day of the calendar, moved off it
+        return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or zone_name(zone)}"
 
 
-TIME_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+TIME_UNITS = (("h", 3600), ("min", 60), ("s", 1))
 
 
-def relative_words(seconds_ahead: float) -> str:
-    """Return how far a moment ``seconds_ahead`` of now is, roughly: ``now``, ``in 10 min``,
-    ``3 h ago``, ``12 d ago`` (the largest unit it reaches, to the nearest whole one)."""
+def relative_words(seconds_ahead: float, days_ahead: int | None = None) -> str:
+    """Return how far a moment ``seconds_ahead`` of now is: ``now``, ``in 10 min``, ``3 h ago``
+    within a day; past that, in calendar days (``days_ahead``, counted between the dates in the
+    display zone; else whole days): ``yesterday``, ``tomorrow``, ``12 days ago``, ``in 3 days``."""
     size = abs(seconds_ahead)
     if size < 1:
         return "now"
-    unit, length = next((unit, length) for unit, length in TIME_UNITS if size >= length)
-    amount = f"{int(size / length + 0.5)} {unit}"
-    return f"in {amount}" if seconds_ahead > 0 else f"{amount} ago"
+    if size < 86400:
+        unit, length = next((unit, length) for unit, length in TIME_UNITS if size >= length)
+        amount = f"{int(size / length + 0.5)} {unit}"
+        return f"in {amount}" if seconds_ahead > 0 else f"{amount} ago"
+    days = days_ahead if days_ahead is not None else int(seconds_ahead / 86400)
+    if days == 0:  # under a day apart on the clock, yet another date: say which
+        days = 1 if seconds_ahead > 0 else -1
+    if days == 1:
+        return "tomorrow"
+    if days == -1:
+        return "yesterday"
+    return f"in {days} days" if days > 0 else f"{-days} days ago"
 
 
 def when(moment: Any) -> Markup | str:
     """Return a time as a ``<time>`` element saying how long ago (or ahead of the app's clock)
-    it is, with the UTC time on hover. Takes a naive-UTC datetime or Unix seconds; ``None`` is
-    '', words (``never``, :data:`UNREADABLE_TIME`) stay as they are, anything else is unreadable."""
+    it is, followed by the absolute time in the display zone, visible on every screen (a phone
+    has no hover). Takes a naive-UTC datetime or Unix seconds; ``None`` is '', words (``never``,
+    :data:`UNREADABLE_TIME`) stay as they are, anything else is unreadable."""
     if moment is None or isinstance(moment, str):
         return moment or ""
     if isinstance(moment, int) and not isinstance(moment, bool):
@@ -158,9 +204,17 @@ def when(moment: Any) -> Markup | str:
         moment = readable
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
-    ahead = moment.replace(tzinfo=UTC).timestamp() - state.clock()()
-    return Markup('<time datetime="{}Z" title="{}">{}</time>').format(
-        moment.isoformat(timespec="seconds"), format_time(moment), relative_words(ahead)
+    now = state.clock()()
+    ahead = moment.replace(tzinfo=UTC).timestamp() - now
+    zone = display_zone()
+    try:
+        then_day = moment.replace(tzinfo=UTC).astimezone(zone).date()
+        today = datetime.fromtimestamp(now, zone).date()
+        days_ahead: int | None = (then_day - today).days
+    except (OverflowError, ValueError, OSError):
+        days_ahead = None
+    return Markup('<time datetime="{}Z">{}</time> <span class="absolute">({})</span>').format(
+        moment.isoformat(timespec="seconds"), relative_words(ahead, days_ahead), format_time(moment)
     )
 
 

@@ -40,6 +40,7 @@ MEANINGS = {
     "PROVIDER_URL": "the OpenAI-compatible endpoint of a worker (its key: CLAW_PROVIDER_API_KEY, env only)",
     "PROVIDER_MODEL": "the model a worker asks the provider for",
     "PROVIDER_FACTORY": "module:callable that builds a worker's provider instead of PROVIDER_URL",
+    "DISPLAY_TZ": "dashboard only: the time zone absolute times are printed in (an IANA name; default UTC)",
 }
 
 
@@ -53,17 +54,18 @@ def shown_value(value: Any) -> str:
 
 
 def deletion_commands(settings: Settings) -> list[dict[str, str]]:
-    """Return the ``flask claw`` commands for each deletion task, with what each one does; every
-    word is quoted for the shell (the capitalised words are for the operator to fill in)."""
+    """Return the claw commands for each deletion task, with what each one does, every deleting
+    one as its dry run (run it again without ``--dry-run`` to delete); every word is quoted for
+    the shell (the capitalised words are for the operator to fill in)."""
     window = f"{settings.retention_days}d" if settings.retention_days else "90d"
     claw = ("flask", "claw")
     return [
         {"task": "Delete one memory key",
-         "command": shell_command(*claw, "forget", "KEY", "--namespace", "NAMESPACE")},
+         "command": shell_command(*claw, "forget", "KEY", "--namespace", "NAMESPACE", "--dry-run")},
         {"task": "Delete one conversation and its messages",
-         "command": shell_command(*claw, "forget", "--conversation", "CONVERSATION_ID")},
+         "command": shell_command(*claw, "forget", "--conversation", "CONVERSATION_ID", "--dry-run")},
         {"task": "Delete every key of a namespace",
-         "command": shell_command(*claw, "flush", "--namespace", "NAMESPACE")},
+         "command": shell_command(*claw, "flush", "--namespace", "NAMESPACE", "--dry-run")},
         {"task": "Delete every conversation written until an hour ago, with its messages",
          "command": shell_command(*claw, "prune", "--older-than", "1h", "--dry-run")},
         {"task": "Delete expired keys (see first what would go)",

@@ -128,7 +128,7 @@ def test_memory_index_names_the_subject_of_a_subject_namespace(page: Any, server
     page.goto(f"{server}/memory/")
     row = page.locator("tr", has=page.locator("code", has_text="user:cust-1001"))
     expect(row.locator("span.subject")).to_have_text("subject cust-1001")
-    expect(row.locator("span.subject a")).to_have_attribute("href", "/conversations/?user_id=cust-1001")
+    expect(row.locator("span.subject a")).to_have_attribute("href", "/subjects/cust-1001")
     row.locator("a").first.click()
     page.wait_for_url(f"{server}/memory/user:cust-1001/")
     assert "Alice Moreau" in page.inner_text("#memory-results")

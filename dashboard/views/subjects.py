@@ -1,0 +1,123 @@
+"""Subjects: everything export covers for one person, on one page, and its export as JSON.
+
+The page reads through the same core functions the CLI's ``export`` and ``erase`` run
+(:func:`clawmem.operations.subject_memory`, :func:`clawmem.operations.export_subject`), so what
+it lists is what those commands would take.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from typing import Any
+
+from flask import Blueprint, Response, abort, redirect, url_for
+from werkzeug.wrappers import Response as BaseResponse
+
+from clawmem import operations
+from clawmem.clock import now_seconds
+from clawmem.memory.base import MemoryRow
+from clawmem.recall.words import text_of
+from clawmem.subjects import Subject, subject_namespace
+from dashboard import state
+from dashboard.views.conversations import _summary_row
+from dashboard.views.memory import ttl_label
+from dashboard.views.rendering import format_bytes, render_page, shell_command, text_arg
+
+bp = Blueprint("subjects", __name__, url_prefix="/subjects")
+
+PAGE_SIZE = 50  # conversations and entries listed; the counts above them are exact
+MENTIONS_LISTED = 50
+MAX_USER_ID = 255
+
+
+def _user_id(raw: str) -> str:
+    if not raw or len(raw) > MAX_USER_ID or raw != raw.strip():
+        abort(404, description="No subject can have this id: user ids are 1 to 255 characters.")
+    return raw
+
+
+@bp.get("/")
+def index() -> BaseResponse | str:
+    """The subject search box; a submitted ``user_id`` leads to that subject's page."""
+    user_id = text_arg("user_id", MAX_USER_ID)
+    if user_id:
+        return redirect(url_for("subjects.detail", user_id=user_id))
+    return render_page("subjects/index.html", {})
+
+
+def _entry(row: MemoryRow, now: int) -> dict[str, Any]:
+    status, words = ttl_label(row.expires_at, now)
+    return {
+        "namespace": row.namespace,
+        "key": row.key,
+        "url": url_for("memory.entry", namespace=row.namespace, key=row.key),
+        "state": status,
+        "ttl": words,
+        "bytes": format_bytes(row.bytes),
+        "text": text_of(row.value),
+        "updated_at": row.updated_at,
+    }
+
+
+def subject_commands(user_id: str) -> dict[str, str]:
+    """Return the export and erase commands for ``user_id``, the erasure previewed first."""
+    claw = ("flask", "claw")
+    return {
+        "export": shell_command(*claw, "export", "--user-id", user_id, "--output", "subject.json"),
+        "erase_preview": shell_command(*claw, "erase", "--user-id", user_id, "--dry-run", "--verbose"),
+        "erase": shell_command(*claw, "erase", "--user-id", user_id, "--yes"),
+    }
+
+
+@bp.get("/<path:user_id>")
+def detail(user_id: str) -> str:
+    """One subject: their conversations with counts and tokens, their namespace's entries with
+    TTL states, the entries elsewhere that mention them, and the export and erase commands."""
+    user_id = _user_id(user_id)
+    site, settings = state.site(), state.settings()
+    store = state.conversations()
+    now = now_seconds(state.clock())
+    own = subject_namespace(user_id, settings.subject_namespace)
+    page = store.list(limit=PAGE_SIZE, sort="updated", user_id=user_id)
+    totals = store.subject_totals(user_id)
+    driver = state.driver()
+    own_count = next((n for n in driver.namespace_counts() if n.namespace == own), None)
+    own_page = driver.entries(own, limit=PAGE_SIZE) if own_count else None
+    # Exactly what export and erase take beside the subject namespace, from their own query.
+    every = operations.subject_memory(site, Subject(user_id=user_id))
+    mentioned = (row for row in every if row.namespace != own)
+    mentions = list(itertools.islice(mentioned, MENTIONS_LISTED + 1))
+    return render_page(
+        "subjects/detail.html",
+        {},
+        user_id=user_id,
+        totals=totals,
+        conversations=[_summary_row(conversation) for conversation in page.items],
+        more_conversations_url=url_for("conversations.index", user_id=user_id, sort="updated")
+        if page.next_cursor
+        else None,
+        namespace=own,
+        namespace_url=url_for("memory.namespace", namespace=own) if own_count else None,
+        namespace_counts=own_count,
+        entries=[_entry(row, now) for row in own_page.items] if own_page else [],
+        more_entries=bool(own_page and own_page.next_cursor),
+        mentions=[_entry(row, now) for row in mentions[:MENTIONS_LISTED]],
+        more_mentions=len(mentions) > MENTIONS_LISTED,
+        commands=subject_commands(user_id),
+        export_url=url_for("subjects.export", user_id=user_id),
+        store_messages=settings.store_messages,
+    )
+
+
+@bp.get("/<path:user_id>/export.json")
+def export(user_id: str) -> Response:
+    """The subject's export, byte for byte what ``flask claw export --user-id`` writes (read-only)."""
+    user_id = _user_id(user_id.removesuffix("/"))
+    out = io.StringIO()
+    operations.export_subject(state.site(), Subject(user_id=user_id), out)
+    response = Response(out.getvalue(), mimetype="application/json")
+    safe = "".join(char if char.isalnum() or char in "-_." else "_" for char in user_id)[:60]
+    response.headers["Content-Disposition"] = f'attachment; filename="subject-{safe}.json"'
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
