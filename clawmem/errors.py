@@ -75,3 +75,15 @@ class ProviderError(RuntimeError):
 
     The message says which and never contains the API key.
     """
+
+
+class EmbeddingMismatch(ValueError):
+    """Vectors recorded by one embedding model (id and dimension) were offered to another."""
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The semantic scorings need the ``clawmem[semantic]`` extra, which is not installed."""
+
+
+class EvalFileError(ValueError):
+    """A ``clawmem eval`` file line that is not a valid entry or question (its line number is said)."""

@@ -22,7 +22,7 @@ CLAWMEM_SCHEMA = "clawmem"
 PHPCLAW_SCHEMA = "phpclaw-wordpress"
 SCHEMAS = (CLAWMEM_SCHEMA, PHPCLAW_SCHEMA)
 # How recall scores (SPEC 5): ours, or phpClaw's own byte for byte (clawmem.ranking.ranker_for).
-RECALL_SCORINGS = ("clawmem", "phpclaw")
+RECALL_SCORINGS = ("clawmem", "phpclaw", "weighted", "semantic", "hybrid")
 # A site's label in CLAW_SITES: it is shown in the header and carried in every dashboard URL.
 SITE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 # The label of the one site of CLAW_TABLE_PREFIX when CLAW_SITES is unset.

@@ -47,9 +47,9 @@ def current_site() -> Site:
 
 def add_commands(group: click.Group) -> None:
     """Add every core command to ``group``."""
-    from clawmem.cli import data, subjects, tables
+    from clawmem.cli import data, evaluate, subjects, tables
 
-    for module in (tables, data, subjects):
+    for module in (tables, data, subjects, evaluate):
         for command in module.COMMANDS:
             group.add_command(command)
 

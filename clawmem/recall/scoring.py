@@ -1,0 +1,136 @@
+"""Scored rankings: candidates ranked by a real-valued score, and the ``weighted`` scoring.
+
+``weighted`` is BM25 with binary term frequency, so that it is answered from what a word index
+holds (which entries hold a word, and how many distinct words an entry has). Over the entries of
+the namespaces a turn reads together (``N`` live entries, ``n(w)`` of them holding word ``w``,
+``len`` an entry's distinct words, ``avg`` the mean of ``len``)::
+
+    idf(w)   = ln(1 + (N - n(w) + 0.5) / (n(w) + 0.5))
+    score(e) = sum over the message's words w held by e of
+               idf(w) * (K1 + 1) / (1 + K1 * (1 - B + B * len(e) / avg))
+
+Words are :func:`clawmem.recall.words.entry_words`'s, summed in the message's order; a candidate
+is an entry holding at least one message word. Ties go as in every ranking: key, then the
+namespaces' order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from clawmem.recall.candidates import Candidate, Ranking
+from clawmem.recall.injection import line_bytes
+from clawmem.recall.sources import Readable
+from clawmem.recall.words import entry_words, keywords, text_of
+
+K1 = 1.2
+B = 0.75
+SCORE_DIGITS = 9  # scores are compared rounded, so equal sums in any order tie
+
+
+@dataclass
+class Scored:
+    """One candidate of a scored ranking, with every signal that explains it."""
+
+    namespace: str
+    key: str
+    text: str
+    score: float
+    order: int  # the namespace's position (the subject's first)
+    matched: tuple[str, ...] = ()
+    weights: tuple[float, ...] = ()  # per matched word, its contribution to ``weighted``
+    signals: dict[str, Any] = field(default_factory=dict)
+
+
+class ScoredRanking:
+    """A ranking of :class:`Scored` candidates: score descending, then key, then namespace order."""
+
+    def __init__(self, words: Sequence[str], scored: list[Scored], zero_overlap: int, total: int) -> None:
+        self.words = list(words)
+        scored.sort(key=lambda item: (-round(item.score, SCORE_DIGITS), item.key, item.order))
+        self.scored = scored
+        self._by = {(item.namespace, item.key): item for item in scored}
+        self.candidate_count = len(scored)
+        self.zero_overlap = zero_overlap
+        self.total = total  # live entries read
+
+    def first(self, count: int) -> list[Candidate]:
+        return [
+            Candidate(item.namespace, item.key, item.score, line_bytes(item.key, item.text))  # type: ignore[arg-type]
+            for item in self.scored[: max(count, 0)]
+        ]
+
+    def explain(self, candidate: Candidate) -> Scored:
+        """Return the scored candidate behind ``candidate``, with its signals."""
+        return self._by[candidate.namespace, candidate.key]
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        return [self._by[c.namespace, c.key].matched for c in candidates]
+
+    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
+        return [self._by[c.namespace, c.key].text for c in candidates]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A live entry as a scoring reads it."""
+
+    namespace: str
+    key: str
+    text: str
+    order: int
+    words: frozenset[str]
+
+
+def read_entries(memory: Readable, namespaces: Sequence[str]) -> list[Entry]:
+    """Read every live entry of ``namespaces`` (in their order), with its words."""
+    entries = []
+    for order, namespace in enumerate(namespaces):
+        for key, value in memory.all(namespace).items():
+            text = text_of(value)
+            entries.append(Entry(namespace, key, text, order, frozenset(entry_words(key, text))))
+    return entries
+
+
+def word_weights(words: Sequence[str], entries: Sequence[Entry]) -> tuple[dict[str, float], float]:
+    """Return each message word's idf over ``entries`` and their mean distinct word count."""
+    total = len(entries)
+    holding = dict.fromkeys(words, 0)
+    length = 0
+    for entry in entries:
+        length += len(entry.words)
+        for word in entry.words.intersection(holding):
+            holding[word] += 1
+    idf = {word: math.log(1 + (total - held + 0.5) / (held + 0.5)) for word, held in holding.items()}
+    return idf, (length / total if total else 0.0)
+
+
+def weighted_scores(words: Sequence[str], entries: Sequence[Entry]) -> list[Scored]:
+    """Return the ``weighted`` candidates of ``entries`` for the message words ``words``."""
+    idf, average = word_weights(words, entries)
+    scored = []
+    for entry in entries:
+        matched = tuple(word for word in words if word in entry.words)
+        if not matched:
+            continue
+        norm = K1 * (1 - B + B * len(entry.words) / average) if average else K1
+        weights = tuple(idf[word] * (K1 + 1) / (1 + norm) for word in matched)
+        scored.append(
+            Scored(entry.namespace, entry.key, entry.text, sum(weights), entry.order, matched, weights)
+        )
+    return scored
+
+
+def weighted(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+    """Rank by ``weighted`` (module docstring), from a full read of the namespaces."""
+    words = keywords(message)
+    entries = read_entries(memory, namespaces)
+    scored = weighted_scores(words, entries)
+    for position, item in enumerate(
+        sorted(scored, key=lambda s: (-round(s.score, SCORE_DIGITS), s.key, s.order))
+    ):
+        item.signals["weighted_rank"] = position + 1
+    return ScoredRanking(words, scored, len(entries) - len(scored), len(entries))
