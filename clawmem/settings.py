@@ -42,6 +42,16 @@ def _parse_bool(name: str, raw: Any) -> bool:
     raise ConfigError(f"{ENV_PREFIX}{name} must be true or false, got {raw!r}")
 
 
+def _parse_float(name: str, raw: Any) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{ENV_PREFIX}{name} must be a finite number, got {raw!r}")
+    return value
+
+
 def _parse_int(name: str, raw: Any, minimum: int = 0) -> int:
     if isinstance(raw, bool):
         raise ConfigError(f"{ENV_PREFIX}{name} must be a whole number, got {raw!r}")
@@ -126,6 +136,7 @@ class Settings:
     pii_allow_keys: str = ""
     schema: str = CLAWMEM_SCHEMA
     recall_scoring: str = "clawmem"
+    recall_min_score: float | None = None  # off: every candidate may be injected
     sites: str = ""
 
     def __post_init__(self) -> None:
@@ -185,6 +196,8 @@ class Settings:
                 parsed[attribute] = _parse_bool(name, raw)
             elif attribute in {"recall_top_k", "compact_max_messages", "compact_max_tokens"}:
                 parsed[attribute] = _parse_int(name, raw)
+            elif attribute == "recall_min_score":
+                parsed[attribute] = _parse_float(name, raw)
             elif attribute in {"retention_days", "max_value_bytes"}:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:

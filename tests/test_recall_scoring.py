@@ -301,3 +301,50 @@ def test_eval_refuses_a_bad_file_in_one_line(tmp_path, content, error):
     result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "clawmem"])
     assert result.exit_code == 1
     assert error in result.output and len(result.output.strip().splitlines()) == 1
+
+
+# -- the floor and the explained report --------------------------------------------------------
+
+
+def test_the_floor_drops_weak_candidates_with_their_own_status():
+    from clawmem.prompt import BELOW_MIN_SCORE
+
+    memory = _memory(
+        {"n": {"a": "she moved to Toronto", "b": "what did the cat do", "c": "the dog did sleep"}}
+    )
+    open_ = MessageAugmenter(memory, namespace="n", top_k=3, ranker=weighted).augment(
+        "what did she do in Toronto"
+    )
+    scores = {d.key: d.score for d in open_.decisions}
+    floor = (scores["a"] + scores["b"]) / 2
+    floored = MessageAugmenter(memory, namespace="n", top_k=3, ranker=weighted, min_score=floor).augment(
+        "what did she do in Toronto"
+    )
+    assert [d.key for d in floored.decisions if d.injected] == ["a"]
+    assert {d.key: d.status for d in floored.decisions if not d.injected} == {
+        "b": BELOW_MIN_SCORE,
+        "c": BELOW_MIN_SCORE,
+    }
+    assert "below the floor" in floored.decisions[1].reason
+    assert floored.injected_keys == ["a"] and "cat" not in floored.text
+
+
+def test_the_floor_is_read_from_the_environment(tmp_path):
+    assert Settings.from_env({}, instance_path=tmp_path).recall_min_score is None
+    assert Settings.from_env({"CLAW_RECALL_MIN_SCORE": "0.5"}, instance_path=tmp_path).recall_min_score == 0.5
+    for bad in ("high", "nan", "inf"):
+        with pytest.raises(ConfigError, match="CLAW_RECALL_MIN_SCORE"):
+            Settings.from_env({"CLAW_RECALL_MIN_SCORE": bad}, instance_path=tmp_path)
+
+
+def test_each_decision_carries_its_signals():
+    memory = _memory({"n": {"a": "she moved to Toronto", "b": "bought a new automobile", "c": "gardening"}})
+    scorer = SemanticScorer(HashedWords(dimension=256, synonyms={"automobile": "car"}))
+    result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("Toronto car")
+    signals = {d.key: dict(d.signals) for d in result.decisions}
+    assert signals["a"]["words"].startswith("toronto ") and signals["a"]["weighted rank"] == "1"
+    assert {"cosine", "semantic rank", "fused"} <= set(signals["a"])
+    assert "words" not in signals["b"] and "weighted rank" not in signals["b"]
+    assert float(signals["b"]["cosine"]) > 0.3
+    overlap = MessageAugmenter(memory, namespace="n", top_k=3).augment("Toronto car")
+    assert all(d.signals == () for d in overlap.decisions)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from clawmem.prompt import CUT_BYTE_CAP, INJECTED, TRUNCATED, USER_MESSAGE, Span
+from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, INJECTED, TRUNCATED, USER_MESSAGE, Span
 from clawmem.recall.candidates import Candidate, Ranking
 from clawmem.recall.report import EntryDecision
 from clawmem.text import cut_utf8, utf8_len
@@ -43,7 +43,9 @@ def line_bytes(key: str, text: str) -> int:
     return utf8_len(injection_line(key, text))
 
 
-def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
+def plan(
+    ranking: Ranking, top_k: int, max_bytes: int, min_score: float | None = None
+) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
     """Return the injected ``(key, line)`` pairs and the decisions of the first ``top_k``
     candidates of ``ranking``, in rank order. Only the injected entries' values are read.
 
@@ -51,6 +53,8 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
     in the backend (it has corrected its index; rank again).
     """
     first = ranking.first(top_k)
+    floored = [c for c in first if min_score is not None and c.score < min_score]
+    first = [c for c in first if min_score is None or c.score >= min_score]
     outcomes = fit(first, ranking.candidate_count, max_bytes)
     kept = [
         candidate
@@ -60,6 +64,12 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
     texts = dict(zip(((c.namespace, c.key) for c in kept), ranking.texts(kept), strict=True))
     lines = []
     decisions = []
+    below = [
+        (BELOW_MIN_SCORE, f"score {c.score:.4g} is below the floor {min_score:.4g}", 0)
+        for c in floored
+    ]
+    first += floored
+    outcomes += below
     for candidate, (status, reason, room), words in zip(first, outcomes, ranking.matched(first), strict=True):
         line = injection_line(candidate.key, texts.get((candidate.namespace, candidate.key), ""))
         if status == INJECTED:
@@ -70,10 +80,41 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
             reason = f"the only line, cut from {candidate.bytes} to {utf8_len(kept) + 1} bytes to fit"
         decisions.append(
             EntryDecision(
-                candidate.key, candidate.score, candidate.bytes, status, reason, candidate.namespace, words
+                candidate.key,
+                candidate.score,
+                candidate.bytes,
+                status,
+                reason,
+                candidate.namespace,
+                words,
+                explain(ranking, candidate),
             )
         )
     return lines, decisions
+
+
+def explain(ranking: Ranking, candidate: Candidate) -> tuple[tuple[str, str], ...]:
+    """Return the signals behind ``candidate``'s score when ``ranking`` records them."""
+    explained = getattr(ranking, "explain", None)
+    if explained is None:
+        return ()
+    scored = explained(candidate)
+    signals: list[tuple[str, str]] = []
+    if scored.weights:
+        pairs = zip(scored.matched, scored.weights, strict=True)
+        shown = ", ".join(f"{word} {weight:.3f}" for word, weight in pairs)
+        signals.append(("words", shown))
+    for name, label in (
+        ("weighted", "weighted"),
+        ("weighted_rank", "weighted rank"),
+        ("cosine", "cosine"),
+        ("semantic_rank", "semantic rank"),
+        ("fused", "fused"),
+    ):
+        if name in scored.signals:
+            value = scored.signals[name]
+            signals.append((label, f"{value:.4f}" if isinstance(value, float) else str(value)))
+    return tuple(signals)
 
 
 def fit(first: Sequence[Candidate], candidate_count: int, max_bytes: int) -> list[tuple[str, str, int]]:

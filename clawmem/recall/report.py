@@ -24,6 +24,9 @@ class EntryDecision:
     reason: str
     namespace: str = ""
     matched: tuple[str, ...] = ()
+    # Each signal behind the score, as (name, shown value): the matched words with their
+    # weights, the cosine, the rank in each list and the fused score (scored rankings only).
+    signals: tuple[tuple[str, str], ...] = ()
 
     @property
     def injected(self) -> bool:
