@@ -348,3 +348,20 @@ def test_each_decision_carries_its_signals():
     assert float(signals["b"]["cosine"]) > 0.3
     overlap = MessageAugmenter(memory, namespace="n", top_k=3).augment("Toronto car")
     assert all(d.signals == () for d in overlap.decisions)
+
+
+def test_the_report_says_how_many_entries_are_embedded():
+    memory = _memory({"n": {"a": "red apple", "b": "banana", "c": "cherry"}})
+    scorer = SemanticScorer(HashedWords(), embed_on_read=False)
+    scorer.store.embed_missing("n", [("a", "red apple")])
+    result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("banana apple")
+    assert result.semantic_coverage == "semantic: 1 of 3 entries embedded"
+    # without a vector, banana is still found by weighted alone
+    assert "b" in result.injected_keys
+    assert MessageAugmenter(memory, namespace="n").augment("banana").semantic_coverage is None
+
+
+def test_cut_decisions_carry_their_signals_too():
+    memory = _memory({"n": {f"k{n}": f"apple note{n}x" for n in range(6)}})
+    result = MessageAugmenter(memory, namespace="n", top_k=1, ranker=weighted).augment("apple")
+    assert all(dict(d.signals)["words"].startswith("apple ") for d in result.decisions)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, INJECTED, TRUNCATED, USER_MESSAGE, Span
 from clawmem.recall.candidates import Candidate, Ranking
-from clawmem.recall.report import EntryDecision
+from clawmem.recall.report import EntryDecision, explain
 from clawmem.text import cut_utf8, utf8_len
 
 DEFAULT_MAX_RECALL_BYTES = 4096
@@ -91,30 +91,6 @@ def plan(
             )
         )
     return lines, decisions
-
-
-def explain(ranking: Ranking, candidate: Candidate) -> tuple[tuple[str, str], ...]:
-    """Return the signals behind ``candidate``'s score when ``ranking`` records them."""
-    explained = getattr(ranking, "explain", None)
-    if explained is None:
-        return ()
-    scored = explained(candidate)
-    signals: list[tuple[str, str]] = []
-    if scored.weights:
-        pairs = zip(scored.matched, scored.weights, strict=True)
-        shown = ", ".join(f"{word} {weight:.3f}" for word, weight in pairs)
-        signals.append(("words", shown))
-    for name, label in (
-        ("weighted", "weighted"),
-        ("weighted_rank", "weighted rank"),
-        ("cosine", "cosine"),
-        ("semantic_rank", "semantic rank"),
-        ("fused", "fused"),
-    ):
-        if name in scored.signals:
-            value = scored.signals[name]
-            signals.append((label, f"{value:.4f}" if isinstance(value, float) else str(value)))
-    return tuple(signals)
 
 
 def fit(first: Sequence[Candidate], candidate_count: int, max_bytes: int) -> list[tuple[str, str, int]]:

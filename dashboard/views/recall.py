@@ -149,6 +149,7 @@ def preview() -> str:
             "zero_overlap": result.zero_overlap,
             "unmatched_url": url_for("recall.unmatched", message=message, namespace=namespace),
             "error": result.error,
+            "semantic": result.semantic_coverage,
             "guard": guard,
             "scoring": {"name": settings.recall_scoring, "words": SCORING_WORDS[settings.recall_scoring]},
         }
