@@ -23,7 +23,7 @@ from clawmem.recall import fusion as fusion_module
 from clawmem.recall.embeddings import VectorStore
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
-from clawmem.recall.scoring import weighted
+from clawmem.recall.scoring import weighted, weighted_scan
 from clawmem.recall.words import entry_words, keywords
 from clawmem.settings import Settings
 
@@ -63,11 +63,10 @@ def _memory(entries: dict[str, dict[str, str]]) -> ArrayMemory:
 
 
 def reference_weighted(message: str, corpus: list[tuple[str, str, str]]) -> list[tuple[str, str, float]]:
-    """BM25 with binary tf over every entry of ``corpus`` (namespace, key, text), by brute force."""
+    """BM25, binary tf, b = 0, over every entry of ``corpus`` (namespace, key, text), by brute force."""
     words = keywords(message)
     held = [entry_words(key, text) for _, key, text in corpus]
     total = len(corpus)
-    average = sum(len(h) for h in held) / total if total else 0
     out = []
     for (namespace, key, _), own in zip(corpus, held, strict=True):
         score = 0.0
@@ -75,7 +74,7 @@ def reference_weighted(message: str, corpus: list[tuple[str, str, str]]) -> list
             if word in own:
                 n = sum(word in h for h in held)
                 idf = math.log(1 + (total - n + 0.5) / (n + 0.5))
-                score += idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * len(own) / average))
+                score += idf
         if score:
             out.append((namespace, key, score))
     order = {namespace: position for position, (namespace, _, _) in reversed(list(enumerate(corpus)))}
@@ -102,12 +101,17 @@ def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corp
     stored = [
         (ns, key, memory.get(key, namespace=ns)) for ns in ("sub", "main") for key in sorted(memory.all(ns))
     ]
-    ranking = weighted(memory, message, ["sub", "main"], 0)
-    got = [(c.namespace, c.key, c.score) for c in ranking.first(100)]
     expected = reference_weighted(message, stored)
-    assert [(ns, key) for ns, key, _ in got] == [(ns, key) for ns, key, _ in expected]
-    assert [s for _, _, s in got] == pytest.approx([s for _, _, s in expected])
-    assert ranking.zero_overlap == len(stored) - len(expected)
+    for ranker in (weighted, weighted_scan):  # from the word indexes, and from a full read
+        ranking = ranker(memory, message, ["sub", "main"], 0)
+        got = [(c.namespace, c.key, c.score) for c in ranking.first(100)]
+        assert [(ns, key) for ns, key, _ in got] == [(ns, key) for ns, key, _ in expected]
+        assert [s for _, _, s in got] == pytest.approx([s for _, _, s in expected])
+        assert ranking.zero_overlap == len(stored) - len(expected)
+        assert ranking.matched(ranking.first(100)) == [
+            tuple(w for w in keywords(message) if w in entry_words(key, memory.get(key, namespace=ns)))
+            for ns, key, _ in got
+        ]
 
 
 def test_weighted_lets_a_rare_word_outweigh_common_ones():

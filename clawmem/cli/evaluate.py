@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -51,7 +52,7 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None) -
     results = []
     for scoring in scorings or RECALL_SCORINGS:
         with click.progressbar(
-            length=len(questions), label=scoring, file=click.get_text_stream("stderr")
+            length=len(questions), label=scoring, file=sys.stderr
         ) as bar:
             try:
                 results.append(
