@@ -23,7 +23,7 @@ import numpy as np
 
 from clawmem.errors import EmbedderUnavailable, EmbeddingMismatch
 
-QUERY_CACHE = 256  # message vectors kept, so scorings of one message embed it once
+QUERY_CACHE = 1024  # message vectors kept (2 KB each), so scorings of one message embed it once
 
 
 @runtime_checkable
