@@ -23,7 +23,8 @@ from clawmem.recall import fusion as fusion_module
 from clawmem.recall.embeddings import VectorStore
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
-from clawmem.recall.scoring import weighted, weighted_scan
+from clawmem.recall.scoring import weighted_scan
+from clawmem.recall.weighted_index import weighted
 from clawmem.recall.words import entry_words, keywords
 from clawmem.settings import Settings
 

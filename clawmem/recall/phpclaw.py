@@ -97,7 +97,7 @@ def phpclaw_overlap(memory: Readable, message: str, namespaces: Sequence[str], n
 
 def _rankers() -> dict[str, Ranker]:
     from clawmem.recall.fusion import hybrid, semantic
-    from clawmem.recall.scoring import weighted
+    from clawmem.recall.weighted_index import weighted
 
     return {
         "clawmem": word_overlap,

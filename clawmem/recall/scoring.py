@@ -22,7 +22,7 @@ from typing import Any
 
 from clawmem.recall.candidates import Candidate, Ranking
 from clawmem.recall.injection import line_bytes
-from clawmem.recall.sources import IndexSource, Readable, serving_driver
+from clawmem.recall.sources import Readable
 from clawmem.recall.words import entry_words, keywords, text_of
 
 SCORE_DIGITS = 9  # scores are compared rounded, so equal sums in any order tie
@@ -118,18 +118,6 @@ def weighted_scores(words: Sequence[str], entries: Sequence[Entry]) -> list[Scor
                 Scored(entry.namespace, entry.key, entry.text, sum(weights), entry.order, matched, weights)
             )
     return scored
-
-
-def weighted(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
-    """Rank by ``weighted`` (module docstring): from the word indexes when every namespace is
-    served by a driver that keeps one, else from a full read of the namespaces."""
-    from clawmem.recall.weighted_index import IndexedWeighted
-
-    words = keywords(message)
-    drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if all(isinstance(driver, IndexSource) for driver in drivers):
-        return IndexedWeighted(words, list(zip(namespaces, drivers, strict=True)), now)  # type: ignore[arg-type]
-    return weighted_scan(memory, message, namespaces, now)
 
 
 def weighted_scan(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:

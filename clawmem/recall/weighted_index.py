@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from clawmem.recall.candidates import Candidate
+from clawmem.recall.candidates import Candidate, Ranking
 from clawmem.recall.index import Candidates
 from clawmem.recall.rankings import StaleIndex
-from clawmem.recall.scoring import SCORE_DIGITS, Scored, idf_of
-from clawmem.recall.sources import IndexSource
-from clawmem.recall.words import text_of
+from clawmem.recall.scoring import SCORE_DIGITS, Scored, idf_of, weighted_scan
+from clawmem.recall.sources import IndexSource, Readable, serving_driver
+from clawmem.recall.words import keywords, text_of
 
 
 class IndexedWeighted:
@@ -111,3 +111,13 @@ class IndexedWeighted:
                 raise StaleIndex()
             texts.update(((namespace, key), text_of(rows[key].value)) for key in keys)
         return [texts[c.namespace, c.key] for c in candidates]
+
+
+def weighted(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+    """Rank by ``weighted`` (module docstring): from the word indexes when every namespace is
+    served by a driver that keeps one, else from a full read of the namespaces."""
+    words = keywords(message)
+    drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
+    if all(isinstance(driver, IndexSource) for driver in drivers):
+        return IndexedWeighted(words, list(zip(namespaces, drivers, strict=True)), now)  # type: ignore[arg-type]
+    return weighted_scan(memory, message, namespaces, now)
