@@ -9,7 +9,9 @@ against the configured limit, and every error names the key.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +57,51 @@ class ValueCodec:
             raise UndecodableValue(namespace, key, self.name, reason) from None
 
 
-JSON = ValueCodec("JSON", encode_value, json.loads)
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:20]} overflows a float")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def decode_json_value(text: str) -> Any:
+    """Return the value of strict JSON ``text``: ``NaN``, ``Infinity`` and a float that overflows
+    (``1e999``) raise ``ValueError``, as clawmem never writes them and a document holding them
+    is not JSON. (Integers of any size are JSON, and clawmem writes them.)"""
+    return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+
+
+JSON = ValueCodec("JSON", encode_value, decode_json_value)
 PHP_SERIALIZE = ValueCodec("PHP serialize() text", _encode_php, php.unserialize)
 CODECS = {CLAWMEM_SCHEMA: JSON, PHPCLAW_SCHEMA: PHP_SERIALIZE}
+
+
+log = logging.getLogger("clawmem.recall")
+
+
+def warn_unreadable(namespace: str, key: str) -> None:
+    """Log that recall skips an entry whose stored value cannot be decoded: the key, never the value."""
+    log.warning(
+        "recall skips key %r in namespace %r: its stored value cannot be decoded (another program wrote it)",
+        key,
+        namespace,
+    )
+
+
+def readable_entries(
+    codec: ValueCodec, namespace: str, rows: Iterable[tuple[str, str]]
+) -> Iterator[tuple[str, Any]]:
+    """Yield ``(key, value)`` of each ``(key, stored text)`` row that decodes, in order; a row
+    that does not is skipped with :func:`warn_unreadable`, so one bad row never stops recall."""
+    for key, text in rows:
+        try:
+            yield key, codec.read(namespace, key, text)
+        except UndecodableValue:
+            warn_unreadable(namespace, key)
 
 
 def codec_for(shape: str) -> ValueCodec:

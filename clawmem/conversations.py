@@ -49,6 +49,7 @@ DEFAULT_CONVERSATION_NAMESPACE = "default"
 _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
 
+ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
 Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input, metadata
 
 
@@ -146,6 +147,14 @@ def check_messages(
     return records
 
 
+class _JobStored(Exception):
+    """Raised inside an append's transaction to roll it back: the job's turn is already stored."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__("the job's turn is already stored")
+        self.ids = ids
+
+
 def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMessage]:
     """Return the first ``limit`` of ``rows`` (read in order, ``limit + 1`` of them when there are
     more) as a page of messages, with the cursor that continues after it."""
@@ -201,14 +210,14 @@ class ConversationLog:
         from clawmem.sql.schema import check_shape
 
         engine = engine_for(settings.database_url)
-        check_shape(engine, settings.table_prefix, settings.schema)
+        shape = check_shape(engine, settings.table_prefix, settings.schema)
         return cls(
             engine,
             settings.table_prefix,
             clock,
             settings.store_messages,
             settings.max_value_bytes,
-            settings.schema,
+            shape,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -223,8 +232,15 @@ class ConversationLog:
         metadata: dict[str, Any] | None = None,
         namespace: str = DEFAULT_CONVERSATION_NAMESPACE,
         tokens: int | None = None,
+        job_id: str | None = None,
+        checkpoint_after: str | None | object = ANY_CHECKPOINT,
     ) -> list[str]:
         """Add ``messages`` to the conversation, creating it on first use; return the new ids.
+
+        ``checkpoint_after`` names the checkpoint (``None``: none) a new ``summary`` among
+        ``messages`` was made on top of. When another writer stored a newer checkpoint
+        meanwhile, the summary is left out (the rest is stored), so no message is covered by
+        two checkpoints made side by side.
 
         One transaction: the conversation row is touched (or inserted with ``user_id``,
         ``title``, ``metadata`` and ``namespace``, which an existing conversation keeps as they
@@ -232,6 +248,11 @@ class ConversationLog:
         and the new rows are inserted in one statement, in order. On phpClaw's shape message
         metadata and tokens have no column and are not stored (see :attr:`stores_metadata`).
         Raises ``TypeError`` or ``ValueError`` for bad input before anything is written.
+
+        ``job_id`` names the queued job whose turn this is (its id is in a message's metadata):
+        when the conversation already holds a message of that job, the transaction is rolled
+        back (nothing written, no tokens added) and the stored messages' ids are returned, so a
+        retried job never stores its turn twice.
         """
         validate_conversation_id(conversation_id)
         validate_namespace(namespace)
@@ -277,13 +298,29 @@ class ConversationLog:
                     if tokens is not None:
                         row["total_tokens"] = tokens
                     sql.insert_conversation(conn, self.prefix, {**row, "updated_at": stamp}, self.shape)
-                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, records, stamp, self.shape)
+                elif job_id is not None and self.stores_metadata:
+                    # The touch locked the conversation's row, so a second run of the job waits
+                    # here; finding its turn stored, it rolls its touch back.
+                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+                    if stored:
+                        raise _JobStored([message.id for message in stored])
+                written = records
+                if checkpoint_after is not ANY_CHECKPOINT and any(r.role == "summary" for r in records):
+                    # The touch above locked the conversation row: this read sees every writer
+                    # that committed before us, and none can commit a checkpoint until we do.
+                    newest = sql.newest_checkpoint_id(conn, self.prefix, conversation_id)
+                    if newest != checkpoint_after:
+                        written = [record for record in records if record.role != "summary"]
+                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, written, stamp, self.shape)
 
         try:
-            retry_deadlocks(write)
-        except sa.exc.IntegrityError:
-            # Two first appends of one new id raced; the loser now finds the row and touches it.
-            retry_deadlocks(write)
+            try:
+                retry_deadlocks(write)
+            except sa.exc.IntegrityError:
+                # Two first appends of one new id raced; the loser now finds the row and touches it.
+                retry_deadlocks(write)
+        except _JobStored as already:
+            return already.ids
         self._saved(conversation_id, namespace, records, gated=False)
         return list(ids)
 
@@ -306,6 +343,16 @@ class ConversationLog:
             return sql.delete_conversations(conn, self.prefix, [conversation_id])
 
     # -- reading a conversation -------------------------------------------------------------
+
+    def job_messages(self, conversation_id: str, job_id: str) -> list[StoredMessage]:
+        """Return the messages of the conversation that a queued job's turn stored (the job id
+        in their metadata), in order; ``[]`` when it stored none, and always on phpClaw's
+        tables, which keep no message metadata."""
+        validate_conversation_id(conversation_id)
+        if not self.stores_metadata:
+            return []
+        with self.engine.connect() as conn:
+            return sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""

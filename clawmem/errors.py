@@ -87,3 +87,8 @@ class EmbedderUnavailable(RuntimeError):
 
 class EvalFileError(ValueError):
     """A ``clawmem eval`` file line that is not a valid entry or question (its line number is said)."""
+
+
+class JobRefused(ValueError):
+    """A background turn could not be queued (message storage off, a bad message or id); the
+    message says why, and nothing was queued."""

@@ -210,12 +210,19 @@ class _Reader:
                 raise self.fail("expected b:0; or b:1;")
             return flag == b"1"
         if tag == b"i:":
-            return self.integer(b";")
+            number = self.integer(b";")
+            if not INT_MIN <= number <= INT_MAX:
+                # PHP would read a float here, and clawmem never holds an int beyond 64 bits.
+                raise self.fail("integer beyond 64 bits")
+            return number
         if tag == b"d:":
             text = self.until(b";")
             if not _NUMERIC.fullmatch(text) or text != text.strip():
                 raise self.fail("expected a finite float")
-            return float(text)
+            number = float(text)
+            if not math.isfinite(number):  # 1e999 overflows to infinity: not a value clawmem holds
+                raise self.fail("expected a finite float")
+            return number
         if tag == b"s:":
             return self.string()
         if tag == b"a:":

@@ -215,12 +215,21 @@ class Claw:
             record_recall=settings.record_recall,
         )
 
-    def send(self, message: str, conversation_id: str | None = None, user_id: str = "") -> Reply:
+    def send(
+        self,
+        message: str,
+        conversation_id: str | None = None,
+        user_id: str = "",
+        *,
+        job_id: str | None = None,
+    ) -> Reply:
         """Run one turn and return the reply.
 
         Raises :class:`clawmem.errors.GuardBlocked` when a blocking guard objects and
         :class:`clawmem.errors.ProviderError` when the provider fails; nothing is stored then.
-        An unknown ``conversation_id`` starts a new conversation under that id.
+        An unknown ``conversation_id`` starts a new conversation under that id. A queued turn
+        passes its ``job_id``: it goes into the user message's metadata, and a conversation that
+        already holds that job's turn is not appended to again (see ``ConversationLog.append``).
         """
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, got {type(message).__name__}")
@@ -248,13 +257,22 @@ class Claw:
             answer = self.provider.complete(list(compaction.history))
             added = [
                 *([recall_record(augment)] if self.record_recall else []),
-                Message("user", message),
+                Message("user", message, metadata={"job_id": job_id, "run_id": run_id} if job_id else None),
                 Message("assistant", answer.text),
                 *tool_rows(answer.tool_calls),
             ]
+            append_options: dict[str, Any] = {}
             if self.checkpoints and compaction.fired and compaction.error is None:
                 added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
-            self.conversations.append(conversation_id, added, user_id=user_id, title=title_from(message))
+                # Stored only if no other agent stored a checkpoint on this conversation since
+                # it was loaded: two side by side would each summarise the same messages.
+                loaded = [row.id for row in rows if row.role == "summary"]
+                append_options["checkpoint_after"] = loaded[-1] if loaded else None
+            if job_id:
+                append_options["job_id"] = job_id
+            self.conversations.append(
+                conversation_id, added, user_id=user_id, title=title_from(message), **append_options
+            )
         return Reply(
             answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage
         )

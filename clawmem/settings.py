@@ -27,6 +27,10 @@ RECALL_SCORINGS = ("clawmem", "phpclaw", "weighted", "semantic", "hybrid")
 SITE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 # The label of the one site of CLAW_TABLE_PREFIX when CLAW_SITES is unset.
 DEFAULT_SITE_LABEL = "default"
+# Background work (SPEC 14): Huey's own storage in the instance folder, and how long a queued
+# turn's record stays in phpclaw_jobs (phpClaw's RunAgentJob keeps its state for an hour).
+QUEUE_FILE = "queue.db"
+DEFAULT_JOB_TTL = 3600
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -134,10 +138,16 @@ class Settings:
     record_recall: bool = True
     pii_guard: str = "block"
     pii_allow_keys: str = ""
-    schema: str = CLAWMEM_SCHEMA
+    schema: str = ""  # unset: the existing tables' shape, or clawmem for a new database
     recall_scoring: str = "clawmem"
     recall_min_score: float | None = None  # off: every candidate may be injected
     sites: str = ""
+    queue_url: str = ""
+    job_ttl: int = DEFAULT_JOB_TTL
+    retention_schedule: str = ""
+    provider_url: str = ""
+    provider_model: str = ""
+    provider_factory: str = ""
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
@@ -147,7 +157,7 @@ class Settings:
             raise ConfigError(
                 f"{ENV_PREFIX}PII_GUARD must be one of {', '.join(PII_GUARD_MODES)}, got {self.pii_guard!r}"
             )
-        if self.schema not in SCHEMAS:
+        if self.schema and self.schema not in SCHEMAS:
             raise ConfigError(f"{ENV_PREFIX}SCHEMA must be one of {', '.join(SCHEMAS)}, got {self.schema!r}")
         if self.recall_scoring not in RECALL_SCORINGS:
             raise ConfigError(
@@ -156,7 +166,11 @@ class Settings:
             )
         check_url("DATABASE_URL", self.database_url)
         check_url("REDIS_URL", self.redis_url)
+        check_url("QUEUE_URL", self.queue_url)
+        check_url("PROVIDER_URL", self.provider_url)
         instance = Path(self.instance_path)
+        if not self.queue_url:
+            object.__setattr__(self, "queue_url", f"sqlite:///{instance.resolve() / QUEUE_FILE}")
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")
         if not self.file_dir:
@@ -198,7 +212,7 @@ class Settings:
                 parsed[attribute] = _parse_int(name, raw)
             elif attribute == "recall_min_score":
                 parsed[attribute] = _parse_float(name, raw)
-            elif attribute in {"retention_days", "max_value_bytes"}:
+            elif attribute in {"retention_days", "max_value_bytes", "job_ttl"}:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:
                 parsed[attribute] = str(raw)

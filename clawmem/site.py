@@ -7,16 +7,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from sqlalchemy.engine import Engine
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
 
 from clawmem.clock import Clock
 from clawmem.conversations import ConversationLog
-from clawmem.errors import ConfigError
+from clawmem.errors import ConfigError, redact
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.registry import open_memory
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
+from clawmem.sql.sizes import present_tables
 
 AUDIT_FILE = "audit.log"
 
@@ -68,3 +70,36 @@ class Site:
     def audit_path(self) -> Path:
         """Return the audit log of deleting and exporting commands, ``<instance>/audit.log``."""
         return Path(self.settings.instance_path) / AUDIT_FILE
+
+    def missing_database(self, memory_only: bool = False, tables: bool = True) -> str | None:
+        """Return, without creating anything, why the site's database cannot be read: a SQLite
+        file that does not exist, or a database without this prefix's tables; ``None`` when it
+        can. With ``memory_only``, a memory driver other than ``sql`` needs no database; without
+        ``tables``, an existing database without the prefix's tables is not missing.
+
+        The message names the URL (password hidden) and path tried, and the settings to fix.
+        """
+        if memory_only and self.settings.memory_driver != "sql":
+            return None
+        url = make_url(self.settings.database_url)
+        shown = redact(url.render_as_string(hide_password=True))
+        fix = (
+            "point CLAW_DATABASE_URL at the database, or CLAW_INSTANCE_PATH at the instance folder "
+            "that holds clawmem.db"
+        )
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            path = Path(url.database).resolve()
+            if not path.is_file():
+                return f"no clawmem database at {shown} (the file {path} does not exist): {fix}"
+        if not tables:
+            return None
+        try:
+            found = present_tables(self.engine, self.prefix)
+        except sa.exc.SQLAlchemyError:
+            return None  # unreachable: the command reports the database error itself
+        if not found:
+            return (
+                f"no clawmem tables with prefix {self.prefix!r} in {shown}: {fix} "
+                "(and CLAW_TABLE_PREFIX at the site's prefix), or run init-db to create them"
+            )
+        return None

@@ -92,6 +92,39 @@ def mentions(pattern: re.Pattern[str], key: str, value: Any) -> bool:
     return bool(pattern.search(key) or pattern.search(text_of(value)))
 
 
+MIN_MENTION_LENGTH = 6
+MENTION_CONTEXT = 30  # characters shown either side of a matched mention
+
+
+def mention_search_refusal(user_id: str) -> str | None:
+    """Return why ``user_id`` is never matched as a mention (only digits, or shorter than
+    :data:`MIN_MENTION_LENGTH` characters: it cannot be told apart from ordinary text, as a
+    WordPress id ``30`` and "within 30 days"), or ``None`` when its mentions are searched."""
+    if user_id.isdecimal():
+        return "it is only digits"
+    if len(user_id) < MIN_MENTION_LENGTH:
+        return f"it is shorter than {MIN_MENTION_LENGTH} characters"
+    return None
+
+
+def matched_text(pattern: re.Pattern[str], key: str, value: Any) -> tuple[str, str] | None:
+    """Return where ``pattern`` first matches an entry (``"key"`` or ``"value"``) and the
+    matched text with up to :data:`MENTION_CONTEXT` characters either side, or ``None``."""
+    for where, text in (("key", key), ("value", text_of(value))):
+        found = pattern.search(text)
+        if found is not None:
+            start, end = max(0, found.start() - MENTION_CONTEXT), found.end() + MENTION_CONTEXT
+            head = "…" if start > 0 else ""
+            tail = "…" if end < len(text) else ""
+            return where, head + text[start:end] + tail
+    return None
+
+
+def text_pattern(text: str) -> re.Pattern[str]:
+    """Return the regex of ``text`` exactly as given (a ``--match`` text: any substring)."""
+    return re.compile(re.escape(text))
+
+
 @dataclass(frozen=True)
 class Subject:
     """Who an export or erasure concerns: exactly one of ``user_id``, ``conversation_id``, ``match``.

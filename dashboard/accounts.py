@@ -5,15 +5,20 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import argon2
+import sqlalchemy as sa
 from argon2.exceptions import InvalidHashError, VerificationError
 from flask import current_app
 from sqlalchemy import Index, String, delete, func, insert, literal, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from clawmem.sql.engine import is_deadlock
 from dashboard.extensions import db
+
+_T = TypeVar("_T")
 
 USERNAME_RULE = re.compile(r"[A-Za-z0-9._@-]{1,80}")
 MIN_PASSWORD_CHARS = 12
@@ -189,29 +194,59 @@ def begin_attempt(address: str, username: str, now: float) -> bool:
         failures() < MAX_FAILURES_PER_ADDRESS,
     )
     db.session.commit()  # start a fresh transaction: it must see every attempt committed so far
-    db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= since))
-    recorded = db.session.execute(
-        insert(LoginFailure).from_select(["address", "username", "failed_at"], attempt)
-    ).rowcount
-    db.session.commit()
-    return recorded == 1
+
+    def record() -> int:
+        db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= since))
+        statement = insert(LoginFailure).from_select(["address", "username", "failed_at"], attempt)
+        if not db.session.get_bind().dialect.insert_returning:  # MySQL: its rowcount is right
+            return db.session.execute(statement).rowcount
+        # The new rows' ids are counted: psycopg reports no rowcount (-1) for this insert, so
+        # on PostgreSQL every attempt would look refused.
+        return len(db.session.execute(statement.returning(LoginFailure.id)).all())
+
+    return _retrying_deadlocks(record) == 1
 
 
 def record_failure(address: str, username: str, now: float) -> None:
     """Remember one failed sign-in, and drop records older than the window."""
-    db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= now - FAILURE_WINDOW_SECONDS))
-    db.session.add(LoginFailure(address=address, username=_failure_key(username), failed_at=now))
-    db.session.commit()
+
+    def record() -> None:
+        db.session.execute(delete(LoginFailure).where(LoginFailure.failed_at <= now - FAILURE_WINDOW_SECONDS))
+        db.session.add(LoginFailure(address=address, username=_failure_key(username), failed_at=now))
+
+    _retrying_deadlocks(record)
 
 
 def clear_failures(address: str, username: str) -> None:
     """Forget the failures of ``address`` on ``username`` after a successful sign-in."""
-    db.session.execute(
-        delete(LoginFailure).where(
-            LoginFailure.address == address, LoginFailure.username == _failure_key(username)
+
+    def clear() -> None:
+        db.session.execute(
+            delete(LoginFailure).where(
+                LoginFailure.address == address, LoginFailure.username == _failure_key(username)
+            )
         )
-    )
-    db.session.commit()
+
+    _retrying_deadlocks(clear)
+
+
+DEADLOCK_RETRIES = 5
+
+
+def _retrying_deadlocks(transaction: Callable[[], _T]) -> _T:
+    """Run ``transaction`` and commit it; when the database rolled it back as a deadlock victim
+    (MySQL 1213, PostgreSQL 40P01), run it again, at most :data:`DEADLOCK_RETRIES` times in all.
+    The last deadlock propagates, and the app answers it with 503."""
+    for attempt in range(DEADLOCK_RETRIES):
+        try:
+            outcome = transaction()
+            db.session.commit()
+            return outcome
+        except sa.exc.DBAPIError as exc:
+            db.session.rollback()
+            if not is_deadlock(exc) or attempt == DEADLOCK_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 # -- sessions ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from clawmem.conversations import ConversationLog
 from clawmem.memory.registry import open_memory
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.site import Site
-from clawmem.sql.schema import create_tables
+from clawmem.sql.schema import check_shape, create_tables
 from clawmem.sql.sizes import present_tables
 from dashboard import accounts, state
 from dashboard.demo import DEMO_ALLOWED_KEY, demo_loaded, load_demo, remove_demo
@@ -59,9 +59,10 @@ def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
             "CLAW_STORE_MESSAGES is false, so the privacy switch would drop every demo write; "
             "turn it on to load demo data."
         )
-    if settings.schema != CLAWMEM_SCHEMA:
+    shape = check_shape(state.engine(), settings.table_prefix, settings.schema)
+    if shape != CLAWMEM_SCHEMA:
         raise click.ClickException(
-            f"CLAW_SCHEMA is {settings.schema}: the demo writes clawmem's own conversations (recall "
+            f"the tables are of the {shape} shape: the demo writes clawmem's own conversations (recall "
             "records and checkpoints, which phpClaw cannot read); load it on a clawmem database."
         )
     create_tables(state.engine(), settings.table_prefix)

@@ -213,10 +213,15 @@ def orphans(engine: sa.engine.Engine, prefix: str) -> int:
         )
 
 
-def audit_lines(app: Flask) -> list[dict[str, Any]]:
-    """Return the parsed lines of the app's audit log."""
+def all_audit_lines(app: Flask) -> list[dict[str, Any]]:
+    """Return every parsed line of the app's audit log: started, batch and finished lines."""
     path = Path(app.instance_path) / "audit.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def audit_lines(app: Flask) -> list[dict[str, Any]]:
+    """Return the "finished" line of each run in the app's audit log: what each run did."""
+    return [line for line in all_audit_lines(app) if line["phase"] == "finished"]
 
 
 def assert_one_line_error(result: Result, exit_code: int, *needles: str) -> str:
@@ -396,7 +401,7 @@ def test_a_terminal_is_asked_and_no_means_nothing_is_deleted(tmp_path: Path, ans
     add_conversation(engine, "tty_", datetime(2001, 1, 1), messages=3)
     code, output = _run_on_terminal(tmp_path, env, ["prune", "--older-than", "30d"], answer)
     assert "Delete 1 conversation and 3 messages? [y/N]" in output
-    line = json.loads((instance / "audit.log").read_text())
+    line = json.loads((instance / "audit.log").read_text().splitlines()[-1])  # the run's "finished" line
     if answer == "n":
         assert code == 1 and "Aborted" in output
         assert counts(engine, "tty_") == (1, 3, 0)
@@ -561,6 +566,7 @@ def test_the_audit_log_is_private_and_gets_one_line_per_run(sqlite_app: Flask, c
         "conversations": 0,
         "messages": 0,
         "memory": 0,
+        "mentions_kept": 0,
     }
     text = path.read_text()
     for secret in ("alice", "likes tea", "message 0"):

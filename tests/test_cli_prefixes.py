@@ -82,7 +82,7 @@ def test_every_command_on_one_prefix_leaves_the_other_byte_identical(
         ["sweep", "--yes"],
         ["prune", "--older-than", "300d", "--yes"],
         ["prune", "--older-than", "1d", "--by", "updated_at", "--yes"],
-        ["erase", "--match", "tea", "--yes"],
+        ["erase", "--match", "tea", "--mentions", "--yes"],
         ["forget", "bob", "--namespace", "crm", "--yes"],
         ["forget", "--conversation", own[2], "--yes"],
         ["flush", "--namespace", "crm", "--yes"],
@@ -290,7 +290,7 @@ def test_erase_prune_and_uninstall_of_one_site_leave_the_other_site_byte_identic
 
     runs = [
         (
-            ["erase", "--user-id", "cust-42", "--yes"],
+            ["erase", "--user-id", "cust-42", "--mentions", "--yes"],
             "deleted 2 conversations, 4 messages and 2 memory entries",
         ),
         (["sweep", "--yes"], "deleted 1 expired entry"),

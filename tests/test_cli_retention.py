@@ -274,7 +274,11 @@ def test_prune_killed_mid_batch_leaves_no_orphans_and_a_second_run_finishes(
     assert _ids(engine, prefix) == {*old_ids[150:], recent}
     assert counts(engine, prefix)[:2] == (2851, 2850 * 3 + 5)
     assert orphans(engine, prefix) == 0
-    assert (instance / "audit.log").read_text() == ""  # opened first, but a killed run writes no line
+    killed = [json.loads(line) for line in (instance / "audit.log").read_text().splitlines()]
+    # The killed run's plan and each batch it committed are on record; it never finished.
+    assert [line["phase"] for line in killed] == ["started", "batch", "batch", "batch"]
+    assert killed[0]["plan"] == {"conversations": 3000, "messages": 9000}
+    assert killed[-1]["total"] == {"conversations": 150, "messages": 450}
 
     again = subprocess.run(
         [str(FLASK), "claw", "prune", "--older-than", "1d", "--batch-size", "500", "--yes"],
@@ -287,7 +291,9 @@ def test_prune_killed_mid_batch_leaves_no_orphans_and_a_second_run_finishes(
     assert again.returncode == 0, again.stderr
     assert "deleted 2850 conversations and 8550 messages in 6 batches" in again.stdout
     assert _ids(engine, prefix) == {recent} and counts(engine, prefix)[:2] == (1, 5)
-    assert json.loads((instance / "audit.log").read_text())["counts"] == {
+    assert "did not finish: it had committed 3 batches (150 conversations, 450 messages)" in again.stdout
+    finished = json.loads((instance / "audit.log").read_text().splitlines()[-1])
+    assert finished["phase"] == "finished" and finished["counts"] == {
         "conversations": 2850,
         "messages": 8550,
     }

@@ -138,17 +138,25 @@ def test_export_holds_everything_about_the_subject_and_nothing_else(
     ]
     assert first["messages"][1]["tool_input"] == {"customer": ALICE, "n": 1}
     assert first["messages"][0]["created_at"] < first["messages"][3]["created_at"]
-    entries = {(e["namespace"], e["key"]): e for e in document["memory"]}
+    assert [(e["namespace"], e["key"], e["value"]) for e in document["memory"]] == [
+        (subject_namespace(ALICE), "tea", "green")
+    ]
+    # Mentions elsewhere are listed apart, each with the text that matched.
+    entries = {(e["namespace"], e["key"]): e for e in document["mentions"]}
     assert set(entries) == {
         ("default", f"customer:{ALICE}:address"),
         ("crm", "prefs"),
         ("crm", f"visit:{ALICE}"),
-        (subject_namespace(ALICE), "tea"),
     }
+    assert document["mentions_searched"] is True
     assert entries[("crm", "prefs")]["value"] == {"contact": {"email": ALICE}, "tea": True}
+    assert (
+        entries[("crm", "prefs")]["matched_in"] == "value" and ALICE in entries[("crm", "prefs")]["matched"]
+    )
+    assert entries[("default", f"customer:{ALICE}:address")]["matched_in"] == "key"
     assert entries[("crm", f"visit:{ALICE}")]["expired"] is True
     assert entries[("crm", "prefs")]["expires_at"] is None and not entries[("crm", "prefs")]["expired"]
-    assert document["counts"] == {"conversations": 2, "messages": 6, "memory": 4}
+    assert document["counts"] == {"conversations": 2, "messages": 6, "memory": 1, "mentions": 3}
     text = json.dumps(document)
     assert "bob" not in text.lower() and "ALICE@EXAMPLE.COM" not in text and "Alice@example.com" not in text
 
@@ -163,14 +171,26 @@ def test_erase_leaves_nothing_to_export_and_everyone_else_intact(
     preview = claw(app, "erase", "--user-id", ALICE, "--dry-run", "-v")
     assert dump(engine, prefix) == before
     result = claw(app, "erase", "--user-id", ALICE, "--yes", "--batch-size", "1")
-    again = claw(app, "erase", "--user-id", ALICE, "--yes")
+    kept = dump(engine, prefix)
+    with_mentions = claw(app, "erase", "--user-id", ALICE, "--mentions", "--yes")
+    again = claw(app, "erase", "--user-id", ALICE, "--mentions", "--yes")
 
-    assert "would delete 2 conversations, 6 messages and 4 memory entries" in preview.output
+    assert "would delete 2 conversations, 6 messages and 1 memory entry" in preview.output
+    assert "3 mentions of the subject in other namespaces are kept; add --mentions" in preview.output
+    assert (
+        "  mention crm/prefs (value): " in preview.output
+        and f"mention crm/visit:{ALICE} (key)" in preview.output
+    )
     assert all(f"conversation {cid}" in preview.output for cid in people["alice"])
-    assert "deleted 2 conversations, 6 messages and 4 memory entries" in result.output
+    assert "deleted 2 conversations, 6 messages and 1 memory entry; kept 3 mentions" in result.output
+    # Without --mentions, nothing outside the subject's namespace went.
+    assert {(row[1], row[2]) for row in kept[tables(prefix)[3].name]} == {
+        (row[1], row[2]) for row in before[tables(prefix)[3].name]
+    } - {(subject_namespace(ALICE), "tea")}
+    assert "deleted 0 conversations, 0 messages and 3 memory entries" in with_mentions.output
     assert again.exit_code == 0 and "deleted 0 conversations, 0 messages and 0 memory entries" in again.output
     document = _export(app, "--user-id", ALICE)
-    assert document["conversations"] == [] and document["memory"] == []
+    assert document["conversations"] == [] and document["memory"] == [] and document["mentions"] == []
     after = dump(engine, prefix)
     _, conversations, messages, memory = tables(prefix)
     assert after[conversations.name] == [
@@ -187,8 +207,10 @@ def test_erase_leaves_nothing_to_export_and_everyone_else_intact(
         ("erase", True, 2),
         ("erase", False, 2),
         ("erase", False, 0),
+        ("erase", False, 0),
         ("export", False, 0),
     ]
+    assert [line["counts"]["mentions_kept"] for line in lines[:4]] == [3, 3, 0, 0]
     log = (Path(app.instance_path) / "audit.log").read_text()
     assert "alice" not in log.lower() and "order" not in log.lower()
 
@@ -207,7 +229,7 @@ def test_match_finds_text_in_titles_messages_and_tool_input_exactly(
     assert [c["id"] for c in by_content["conversations"]] == people["bob"]
     assert [c["id"] for c in by_tool_input["conversations"]] == people["alice"][:1]
     assert wildcard["conversations"] == [] and other_case["conversations"] == []
-    assert [e["key"] for e in _export(app, "--match", "ALICE@")["memory"]] == ["capitals"]
+    assert [e["key"] for e in _export(app, "--match", "ALICE@")["mentions"]] == ["capitals"]
 
     result = claw(app, "erase", "--match", "100%_sure", "--yes")
     assert "deleted 1 conversation, 1 message and 0 memory entries" in result.output
@@ -226,7 +248,7 @@ def test_export_of_one_conversation_and_of_a_missing_one(
 
     assert [c["id"] for c in document["conversations"]] == [conversation_id]
     assert len(document["conversations"][0]["messages"]) == 2
-    assert [e["key"] for e in document["memory"]] == [f"summary:{conversation_id}"]
+    assert [e["key"] for e in document["mentions"]] == [f"summary:{conversation_id}"]
     assert missing.exit_code == 1 and "no conversation with id" in missing.output
 
 
@@ -239,7 +261,8 @@ def test_export_to_a_file_is_private_and_never_overwrites_by_accident(
     written = claw(app, "export", "--user-id", ALICE, "--output", str(target))
     assert (
         written.exit_code == 0
-        and f"wrote {target}: 2 conversations, 6 messages, 4 memory entries" in written.output
+        and f"wrote {target}: 2 conversations, 6 messages, 1 memory entry of the subject namespace "
+        "and 3 mentions elsewhere" in written.output
     )
     assert target.stat().st_mode & 0o777 == 0o600
     assert json.loads(target.read_text())["counts"]["conversations"] == 2
@@ -264,14 +287,16 @@ def test_subjects_on_the_file_driver_are_found_by_scanning_every_namespace(
 
     document = _export(app, "--user-id", ALICE)
     # One shape on every driver (SQL's created_at/updated_at are null here: files keep no times).
-    assert {(e["namespace"], e["key"], e["expired"], e["created_at"]) for e in document["memory"]} == {
+    assert {(e["namespace"], e["key"], e["expired"], e["created_at"]) for e in document["mentions"]} == {
         ("default", f"customer:{ALICE}", False, None),
         ("crm", "prefs", False, None),
     }
     preview = claw(app, "erase", "--user-id", ALICE, "--dry-run", "-v")
-    listed = sorted(line.strip() for line in preview.output.splitlines() if line.startswith("  memory "))
-    assert listed == ["memory crm/prefs", f"memory default/customer:{ALICE}"]
-    result = claw(app, "erase", "--user-id", ALICE, "--yes")
+    listed = sorted(
+        line.split(" (")[0].strip() for line in preview.output.splitlines() if line.startswith("  mention ")
+    )
+    assert listed == ["mention crm/prefs", f"mention default/customer:{ALICE}"]
+    result = claw(app, "erase", "--user-id", ALICE, "--mentions", "--yes")
     assert "deleted 1 conversation, 1 message and 2 memory entries" in result.output
     assert files.all("default") == {} and files.all("crm") == {"bob": BOB}
 
@@ -316,7 +341,7 @@ def test_match_is_an_exact_substring_test_on_every_database(
     document = _export(app, "--match", needle)
     assert {c["id"] for c in document["conversations"]} == expected
     # The SQL query and the scan that other drivers use apply one rule.
-    assert {e["key"] for e in document["memory"]} == {
+    assert {e["key"] for e in document["mentions"]} == {
         key for key in keys if contains_text(MemoryRow("default", key, {"note": key[::-1]}, None, 0), needle)
     }
 
@@ -406,12 +431,15 @@ def check_export(document: dict[str, Any], held: Held) -> None:
     assert [c["id"] for c in document["conversations"]] == held.conversations
     assert [len(c["messages"]) for c in document["conversations"]] == held.messages
     assert _memory_pairs(document) == held.entries
-    assert {(e["namespace"], e["key"]) for e in document["memory"] if e["expired"]} == held.expired
-    assert document["counts"] == {"conversations": 2, "messages": 5, "memory": 7}
+    held_rows = document["memory"] + document["mentions"]
+    assert {(e["namespace"], e["key"]) for e in held_rows if e["expired"]} == held.expired
+    counts = document["counts"]
+    assert (counts["conversations"], counts["messages"], counts["memory"] + counts["mentions"]) == (2, 5, 7)
 
 
 def _memory_pairs(document: dict[str, Any]) -> set[tuple[str, str]]:
-    return {(entry["namespace"], entry["key"]) for entry in document["memory"]}
+    """Return every entry an export holds: the subject namespace's and the mentions elsewhere."""
+    return {(entry["namespace"], entry["key"]) for entry in document["memory"] + document["mentions"]}
 
 
 def _rows_without(
@@ -448,15 +476,15 @@ def test_a_subject_in_all_three_places_is_exported_and_erased_exactly(
     rows, entries = dump(engine, prefix), stored_entries(app)
     assert subject.entries | neighbour.entries <= set(entries)
 
-    preview = claw(app, "erase", "--user-id", SUBJECT, "--dry-run", "-v")
+    preview = claw(app, "erase", "--user-id", SUBJECT, "--mentions", "--dry-run", "-v")
     assert "would delete 2 conversations, 5 messages and 7 memory entries" in preview.output
     assert (dump(engine, prefix), stored_entries(app)) == (rows, entries)
-    result = claw(app, "erase", "--user-id", SUBJECT, "--yes")
+    result = claw(app, "erase", "--user-id", SUBJECT, "--mentions", "--yes")
     assert result.exit_code == 0, result.output
     assert "deleted 2 conversations, 5 messages and 7 memory entries" in result.output
 
     after = _export(app, "--user-id", SUBJECT)
-    assert (after["conversations"], after["memory"]) == ([], [])
+    assert (after["conversations"], after["memory"], after["mentions"]) == ([], [], [])
     assert _export(app, "--user-id", NEIGHBOUR) == neighbour_export
     # Everything else, the neighbour and the lookalikes, is byte-identical where it is stored.
     left = dump(engine, prefix)
@@ -464,7 +492,9 @@ def test_a_subject_in_all_three_places_is_exported_and_erased_exactly(
         assert left[name] == kept, name
     assert stored_entries(app) == {pair: raw for pair, raw in entries.items() if pair not in subject.entries}
     erased = [line for line in audit_lines(app) if line["command"] == "erase" and not line["dry_run"]]
-    assert [line["counts"] for line in erased] == [{"conversations": 2, "messages": 5, "memory": 7}]
+    assert [line["counts"] for line in erased] == [
+        {"conversations": 2, "messages": 5, "memory": 7, "mentions_kept": 0}
+    ]
 
 
 def test_the_subject_namespace_follows_the_configured_template(
@@ -568,12 +598,12 @@ def test_the_console_script_exports_and_erases_a_subject_unattended(
         and "Traceback" not in refused.stderr
     )
     assert dump(engine, prefix) == rows
-    erased = clawmem("erase", "--user-id", SUBJECT, "--yes")
+    erased = clawmem("erase", "--user-id", SUBJECT, "--mentions", "--yes")
     assert erased.returncode == 0, erased.stderr
     assert "deleted 2 conversations, 5 messages and 7 memory entries" in erased.stdout
 
     after = export(SUBJECT)
-    assert (after["conversations"], after["memory"]) == ([], [])
+    assert (after["conversations"], after["memory"], after["mentions"]) == ([], [], [])
     neighbour_after = export(NEIGHBOUR)
     assert neighbour_after.pop("generated_at") and neighbour_export.pop("generated_at")
     assert neighbour_after == neighbour_export
@@ -587,15 +617,16 @@ def test_the_console_script_exports_and_erases_a_subject_unattended(
     log_file = instance / "audit.log"
     assert log_file.stat().st_mode & 0o777 == 0o600
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    lines = [line for line in lines if line["phase"] == "finished"]
+    # The first exports only read, so they made no instance folder to log in; the erase did.
     assert [(line["command"], line["outcome"]) for line in lines] == [
-        ("export", "ok"),
-        ("export", "ok"),
         ("erase", "refused"),
         ("erase", "ok"),
         ("export", "ok"),
         ("export", "ok"),
     ]
     hashed = subject_hash(SUBJECT, audit_key(instance))
-    assert lines[3]["arguments"]["user_id"] == hashed != lines[1]["arguments"]["user_id"]
-    assert lines[3]["counts"] == {"conversations": 2, "messages": 5, "memory": 7}
+    assert lines[1]["arguments"]["user_id"] == hashed == lines[2]["arguments"]["user_id"]
+    assert lines[3]["arguments"]["user_id"] != hashed
+    assert lines[1]["counts"] == {"conversations": 2, "messages": 5, "memory": 7, "mentions_kept": 0}
     assert SUBJECT not in log_file.read_text()

@@ -55,6 +55,7 @@ def example_urls(app: Flask) -> dict[str, str]:
         "recall.preview": "/preview?message=where+is+my+order",
         "recall.unmatched": "/preview/unmatched?message=where+is+my+order",
         "recall.cold": "/cold",
+        "jobs.index": "/jobs",
         "settings.index": "/settings",
         "health.healthz": "/healthz",
         "health.readyz": "/readyz",
@@ -75,6 +76,7 @@ GATED = [
     "recall.preview",
     "recall.unmatched",
     "recall.cold",
+    "jobs.index",
     "settings.index",
 ]
 

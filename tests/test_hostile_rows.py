@@ -206,7 +206,8 @@ def test_export_of_a_subject_with_unreadable_rows_completes_and_lists_them(
     assert [c["id"] for c in document["conversations"]] == [conversation["id"]]
     assert len(document["conversations"][0]["messages"]) == 2
     assert {(e["namespace"], e["key"]) for e in document["memory"]} == {
-        ("user:raw-user", "note"), ("user:raw-user", "deep"), ("default", "plain")}
+        ("user:raw-user", "note"), ("user:raw-user", "deep")}
+    assert [(e["namespace"], e["key"]) for e in document["mentions"]] == [("default", "plain")]
     listed = {
         (row["table"], row.get("id") or row.get("key")): row["reason"] for row in document["unreadable"]
     }
@@ -407,3 +408,27 @@ def test_any_rows_leave_every_page_and_command_answering(
         _commands(app, rows)
 
     check()
+
+
+RULE_BREAKING_NAMESPACES = ["..", "%2e%2e", "a/b", "a b", "ns\x1b[2J"]
+
+
+@on_every_backend
+def test_every_listed_namespace_opens_read_only_under_an_encoded_name(
+    app: Flask, signed_in: FlaskClient, dashboard_backend: str, tmp_path: Any, prefix: str
+) -> None:
+    write_rows(
+        dashboard_backend, tmp_path, prefix,
+        memory=[memory_row(number, namespace=namespace, lookup_key="k", value='"stored by another program"')
+                for number, namespace in enumerate(RULE_BREAKING_NAMESPACES)],
+    )
+    index = signed_in.get("/memory/").get_data(as_text=True)
+    links = re.findall(r'href="(/memory/~/[^"/]+/)"', index)
+    assert len(links) == len(RULE_BREAKING_NAMESPACES), index
+    for link in links:
+        page = signed_in.get(link)
+        assert page.status_code == 200, link
+        text = page.get_data(as_text=True)
+        assert "stored by another program" in text and "breaks the naming rule" in text
+    assert signed_in.get("/memory/~/bm90LXRoZXJl/").status_code == 404  # "not-there"
+    assert signed_in.get("/memory/~/%%%/").status_code == 404

@@ -50,7 +50,8 @@ def _claw(app: Flask, *args: str, stdin: str | None = None) -> Any:
 
 def _audit_lines(app: Flask) -> list[dict[str, Any]]:
     path = Path(app.instance_path) / "audit.log"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line for line in lines if line["phase"] == "finished"]  # one per run
 
 
 # -- access logs and browser history ------------------------------------------------------------
@@ -144,11 +145,17 @@ def test_the_audit_hash_is_keyed_per_install_and_audit_hash_finds_a_subjects_lin
     write_rows("sqlite", tmp_path, state_prefix(app),
                conversations=[conversation_row(1, user_id="cust-1001")],
                memory=[memory_row(1, namespace="customer:cust-1001", lookup_key="phone", value='"555"')])
+    # A dry run makes no audit key: until a command that deletes has made one, it logs no hash.
+    assert _claw(app, "erase", "--user-id", "cust-1001", "--dry-run").exit_code == 0
+    assert not (Path(app.instance_path) / AUDIT_KEY_FILE).exists()
+    unhashed = _audit_lines(app)[0]
+    assert unhashed["arguments"]["user_id"] is None and "no audit key yet" in unhashed["unhashed"]
+    assert _claw(app, "forget", "nothing-here", "--yes").exit_code == 0  # deletes, so makes the key
     assert _claw(app, "erase", "--user-id", "cust-1001", "--dry-run").exit_code == 0
     assert _claw(app, "flush", "--namespace", "customer:cust-1001", "--dry-run").exit_code == 0
     log = (Path(app.instance_path) / "audit.log").read_text()
     assert "cust-1001" not in log and "customer:" not in log
-    erase_line, flush_line = _audit_lines(app)
+    erase_line, flush_line = _audit_lines(app)[2:]
     hashed = erase_line["arguments"]["user_id"]
     assert re.fullmatch(r"hmac-sha256:[0-9a-f]{32}", hashed)
     # Unkeyed, the id would fall to trying cust-0000 ... cust-9999; keyed, no candidate matches.
@@ -174,7 +181,9 @@ def state_prefix(app: Flask) -> str:
 def test_erase_prints_the_subjects_hash_never_the_subject(app: Flask, tmp_path: Path) -> None:
     rows = [conversation_row(1, user_id="cust-1001")]
     write_rows("sqlite", tmp_path, state_prefix(app), conversations=rows)
-    for args in (["--dry-run"], ["--yes"]):
+    first = _claw(app, "erase", "--user-id", "cust-1001", "--dry-run")
+    assert "subject: user id (no hash shown: the install has no audit key yet" in first.output
+    for args in (["--yes"], ["--dry-run"]):
         result = _claw(app, "erase", "--user-id", "cust-1001", *args)
         assert result.exit_code == 0, result.output
         assert "cust-1001" not in result.output
@@ -285,7 +294,7 @@ def test_sqlite_files_are_private_and_erased_rows_leave_the_file(tmp_path: Path)
     database = instance / "clawmem.db"
     for path in (database, Path(f"{database}-wal")):
         assert path.stat().st_mode & 0o777 == 0o600, path
-    assert _claw(app, "erase", "--user-id", "cust-9", "--yes").exit_code == 0
+    assert _claw(app, "erase", "--user-id", "cust-9", "--mentions", "--yes").exit_code == 0
     assert Path(f"{database}-wal").stat().st_size == 0, "erase checkpoints the WAL into the file"
     assert b"555-0100" not in database.read_bytes()
 

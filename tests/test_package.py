@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-EXTRAS = {"redis": "redis", "mysql": "pymysql", "postgres": "psycopg"}  # extra: the module it adds
+# extra: the module it adds
+EXTRAS = {"redis": "redis", "mysql": "pymysql", "postgres": "psycopg", "worker": "huey"}
 
 
 def run(command: list[str | Path], **options: object) -> subprocess.CompletedProcess[str]:
@@ -139,3 +140,12 @@ def test_a_core_install_names_the_extra_a_setting_needs(venv: Path, tmp_path: Pa
         assert (result.returncode, result.stderr) == (
             1, f"Error: {needs}, which is not installed: pip install 'clawmem[{extra}]'\n"
         ), setting
+    result = subprocess.run(
+        [venv / "bin" / "clawmem", "worker"], cwd=tmp_path, text=True, capture_output=True,
+        env=environment, timeout=60,
+    )
+    needs = "background work needs the huey module"
+    assert (result.returncode, result.stderr) == (
+        1, f"Error: {needs}, which is not installed: pip install 'clawmem[worker]'\n"
+    )
+    assert not (tmp_path / "instance" / "queue.db").exists()

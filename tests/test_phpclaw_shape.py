@@ -248,9 +248,31 @@ def test_a_setting_that_disagrees_with_the_tables_refuses_to_start_in_one_line(
 
     from dashboard import create_app
 
-    config = {"TESTING": True, "DATABASE_URL": loaded_url, "TABLE_PREFIX": PREFIX}
+    config = {"TESTING": True, "DATABASE_URL": loaded_url, "TABLE_PREFIX": PREFIX, "SCHEMA": "clawmem"}
     with pytest.raises(ConfigError, match="CLAW_SCHEMA is clawmem"):
         create_app(config, instance_path=str(tmp_path / "dashboard"))
+
+
+def test_with_claw_schema_unset_the_existing_tables_decide(
+    loaded_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    unset = Site(_settings(loaded_url, tmp_path, schema=""), clock)
+    assert unset.settings.schema == ""
+    assert unset.memory.all() == Site(_settings(loaded_url, tmp_path), clock).memory.all() != {}
+    assert unset.conversations.list(limit=5).items
+    result = CliRunner().invoke(claw_cli(unset), ["stats"])
+    assert result.exit_code == 0, result.output
+    assert Settings.from_env({"CLAW_DATABASE_URL": loaded_url}).schema == ""
+
+    from dashboard import create_app
+
+    config = {"TESTING": True, "DATABASE_URL": loaded_url, "TABLE_PREFIX": PREFIX}
+    app = create_app(config, instance_path=str(tmp_path / "dashboard"))
+    assert app is not None
+    # A new database still gets our shape.
+    fresh = Site(_settings(f"sqlite:///{tmp_path / 'new.db'}", tmp_path, schema=""), clock)
+    assert CliRunner().invoke(claw_cli(fresh), ["init-db"]).exit_code == 0
+    assert detect_shape(fresh.engine, PREFIX) == "clawmem"
 
 
 def test_init_db_creates_phpclaws_ddl_and_refuses_the_other_shape(
@@ -527,7 +549,7 @@ def test_export_completes_with_every_entry_and_conversation(site: Site, tmp_path
         result = runner.invoke(claw_cli(site), ["export", *subject, "--output", str(output)])
         assert result.exit_code == 0, result.output
         document = json.loads(output.read_text(encoding="utf-8"))
-        entries |= {(entry["namespace"], entry["key"]) for entry in document["memory"]}
+        entries |= {(entry["namespace"], entry["key"]) for entry in document["memory"] + document["mentions"]}
         conversations |= {conversation["id"] for conversation in document["conversations"]}
     assert entries == set(memory_rows())
     assert conversations == {row[0] for row in dump_rows()["wp_phpclaw_conversations"]}
@@ -599,7 +621,7 @@ def test_every_page_returns_200_signed_in(loaded_url: str, tmp_path: Path, clock
     cli = app.test_cli_runner()
     assert cli.invoke(args=["claw", "stats"]).exit_code == 0
     refused = cli.invoke(args=["claw", "demo"])
-    assert refused.exit_code == 1 and "CLAW_SCHEMA is phpclaw-wordpress" in refused.output
+    assert refused.exit_code == 1 and "the tables are of the phpclaw-wordpress shape" in refused.output
 
 
 # -- the codec ---------------------------------------------------------------------------------------

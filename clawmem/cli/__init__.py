@@ -47,18 +47,18 @@ def current_site() -> Site:
 
 def add_commands(group: click.Group) -> None:
     """Add every core command to ``group``."""
-    from clawmem.cli import data, evaluate, subjects, tables
+    from clawmem.cli import data, evaluate, subjects, tables, worker
 
-    for module in (tables, data, subjects, evaluate):
+    for module in (tables, data, subjects, worker, evaluate):
         for command in module.COMMANDS:
             group.add_command(command)
 
 
 def site_from_environment() -> Site:
     """Return the site named by the ``CLAW_*`` environment variables; the instance folder (audit
-    log, default SQLite database and file directory) is ``CLAW_INSTANCE_PATH`` or ``./instance``."""
+    log, default SQLite database and file directory) is ``CLAW_INSTANCE_PATH`` or ``./instance``.
+    Nothing is created here: a command that writes makes the folder when it first needs it."""
     instance = Path(os.environ.get("CLAW_INSTANCE_PATH") or "instance")
-    instance.mkdir(mode=0o700, parents=True, exist_ok=True)
     return Site(Settings.from_env(instance_path=instance))
 
 

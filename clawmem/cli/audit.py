@@ -1,13 +1,18 @@
-"""The audit log: one JSON line per run of a command that deletes or exports data.
+"""The audit log: JSON lines for every run of a command that deletes or exports data.
 
-Each line of ``<instance>/audit.log`` (created 0600) holds the UTC time, the command, its
-arguments with subject text (user ids, match text, keys, namespaces) replaced by a keyed hash, the
-dry-run flag, the counts and the outcome: ``ok``, ``aborted`` (the operator said no), ``refused``
-(no terminal and no ``--yes``) or ``error``. It never holds stored content.
+A run that deletes writes a ``started`` line with its plan (the counts it is about to delete)
+before the first batch, one ``batch`` line per committed batch, and a ``finished`` line with the
+counts and the outcome: ``ok``, ``aborted`` (the operator said no), ``refused`` (no terminal and
+no ``--yes``) or ``error``. A run killed part-way therefore leaves its committed deletions on
+record, and the next run of the same command says so. Every line holds the UTC time, the command,
+the run's id and its arguments with subject text (user ids, match text, keys, namespaces)
+replaced by a keyed hash; never stored content. Lines go to ``<instance>/audit.log`` (0600).
 
 The hash is an HMAC-SHA256 under a random key kept beside the log (``<instance>/audit_key``,
-0600, made on first use): without the key, a short id such as ``cust-1001`` cannot be found by
-trying every candidate; with it, ``audit-hash TEXT`` gives the hash to look for.
+0600, made on first use by a command that deletes): without the key, a short id such as
+``cust-1001`` cannot be found by trying every candidate; with it, ``audit-hash TEXT`` gives the
+hash to look for. A command that only reads never makes the key (nor the folder): before the
+first deletion its subject is logged as ``null``, with ``unhashed`` saying why.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sqlalchemy as sa
 
 from clawmem.cli import current_site
 from clawmem.errors import StorageError, redact
+from clawmem.ids import new_id
 from clawmem.sql.engine import describe_error
 
 HASH_HEX_CHARS = 32
@@ -70,18 +76,35 @@ def audit_key(instance_path: str | os.PathLike[str]) -> bytes:
 
 
 def running_audit_key() -> bytes:
-    """Return the audit key of the running command's install."""
+    """Return the audit key of the running command's install (made on first use)."""
     return audit_key(current_site().audit_path.parent)
+
+
+def existing_audit_key() -> bytes | None:
+    """Return the audit key of the running command's install, or ``None`` when none was made
+    yet (a command that only reads never makes one). Raises as :func:`audit_key` does."""
+    instance = current_site().audit_path.parent
+    return audit_key(instance) if (instance / AUDIT_KEY_FILE).exists() else None
 
 
 class Refused(click.ClickException):
     """A deleting command was run without ``--yes`` and without a terminal to ask on (exit 1)."""
 
 
+# Arguments that change how a run goes, not what it concerns, and the cutoff a retention window
+# gives at each run's moment: runs differing only in these are "the same command" when a run
+# looks for an interrupted predecessor.
+_HOW_ARGUMENTS = frozenset({"dry_run", "yes", "verbose", "batch_size", "mentions", "cutoff"})
+
+
 @dataclass
 class AuditEntry:
     """What one run did; the command body fills ``counts`` as it goes, so a failed run still
-    records what it had already deleted."""
+    records what it had already deleted.
+
+    A deleting run calls :meth:`start` with its plan before the first batch and
+    :meth:`committed` after each committed batch; each writes its line at once.
+    """
 
     command: str
     arguments: dict[str, Any]
@@ -89,24 +112,133 @@ class AuditEntry:
     counts: dict[str, int] = field(default_factory=dict)
     outcome: str = "ok"
     error: str | None = None
+    run: str = field(default_factory=new_id)
+    note: str | None = None  # why the subject is not hashed, when it is not
+    write: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    log_path: Path | None = field(default=None, repr=False)
+    batches: int = 0
 
     def add(self, name: str, amount: int = 1) -> None:
         """Add ``amount`` to the count ``name``."""
         self.counts[name] = self.counts.get(name, 0) + amount
 
+    def record(self, phase: str, **fields: Any) -> dict[str, Any]:
+        """Return the line of ``phase`` (without its time) as written to the log."""
+        line = {
+            "command": self.command,
+            "run": self.run,
+            "phase": phase,
+            "arguments": self.arguments,
+            "dry_run": self.dry_run,
+        }
+        if self.note is not None:
+            line["unhashed"] = self.note
+        return line | fields
 
-def audit_line(entry: AuditEntry, moment: datetime) -> str:
-    """Return ``entry`` as one JSON line (with the newline) stamped with the aware UTC ``moment``."""
-    record = {
-        "time": moment.astimezone(UTC).isoformat(timespec="seconds"),
-        "command": entry.command,
-        "arguments": entry.arguments,
-        "dry_run": entry.dry_run,
-        "counts": entry.counts,
-        "outcome": entry.outcome,
-    }
-    if entry.error is not None:
-        record["error"] = entry.error
+    def start(self, plan: dict[str, int]) -> Interrupted | None:
+        """Write the "started" line with ``plan`` (what the run is about to delete), before the
+        first deletion, and return the previous run of the same command when it did not finish
+        (it is named in the line too). Raises ``OSError`` when the line cannot be written."""
+        previous = interrupted_run(self.log_path, self) if self.log_path is not None else None
+        fields: dict[str, Any] = {"plan": plan}
+        if previous is not None:
+            fields["previous_run_interrupted"] = previous.describe()
+        self._write(self.record("started", **fields))
+        return previous
+
+    def committed(self, batch: dict[str, int]) -> None:
+        """Count one committed batch into the run and write its "batch" line at once."""
+        self.batches += 1
+        for name, amount in batch.items():
+            self.add(name, amount)
+        self._write(self.record("batch", batch=self.batches, counts=batch, total=dict(self.counts)))
+
+    def finished(self) -> dict[str, Any]:
+        """Return the "finished" line: the counts and the outcome."""
+        fields: dict[str, Any] = {"counts": self.counts, "outcome": self.outcome}
+        if self.error is not None:
+            fields["error"] = self.error
+        return self.record("finished", **fields)
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self.write is not None:
+            self.write(line)
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A previous run of the same command that wrote "started" and never "finished"."""
+
+    run: str
+    started: str
+    batches: int
+    committed: dict[str, int]
+
+    def describe(self) -> dict[str, Any]:
+        """Return the run as the next run's "started" line names it."""
+        return {
+            "run": self.run,
+            "started": self.started,
+            "batches": self.batches,
+            "committed": self.committed,
+        }
+
+    def sentence(self) -> str:
+        """Return one line for the operator saying what the interrupted run had committed."""
+        counts = ", ".join(f"{amount} {name}" for name, amount in self.committed.items()) or "nothing"
+        return (
+            f"the previous run of this command (started {self.started}, run {self.run}) did not finish: "
+            f"it had committed {self.batches} batch{'es' if self.batches != 1 else ''} ({counts})"
+        )
+
+
+def _same_command(line: dict[str, Any], entry: AuditEntry) -> bool:
+    if line.get("command") != entry.command or not isinstance(line.get("arguments"), dict):
+        return False
+    mine = {name: value for name, value in entry.arguments.items() if name not in _HOW_ARGUMENTS}
+    theirs = {name: value for name, value in line["arguments"].items() if name not in _HOW_ARGUMENTS}
+    return mine == theirs
+
+
+def interrupted_run(path: Path, entry: AuditEntry) -> Interrupted | None:
+    """Return the last run of ``entry``'s command (same subject arguments) in the log at ``path``
+    when it started deleting and never finished (killed, or still running), else ``None``."""
+    runs: dict[str, dict[str, Any]] = {}
+    last: str | None = None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    for raw in text.splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue  # a line cut short by a full disk is not a run
+        if not isinstance(line, dict) or not _same_command(line, entry) or line.get("run") == entry.run:
+            continue
+        run = line.get("run")
+        phase = line.get("phase")
+        if not isinstance(run, str) or phase not in ("started", "batch", "finished"):
+            continue
+        state = runs.setdefault(run, {"started": None, "finished": False, "batches": 0, "total": {}})
+        if phase == "started":
+            state["started"] = line.get("time", "")
+            last = run
+        elif phase == "batch":
+            state["batches"] += 1
+            if isinstance(line.get("total"), dict):
+                state["total"] = line["total"]
+        else:
+            state["finished"] = True
+    if last is None or runs[last]["finished"]:
+        return None
+    state = runs[last]
+    return Interrupted(last, str(state["started"]), state["batches"], dict(state["total"]))
+
+
+def audit_line(line: dict[str, Any], moment: datetime) -> str:
+    """Return ``line`` as one JSON line (with the newline) stamped with the aware UTC ``moment``."""
+    record = {"time": moment.astimezone(UTC).isoformat(timespec="seconds")} | line
     return json.dumps(record, ensure_ascii=False, sort_keys=True, default=str) + "\n"
 
 
@@ -162,36 +294,83 @@ def one_line_errors(function: F) -> F:
     return run  # type: ignore[return-value]
 
 
-def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
-    """Wrap a command body ``body(entry, **params)`` so that every run appends one audit line.
+Params = dict[str, Any]
+Decides = Callable[[Params], bool]
+
+
+def _dry_run(params: Params) -> bool:
+    return bool(params.get("dry_run", False))
+
+
+def _never(params: Params) -> bool:
+    return False
+
+
+NO_KEY_YET = "no audit key yet: the first command that deletes makes it, so this run's subject is not hashed"
+
+
+def audited(
+    command: str,
+    *,
+    hashed: Iterable[str] = (),
+    reads: Decides = _dry_run,
+    memory_only: Decides = _never,
+) -> Callable[[F], F]:
+    """Wrap a command body ``body(entry, **params)`` so that every run is in the audit log.
 
     Parameters named in ``hashed`` are logged as :func:`subject_hash` values under the install's
-    audit key. Expected failures (database, driver, file system, bad values) become a one-line
-    ``Error:`` and exit 1.
+    audit key. A run for which ``reads(params)`` is true (a dry run, an export) only reads: it
+    refuses a database that does not exist, and creates no instance folder, database or audit
+    key (its subject is logged as ``null`` while there is no key); ``memory_only(params)`` says
+    such a run needs the SQL database only when the memory driver is ``sql``. Expected failures
+    (database, driver, file system, bad values) become a one-line ``Error:`` and exit 1.
     """
     secret = frozenset(hashed)
 
     def decorate(body: F) -> F:
         @functools.wraps(body)
         def run(**params: Any) -> None:
+            read_only = reads(params)
             try:
                 site = current_site()
+                missing = site.missing_database(memory_only=memory_only(params)) if read_only else None
             except EXPECTED_FAILURES as exc:  # a setting that cannot be used: one line, nothing run
                 raise click.ClickException(describe_failure(exc)) from None
+            if missing is not None:
+                raise click.ClickException(missing)
             needs_key = any(isinstance(params.get(name), str) for name in secret)
+            key_path = site.audit_path.parent / AUDIT_KEY_FILE
+            note = None
             try:
-                key = audit_key(site.audit_path.parent) if needs_key else b""
+                if needs_key and read_only and not key_path.exists():
+                    key, note = None, NO_KEY_YET
+                else:
+                    key = audit_key(site.audit_path.parent) if needs_key else b""
             except (OSError, ValueError) as exc:
                 raise click.ClickException(f"cannot read the audit key: {describe_failure(exc)}") from None
             arguments = {
-                name: subject_hash(value, key) if name in secret and isinstance(value, str) else value
+                name: (None if key is None else subject_hash(value, key))
+                if name in secret and isinstance(value, str)
+                else value
                 for name, value in params.items()
             }
-            entry = AuditEntry(command, arguments, dry_run=bool(params.get("dry_run", False)))
-            try:
-                descriptor = open_audit_log(audit_path())
-            except OSError as exc:
-                raise click.ClickException(f"cannot open the audit log: {describe_failure(exc)}") from None
+            entry = AuditEntry(command, arguments, dry_run=bool(params.get("dry_run", False)), note=note)
+            descriptor = None
+            if not read_only or site.audit_path.parent.is_dir():
+                try:
+                    descriptor = open_audit_log(audit_path())
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"cannot open the audit log: {describe_failure(exc)}"
+                    ) from None
+                entry.log_path = site.audit_path
+                entry.write = functools.partial(_append, descriptor, site)
+            else:
+                click.echo(
+                    f"not recorded in the audit log: the instance folder {site.audit_path.parent} does not "
+                    "exist (a command that only reads creates nothing)",
+                    err=True,
+                )
             try:
                 body(entry, **params)
             except click.Abort:
@@ -212,17 +391,21 @@ def audited(command: str, *, hashed: Iterable[str] = ()) -> Callable[[F], F]:
                 entry.outcome, entry.error = "error", type(exc).__name__
                 raise
             finally:
-                moment = datetime.fromtimestamp(current_site().clock(), UTC)
-                try:
-                    write_line(descriptor, audit_line(entry, moment))
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"the run finished ({entry.outcome}) but its audit line could not be written: "
-                        f"{describe_failure(exc)}"
-                    ) from None
-                finally:
-                    os.close(descriptor)
+                if descriptor is not None:
+                    try:
+                        _append(descriptor, site, entry.finished())
+                    except OSError as exc:
+                        raise click.ClickException(
+                            f"the run finished ({entry.outcome}) but its audit line could not be written: "
+                            f"{describe_failure(exc)}"
+                        ) from None
+                    finally:
+                        os.close(descriptor)
 
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def _append(descriptor: int, site: Any, line: dict[str, Any]) -> None:
+    write_line(descriptor, audit_line(line, datetime.fromtimestamp(site.clock(), UTC)))

@@ -154,7 +154,8 @@ def batch_progress(
     total: int, entry: AuditEntry, verbose: bool, label: str
 ) -> Iterator[Callable[[Batch], None]]:
     """Yield the ``on_batch`` callback of a deleting operation: it counts each committed batch
-    into ``entry`` (so a failed run still records what went) and shows progress.
+    into ``entry`` and writes its audit line at once (so a killed run's deletions are on
+    record), and shows progress.
 
     A terminal gets a progress bar; anything else one plain line per committed batch.
     """
@@ -165,8 +166,7 @@ def batch_progress(
         nonlocal done, count
         count += 1
         done += batch.conversations
-        entry.add("conversations", batch.conversations)
-        entry.add("messages", batch.messages)
+        entry.committed({"conversations": batch.conversations, "messages": batch.messages})
         if bar is not None:
             bar.update(batch.conversations)
         else:

@@ -69,7 +69,7 @@ def _batch_size_option(function: Any) -> Any:
     help="Delete this conversation and its messages instead of a key.",
 )
 @deleting_options(listing=None)
-@audited("forget", hashed=("key", "namespace"))
+@audited("forget", hashed=("key", "namespace"), memory_only=lambda params: params.get("conversation") is None)
 def forget(
     entry: AuditEntry, key: str | None, namespace: str, conversation: str | None, dry_run: bool, yes: bool
 ) -> None:
@@ -104,6 +104,7 @@ def forget(
     if preview.nothing:
         click.echo(f"nothing to delete: no {name}")
         return
+    entry.start(counts)
     if conversation is not None:
         done = operations.forget_conversation(site, conversation)
         entry.counts = {"conversations": done.conversations, "messages": done.messages}
@@ -119,7 +120,7 @@ def forget(
 @click.command("flush")
 @click.option("--namespace", "-n", required=True, help="The namespace to empty.")
 @deleting_options(listing="Also list the keys that go.")
-@audited("flush", hashed=("namespace",))
+@audited("flush", hashed=("namespace",), memory_only=lambda params: True)
 def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: bool) -> None:
     """Delete every entry of a key/value namespace.
 
@@ -157,6 +158,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
                 click.echo(f"  {shown(namespace)}/{shown(key)}")
         return
     confirm_deletion(f"Delete {plural(total, 'entry')} of namespace {namespace!r}?", yes, total == 0)
+    entry.start({"keys": total})
     done = operations.flush_namespace(site, namespace)
     entry.counts = {"keys": len(done.entries)}
     click.echo(f"deleted {plural(len(done.entries), 'entry')} of namespace {namespace!r}")
@@ -167,7 +169,7 @@ def flush(entry: AuditEntry, namespace: str, dry_run: bool, yes: bool, verbose: 
 
 @click.command("sweep")
 @deleting_options(listing=None)
-@audited("sweep")
+@audited("sweep", memory_only=lambda params: True)
 def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
     """Delete expired key/value entries in every namespace.
 
@@ -188,6 +190,7 @@ def sweep(entry: AuditEntry, dry_run: bool, yes: bool) -> None:
         yes,
         nothing_to_delete=total == 0,
     )
+    entry.start({"expired": total})
     deleted = operations.sweep(site) if total else {}
     entry.counts = {"expired": sum(deleted.values())}
     _print_namespace_counts(deleted, "deleted")
@@ -267,6 +270,9 @@ def prune(
                 click.echo(f"  {shown(conversation_id)}  {by} {format_moment(moment)}")
         return
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=preview.conversations == 0)
+    previous = entry.start({"conversations": preview.conversations, "messages": preview.messages})
+    if previous is not None:
+        click.echo(previous.sentence())
     with batch_progress(preview.conversations, entry, verbose, "pruning") as on_batch:
         done = operations.prune(site, window.delta, by, batch_size, on_batch=on_batch)
     click.echo(

@@ -11,6 +11,7 @@ included on every driver.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,8 +20,10 @@ import click
 
 from clawmem import operations
 from clawmem.cli import current_site
-from clawmem.cli.audit import AuditEntry, audited, running_audit_key, subject_hash
+from clawmem.cli.audit import AuditEntry, audited, existing_audit_key, running_audit_key, subject_hash
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
+from clawmem.cli.worker import cancel_queued_turns
+from clawmem.site import Site
 from clawmem.subjects import Subject
 
 
@@ -56,6 +59,16 @@ def _export_to_file(path: Path, force: bool, subject: Subject, exported: operati
         raise
 
 
+def _export_to_stdout(site: Site, subject: Subject, exported: operations.Exported) -> None:
+    # Spooled to an unnamed private file first, so a failed export prints nothing rather than
+    # a truncated document, and a long one is never held in memory.
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+        operations.export_subject(site, subject, spool, exported)
+        spool.seek(0)
+        shutil.copyfileobj(spool, sys.stdout)
+    sys.stdout.flush()
+
+
 @click.command("export")
 @click.option("--user-id", callback=check_text, help="Everything held about this user id (exact).")
 @click.option("--conversation", callback=check_text, help="One conversation, by id.")
@@ -67,7 +80,7 @@ def _export_to_file(path: Path, force: bool, subject: Subject, exported: operati
     help="Write here (mode 0600) instead of stdout.",
 )
 @click.option("--force", is_flag=True, help="Replace --output if it already exists.")
-@audited("export", hashed=("user_id", "match"))
+@audited("export", hashed=("user_id", "match"), reads=lambda params: True)
 def export(
     entry: AuditEntry,
     user_id: str | None,
@@ -78,10 +91,12 @@ def export(
 ) -> None:
     """Export everything held about a subject, as JSON.
 
-    Subject access: every conversation (with all its messages, tool rows included) and every
-    memory entry that concerns the subject: for --user-id, the whole subject namespace
-    (CLAW_SUBJECT_NAMESPACE) and entries elsewhere that mention the id as a whole token.
-    Expired-but-unswept entries are included.
+    Subject access: every conversation (with all its messages, tool rows included), for
+    --user-id the whole subject namespace (CLAW_SUBJECT_NAMESPACE), and under "mentions" the
+    entries elsewhere that mention the subject (the id as a whole token), each with the matched
+    text. An id of only digits or shorter than 6 characters is never matched as a mention.
+    Expired-but-unswept entries are included. Only reads: a missing database is an error, and
+    nothing is created.
 
     Give exactly one of --user-id, --conversation, --match. The run is recorded in the audit
     log with the subject hashed.
@@ -93,16 +108,23 @@ def export(
     exported = operations.Exported()
     try:
         if output is None:
-            operations.export_subject(site, subject, sys.stdout, exported)
-            return
-        _export_to_file(output, force, subject, exported)
+            _export_to_stdout(site, subject, exported)
+        else:
+            _export_to_file(output, force, subject, exported)
     finally:
         entry.counts = exported.counts()
     click.echo(
-        f"wrote {output}: {plural(exported.conversations, 'conversation')}, "
-        f"{plural(exported.messages, 'message')}, {plural(exported.memory, 'memory entry')}",
+        f"wrote {output or 'stdout'}: {plural(exported.conversations, 'conversation')}, "
+        f"{plural(exported.messages, 'message')}, {plural(exported.memory, 'memory entry')} of the subject "
+        f"namespace and {plural(exported.mentions, 'mention')} elsewhere",
         err=True,
     )
+    if exported.not_searched is not None:
+        click.echo(
+            f"mentions of this user id in other namespaces were not searched: {exported.not_searched}; "
+            "export --match TEXT with a text only this subject has finds them",
+            err=True,
+        )
     if exported.unreadable:
         click.echo(
             f"{plural(exported.unreadable, 'row')} could not be read whole (another program wrote them): "
@@ -114,10 +136,52 @@ def export(
 # -- erase ------------------------------------------------------------------------------------
 
 
+def _mention_lines(plan: operations.SubjectPlan, deleting: bool) -> list[str]:
+    """Return what the operator must know about mentions: why they were not searched, or how
+    many are listed and whether they go."""
+    if not plan.mentions_searched:
+        return [
+            f"mentions of this user id in other namespaces were not searched: {plan.not_searched}, so it "
+            "cannot be told apart from ordinary text. To find entries that name this subject, preview "
+            "`erase --match TEXT --dry-run` (or `export --match TEXT`) with a text only they have, such "
+            "as their e-mail address, and add --mentions to delete what it lists"
+        ]
+    if not plan.mentions:
+        return []
+    count = plural(len(plan.mentions), "mention")
+    if deleting:
+        return [f"{count} of the subject in other namespaces go too (--mentions)"]
+    return [f"{count} of the subject in other namespaces are kept; add --mentions to delete them"]
+
+
+def _list_mentions(plan: operations.SubjectPlan) -> None:
+    for mention in plan.mentions:
+        click.echo(
+            f"  mention {shown(mention.namespace)}/{shown(mention.key)} "
+            f"({mention.where}): {shown(mention.matched)}"
+        )
+
+
+def _shown_subject(label: str, subject: Subject, dry_run: bool) -> str:
+    # Never the subject itself: this output ends up in cron logs. The audit-hash command gives
+    # the same hash for a subject on this install.
+    key = existing_audit_key() if dry_run else running_audit_key()
+    if key is None:
+        return (
+            f"subject: {label} (no hash shown: the install has no audit key yet, and a dry run makes none)"
+        )
+    return f"subject: {label} {subject_hash(subject.text, key)} (as in the audit log)"
+
+
 @click.command("erase")
 @click.option("--user-id", callback=check_text, help="Erase everything held about this user id (exact).")
 @click.option(
     "--match", callback=check_text, help="Erase everything containing this text (exact, case-sensitive)."
+)
+@click.option(
+    "--mentions",
+    is_flag=True,
+    help="Also delete the entries in other namespaces that mention the subject (a dry run lists them).",
 )
 @click.option(
     "--batch-size",
@@ -132,6 +196,7 @@ def erase(
     entry: AuditEntry,
     user_id: str | None,
     match: str | None,
+    mentions: bool,
     batch_size: int,
     dry_run: bool,
     yes: bool,
@@ -139,47 +204,66 @@ def erase(
 ) -> None:
     """Erase everything held about a subject.
 
-    Deletes exactly what export would return: the subject's conversations with their
-    messages, and every memory entry that concerns them (for --user-id, the whole subject
-    namespace and whole-token mentions of the id elsewhere), expired ones included.
+    Deletes the subject's conversations with their messages and, for --user-id, every entry
+    of their subject namespace (CLAW_SUBJECT_NAMESPACE), expired ones included. Entries in
+    other namespaces that mention the subject (the id as a whole token, or the --match text)
+    are listed, with the matched text, and deleted only with --mentions. An id of only digits
+    or shorter than 6 characters is never matched as a mention.
 
-    Give exactly one of --user-id or --match; preview with --dry-run -v. Conversations go in
-    batches, each one transaction, messages first. Running it again deletes nothing and still
-    records the run in the audit log.
+    Give exactly one of --user-id or --match; preview with --dry-run (-v lists every row).
+    Conversations go in batches, each one transaction, messages first; the audit log gets a
+    line before the first batch, one per batch and one at the end. Running it again deletes
+    nothing and still records the run.
     """
     if (user_id is None) == (match is None):
         raise click.UsageError("give exactly one of --user-id or --match")
     subject = Subject(user_id=user_id, match=match)
     site = current_site()
-    preview = operations.erase_subject(site, subject, dry_run=True)
-    label = "user id" if user_id is not None else "match"
-    # Never the subject itself: this output ends up in cron logs. The audit-hash command gives
-    # the same hash for a subject on this install.
-    click.echo(f"subject: {label} {subject_hash(subject.text, running_audit_key())} (as in the audit log)")
+    plan = operations.subject_plan(site, subject)
+    click.echo(_shown_subject("user id" if user_id is not None else "match", subject, dry_run))
+    memory = len(plan.entries) + (len(plan.mentions) if mentions else 0)
     summary = (
-        f"{plural(preview.conversations, 'conversation')}, {plural(preview.messages, 'message')} "
-        f"and {plural(len(preview.entries), 'memory entry')}"
+        f"{plural(plan.conversations, 'conversation')}, {plural(plan.messages, 'message')} "
+        f"and {plural(memory, 'memory entry')}"
     )
-    entry.counts = {"conversations": 0, "messages": 0, "memory": 0}
+    plan_counts = plan.counts() | {"memory": memory, "mentions_kept": 0 if mentions else len(plan.mentions)}
+    entry.counts = {"conversations": 0, "messages": 0}
     if dry_run:
-        entry.counts = preview.counts()
+        entry.counts = plan_counts
         click.echo(f"would delete {summary} (dry run: nothing deleted)")
+        if user_id is not None:
+            cancel_queued_turns(site, user_id, dry_run=True)
+        for line in _mention_lines(plan, mentions):
+            click.echo(line)
         if verbose:
             for conversation_id in operations.subject_conversation_ids(site, subject):
                 click.echo(f"  conversation {shown(conversation_id)}")
-            for namespace, key in preview.entries:
+            for namespace, key in plan.entries:
                 click.echo(f"  memory {shown(namespace)}/{shown(key)}")
+        _list_mentions(plan)
         return
-    confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=preview.nothing)
-    with batch_progress(preview.conversations, entry, verbose, "erasing") as on_batch:
-        done = operations.erase_subject(site, subject, batch_size, on_batch=on_batch)
-    entry.counts = done.counts()
+    for line in _mention_lines(plan, mentions):
+        click.echo(line)
+    if mentions:
+        _list_mentions(plan)
+    confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=plan.conversations == 0 and memory == 0)
+    if user_id is not None:  # before the conversations go, so no queued turn brings one back
+        cancel_queued_turns(site, user_id, dry_run=False)
+    previous = entry.start(plan_counts)
+    if previous is not None:
+        click.echo(previous.sentence())
+    with batch_progress(plan.conversations, entry, verbose, "erasing") as on_batch:
+        done = operations.erase_subject(
+            site, subject, batch_size, on_batch=on_batch, mentions=mentions, plan=plan
+        )
+    entry.counts = done.counts() | {"mentions_kept": done.mentions_left}
     if verbose:
         for namespace, key in done.entries:
             click.echo(f"  deleted memory {shown(namespace)}/{shown(key)}")
+    kept = f"; kept {plural(done.mentions_left, 'mention')} in other namespaces" if done.mentions_left else ""
     click.echo(
         f"deleted {plural(done.conversations, 'conversation')}, {plural(done.messages, 'message')} "
-        f"and {plural(len(done.entries), 'memory entry')}"
+        f"and {plural(len(done.entries), 'memory entry')}{kept}"
     )
 
 
@@ -201,9 +285,14 @@ def audit_hash(text: str | None) -> None:
     if not text:
         raise click.UsageError("give the TEXT to hash, as an argument or one line on stdin")
     try:
-        key = running_audit_key()
+        key = existing_audit_key()
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read the audit key: {exc}") from None
+    if key is None:
+        raise click.ClickException(
+            f"no audit key at {current_site().audit_path.parent / 'audit_key'}: no command that deletes has "
+            "run on this install yet (set CLAW_INSTANCE_PATH to the instance folder of the install)"
+        )
     click.echo(subject_hash(text, key))
 
 

@@ -54,9 +54,13 @@ def stats(as_json: bool) -> None:
 
     Rows are exact counts. Sizes come from information_schema (data + index length) on
     MariaDB/MySQL, pg_total_relation_size on PostgreSQL and the dbstat table on SQLite. InnoDB
-    and PostgreSQL keep freed space until OPTIMIZE TABLE / VACUUM FULL.
+    and PostgreSQL keep freed space until OPTIMIZE TABLE / VACUUM FULL. Only reads: a SQLite
+    database file that does not exist is an error, never created.
     """
     site = current_site()
+    missing = site.missing_database(tables=False)
+    if missing is not None:
+        raise click.ClickException(missing)
     settings, engine = site.settings, site.engine
     found = operations.table_stats(site)
     roles = operations.message_roles(site)
@@ -124,6 +128,7 @@ def uninstall(entry: AuditEntry, files: bool, dry_run: bool, yes: bool, verbose:
         click.echo(f"would drop {summary} (dry run: nothing deleted)")
         return
     confirm_deletion(f"Drop {summary}? This cannot be undone.", yes, nothing_to_delete=nothing)
+    entry.start(preview.counts())
     done = operations.uninstall(site, files=files)
     entry.counts = done.counts()
     dropped = [table.name for table in done.tables]

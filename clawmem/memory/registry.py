@@ -37,13 +37,13 @@ def _sql(settings: Settings, clock: Clock) -> MemoryInterface:
 
     engine = engine_for(settings.database_url)
     # Existing tables of the other shape refuse to open, in one line (SPEC 4.8).
-    check_shape(engine, settings.table_prefix, settings.schema)
+    shape = check_shape(engine, settings.table_prefix, settings.schema)
     return SqlMemory(
         engine,
         prefix=settings.table_prefix,
         clock=clock,
         max_value_bytes=settings.max_value_bytes,
-        shape=settings.schema,
+        shape=shape,
     )
 
 

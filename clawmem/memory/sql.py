@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
-from clawmem.codecs import UndecodableValue, codec_for
+from clawmem.codecs import UndecodableValue, codec_for, readable_entries, warn_unreadable
 from clawmem.errors import StorageError
 from clawmem.memory.base import BaseMemory, check_filter
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start
@@ -166,7 +166,7 @@ class SqlMemory(SqlBackedMemory):
         def read() -> list[tuple[str, Any]]:
             with self.engine.connect() as conn:
                 rows = kv.live_entries_in_order(conn, self.prefix, namespace, self._now(), self.shape)
-            return [(key, self.codec.read(namespace, key, text)) for key, text in rows]
+            return list(readable_entries(self.codec, namespace, rows))
 
         return self._call("all", read)
 
@@ -307,6 +307,8 @@ class SqlMemory(SqlBackedMemory):
             key = as_text(key)
             value, problem = read_value(partial(self.codec.read, state.index.namespace, key), text)
             if problem is not None:
+                if key not in state.unreadable:
+                    warn_unreadable(state.index.namespace, key)
                 state.unreadable.add(key)  # another program's row; recall cannot use it
                 continue
             state.unreadable.discard(key)
@@ -364,6 +366,8 @@ class SqlMemory(SqlBackedMemory):
             try:
                 rows = kv.rows_of_keys(conn, self.prefix, index.namespace, unknown, self.shape)
             except UndecodableValue as exc:  # another program's row; recall cannot use it
+                if exc.key not in state.unreadable:
+                    warn_unreadable(index.namespace, exc.key)
                 state.unreadable.add(exc.key)
                 index.remove(exc.key)
                 unknown.remove(exc.key)
@@ -371,6 +375,8 @@ class SqlMemory(SqlBackedMemory):
             found = {row.key for row in rows}
             for row in rows:
                 if row.raw_value:  # another program's row; recall cannot use it
+                    if row.key not in state.unreadable:
+                        warn_unreadable(index.namespace, row.key)
                     state.unreadable.add(row.key)
                     index.remove(row.key)
                 else:

@@ -135,6 +135,17 @@ def touch_conversation(
     return changed.rowcount > 0
 
 
+def newest_checkpoint_id(conn: Connection, prefix: str, conversation_id: str) -> str | None:
+    """Return the id of the conversation's newest ``summary`` checkpoint, or ``None``."""
+    table = tables(prefix).messages
+    return conn.execute(
+        sa.select(table.c.id)
+        .where(table.c.conversation_id == conversation_id, table.c.role == "summary")
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(1)
+    ).scalar()
+
+
 def insert_conversation(
     conn: Connection, prefix: str, row: dict[str, Any], shape: str = CLAWMEM_SCHEMA
 ) -> None:
@@ -272,6 +283,22 @@ def turn(
     ).first()
     found = [_message(row)]
     return [_message(before), *found] if before is not None and before.role == "recall" else found
+
+
+def messages_of_job(conn: Connection, prefix: str, conversation_id: str, job_id: str) -> list[StoredMessage]:
+    """Return the messages of one conversation whose metadata names ``job_id`` as its
+    ``job_id``, in (created_at, id) order (the text match narrows, the parsed metadata decides)."""
+    table = tables(prefix).messages
+    rows = conn.execute(
+        sa.select(table)
+        .where(
+            table.c.conversation_id == conversation_id,
+            table.c.metadata.like(like_pattern(job_id), escape="\\"),
+        )
+        .order_by(table.c.created_at, table.c.id)
+    )
+    found = [_message(row) for row in rows]
+    return [m for m in found if isinstance(m.metadata, dict) and m.metadata.get("job_id") == job_id]
 
 
 def message_page(

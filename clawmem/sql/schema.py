@@ -306,9 +306,12 @@ def detect_shape(engine: Engine, prefix: str = "") -> str | None:
 
 
 def check_shape(engine: Engine, prefix: str, wanted: str) -> str:
-    """Return ``wanted`` if the tables of ``prefix`` are missing or have that shape; else raise
-    :class:`ConfigError` in one line naming both. phpClaw's shape is refused on PostgreSQL,
-    where WordPress does not run."""
+    """Return the shape to use for the tables of ``prefix``: with ``wanted`` empty (``CLAW_SCHEMA``
+    unset), the existing tables' shape, or ``clawmem`` when there are none; otherwise ``wanted``
+    if the tables are missing or have that shape, else raise :class:`ConfigError` in one line
+    naming both. phpClaw's shape is refused on PostgreSQL, where WordPress does not run."""
+    if not wanted:
+        return detect_shape(engine, prefix) or CLAWMEM_SCHEMA
     if wanted == PHPCLAW_SCHEMA and make_url(str(engine.url)).get_backend_name() == "postgresql":
         raise ConfigError(
             f"CLAW_SCHEMA is {PHPCLAW_SCHEMA}, which exists on MariaDB/MySQL (and SQLite), not PostgreSQL"

@@ -13,10 +13,10 @@ from clawmem.errors import ConfigError, InvalidCursor, InvalidNamespace, Storage
 from clawmem.sql.engine import describe_error
 from clawmem.sql.sizes import present_tables, table_names
 from dashboard import state
-from dashboard.views import conversations, health, memory, overview, recall, rendering, settings
+from dashboard.views import conversations, health, jobs, memory, overview, recall, rendering, settings
 from dashboard.views.rendering import shell_command
 
-BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, settings.bp)
+BLUEPRINTS = (health.bp, overview.bp, conversations.bp, memory.bp, recall.bp, jobs.bp, settings.bp)
 HTMX_FILE = "vendor/htmx.min.js"
 
 

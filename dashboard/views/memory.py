@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
@@ -65,9 +66,11 @@ def index() -> str:
         try:
             row["url"] = url_for("memory.namespace", namespace=validate_namespace(n.namespace))
         except InvalidNamespace:
-            # Another program's rows, under a name today's rule refuses: no page reads it, and
-            # the CLI deletes it as stored.
-            row["url"] = None
+            # Another program's rows, under a name today's rule refuses: shown read-only under
+            # an encoded name (a '/', '..' or '%2e' cannot travel in a path), and the CLI
+            # deletes it as stored.
+            row["url"] = url_for("memory.stored_namespace", token=stored_token(n.namespace))
+            row["breaks_rule"] = True
             row["flush"] = shell_command("flask", "claw", "flush", "--namespace", n.namespace, "--dry-run")
         rows.append(row)
     totals = {name: sum(getattr(n, name) for n in counts) for name in ("total", "live", "expired")}
@@ -184,3 +187,37 @@ def entry(namespace: str) -> str:
     return render_page("memory/entry.html", {}, entry=_detail(row, now_seconds(state.clock())),
                        back_url=url_for("memory.namespace", namespace=namespace), subject=subject,
                        subject_url=_subject_url(subject))
+
+
+def stored_token(namespace: str) -> str:
+    """Return a namespace name as one URL path segment: base64url of its UTF-8, unpadded."""
+    return base64.urlsafe_b64encode(namespace.encode("utf-8", "surrogatepass")).decode("ascii").rstrip("=")
+
+
+def _stored_name(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("utf-8")
+    except ValueError:
+        abort(404, description="No namespace has this name.")
+
+
+@bp.get("/~/<token>/")
+def stored_namespace(token: str) -> str:
+    """The entries of a namespace another program wrote under a name today's rule refuses
+    (``..``, ``a/b``), named by :func:`stored_token`: read-only, every entry as stored."""
+    namespace = _stored_name(token)
+    try:
+        rows = state.driver().stored_records(namespace)
+    except ValueError:
+        rows = []
+    if not rows:
+        abort(404, description="No entries are stored under this namespace.")
+    now = now_seconds(state.clock())
+    shown = []
+    for row in rows:
+        status, words = ttl_label(row.expires_at, now)
+        value = row.value if row.raw_value else pretty_json(row.value)
+        shown.append({"key": row.key, "state": status, "ttl": words, "bytes": format_bytes(row.bytes),
+                      "value": value, "updated_at": row.updated_at, "unreadable": row.unreadable})
+    return render_page("memory/stored.html", {}, namespace=namespace, rows=shown,
+                       flush=shell_command("flask", "claw", "flush", "--namespace", namespace, "--dry-run"))

@@ -13,11 +13,13 @@ from clawmem import operations
 from clawmem.clock import utc_datetime
 from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
+from clawmem.jobs.status import retention_status
 from clawmem.records import NamespaceCount
 from clawmem.sql.activity import day_edges
 from clawmem.sql.schema import tables
 from clawmem.sql.sizes import TableStats
 from dashboard import charts, state
+from dashboard.views.jobs import retention_view
 from dashboard.views.recall import COLD_MESSAGES, injection_survey
 from dashboard.views.rendering import format_bytes, format_duration, format_time, render_page, shell_command
 
@@ -175,6 +177,7 @@ def index() -> str:
         counted={"at": format_time(utc_datetime(lambda: totals.counted_at)),
                  "max_age": format_duration(TOTALS_MAX_AGE)},
         retention=_retention(conversations.oldest(), now, settings.retention_days),
+        scheduled_retention=retention_view(retention_status(state.site())),
         memory=memory_counts,
         privacy=privacy,
         drivers={

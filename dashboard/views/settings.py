@@ -34,6 +34,12 @@ MEANINGS = {
     "SCHEMA": "shape of the three tables: clawmem, or phpclaw-wordpress (phpClaw's own tables)",
     "RECALL_SCORING": "how recall scores: clawmem, or phpclaw (phpClaw's own scoring, byte for byte)",
     "SITES": "dashboard only: label=prefix pairs offered by the site switcher (unset: the TABLE_PREFIX site)",
+    "QUEUE_URL": "the background queue (Huey): a SQLite file on one machine, or redis:// for many hosts",
+    "JOB_TTL": "seconds a background job's record stays in phpclaw_jobs after its last change",
+    "RETENTION_SCHEDULE": "cron expression (UTC) on which clawmem worker runs prune and sweep",
+    "PROVIDER_URL": "the OpenAI-compatible endpoint of a worker (its key: CLAW_PROVIDER_API_KEY, env only)",
+    "PROVIDER_MODEL": "the model a worker asks the provider for",
+    "PROVIDER_FACTORY": "module:callable that builds a worker's provider instead of PROVIDER_URL",
 }
 
 

@@ -1,0 +1,300 @@
+"""The queue's own storage: Huey on SQLite (one machine) or Redis (many), chosen by CLAW_QUEUE_URL.
+
+What clawmem keeps there beside Huey's tasks, all under the queue's name (one per site):
+
+- a queued turn's payload, ``clawmem.turn.<conversation id>.<n>`` for the conversation's n-th
+  queued turn, sealed by :class:`PayloadSeal` (the one place where encryption at rest will
+  encrypt it), deleted when the job ends: while it is there, the turn after it waits;
+- each conversation's turn counter ``clawmem.seq.<conversation id>``, which numbers its turns;
+- expiring locks (:class:`ExpiringLock`), whose expiry is read on the injected clock.
+
+None of it is one of the three tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from clawmem.clock import Clock
+from clawmem.errors import ConfigError, redact
+from clawmem.settings import ENV_PREFIX, Settings
+
+QUEUE_SCHEMES = ("sqlite", "redis", "rediss")
+_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
+
+_ACQUIRE_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local ok, current = pcall(cjson.decode, held)
+  if ok and type(current) == 'table' and tonumber(current['expires_at']) and
+     tonumber(current['expires_at']) > tonumber(ARGV[2]) and current['token'] ~= ARGV[3] then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+_RELEASE_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local ok, current = pcall(cjson.decode, held)
+  if ok and type(current) == 'table' and current['token'] == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+  end
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class QueueLocation:
+    """Where a queue lives: ``sqlite`` and the file, or ``redis`` and the URL (password masked)."""
+
+    kind: str
+    where: str
+    name: str
+
+
+def queue_name(settings: Settings) -> str:
+    """Return the Huey queue name of the settings' site: ``clawmem`` and the table prefix, so two
+    sites on one Redis never share a queue."""
+    return (
+        "clawmem_" + _NAME_CHARACTERS.sub("_", settings.table_prefix) if settings.table_prefix else "clawmem"
+    )
+
+
+def queue_location(settings: Settings) -> QueueLocation:
+    """Return where the settings' queue lives; raises :class:`ConfigError` in one line for a
+    ``CLAW_QUEUE_URL`` of another scheme, or a SQLite URL without a file."""
+    url = settings.queue_url
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in QUEUE_SCHEMES:
+        raise ConfigError(
+            f"{ENV_PREFIX}QUEUE_URL must start with sqlite:/// (a file) or redis:// (rediss://), "
+            f"got {redact(url)!r}"
+        )
+    if scheme == "sqlite":
+        path = url.split(":///", 1)[1] if ":///" in url else ""
+        if not path:
+            raise ConfigError(f"{ENV_PREFIX}QUEUE_URL sqlite:/// needs a file path, got {redact(url)!r}")
+        return QueueLocation("sqlite", path, queue_name(settings))
+    return QueueLocation("redis", redact(url), queue_name(settings))
+
+
+def open_huey(settings: Settings) -> Any:
+    """Return the Huey instance of the settings' queue (results off: a job's outcome is its record
+    in ``phpclaw_jobs``, so Huey's result store never accumulates). Raises :class:`ConfigError`
+    when Huey (extra ``clawmem[worker]``) or, for Redis, the redis module is not installed."""
+    location = queue_location(settings)
+    try:
+        from huey import RedisHuey, SqliteHuey
+    except ImportError:
+        raise ConfigError(
+            "background work needs the huey module, which is not installed: pip install 'clawmem[worker]'"
+        ) from None
+    if location.kind == "sqlite":
+        from huey.storage import SqliteStorage
+
+        class QueueFile(SqliteStorage):
+            """Huey's SQLite storage with clawmem's own SQLite settings: commits durable in WAL
+            mode short of a power cut, and deleted payloads overwritten, not left in free pages."""
+
+            def _create_connection(self) -> Any:
+                connection = super()._create_connection()
+                connection.execute("pragma synchronous = NORMAL")
+                connection.execute("pragma secure_delete = ON")
+                return connection
+
+        Path(location.where).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return SqliteHuey(
+            location.name, filename=location.where, results=False, utc=True, storage_class=QueueFile
+        )
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise ConfigError("a redis:// queue needs the redis module: pip install 'clawmem[redis]'") from None
+    return RedisHuey(location.name, url=settings.queue_url, results=False, utc=True, clean_name=False)
+
+
+class PayloadSeal:
+    """Turns a queued turn's payload into the bytes the queue stores, and back.
+
+    This is the seam for encryption at rest (SPEC 13, not built yet): with it on, :meth:`seal`
+    will encrypt and :meth:`open` decrypt, bound to the key the payload is stored under; today
+    the bytes are JSON.
+    """
+
+    def seal(self, key: str, payload: dict[str, Any]) -> bytes:
+        """Return ``payload`` as the bytes stored under ``key``."""
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def open(self, key: str, sealed: bytes) -> dict[str, Any]:
+        """Return the payload :meth:`seal` made for ``key``; raises ``ValueError`` if damaged."""
+        try:
+            payload = json.loads(bytes(sealed).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{key}: the queued payload is damaged") from None
+        if not isinstance(payload, dict):
+            raise ValueError(f"{key}: the queued payload is not an object")
+        return payload
+
+
+class QueueStore:
+    """clawmem's own keys in the queue's storage (see the module docstring)."""
+
+    def __init__(self, huey: Any, seal: PayloadSeal | None = None) -> None:
+        self.huey = huey
+        self.storage = huey.storage
+        self.seal = seal or PayloadSeal()
+
+    def _get(self, key: str) -> bytes | None:
+        from huey.constants import EmptyData
+
+        found = self.storage.peek_data(key)
+        return None if found is EmptyData else bytes(found)
+
+    # payloads, one per queued turn, at its place in its conversation
+    @staticmethod
+    def _turn_key(conversation_id: str, position: int) -> str:
+        return f"clawmem.turn.{conversation_id}.{position}"
+
+    def put_turn(self, job_id: str, conversation_id: str, payload: dict[str, Any]) -> int:
+        """Number a new turn of the conversation (1, 2, ...), store its payload there and return
+        the number."""
+        position = int(self.storage.incr(f"clawmem.seq.{conversation_id}"))
+        value = {**payload, "job_id": job_id, "conversation_id": conversation_id, "position": position}
+        key = self._turn_key(conversation_id, position)
+        self.storage.put_data(key, self.seal.seal(key, value))
+        return position
+
+    def turn(self, job_id: str, conversation_id: str, position: int) -> dict[str, Any] | None:
+        """Return the payload of job ``job_id``, the conversation's turn ``position``, or
+        ``None`` once that job ended or was cancelled."""
+        key = self._turn_key(conversation_id, position)
+        found = self._get(key)
+        if found is None:
+            return None
+        payload = self.seal.open(key, found)
+        return payload if payload.get("job_id") == job_id else None
+
+    def turn_waiting(self, conversation_id: str, position: int) -> bool:
+        """Return whether the conversation's turn ``position`` is still queued or running."""
+        return self._get(self._turn_key(conversation_id, position)) is not None
+
+    def drop_turn(self, conversation_id: str, position: int) -> bool:
+        """Delete a turn's payload; return whether it was there (atomic: one caller wins)."""
+        from huey.constants import EmptyData
+
+        return self.storage.pop_data(self._turn_key(conversation_id, position)) is not EmptyData
+
+    def turns(self) -> list[dict[str, Any]]:
+        """Return every queued turn's payload (for erasure: rare, reads them all)."""
+        found = []
+        for key, value in self.storage.result_items().items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            if name.startswith("clawmem.turn."):
+                try:
+                    found.append(self.seal.open(name, value))
+                except ValueError:
+                    continue
+        return found
+
+    # scheduled retention
+    def last_retention_tick(self) -> float | None:
+        """Return the tick (Unix seconds) of the site's last scheduled retention run, or ``None``."""
+        found = self._get("clawmem.retention.tick")
+        try:
+            return None if found is None else float(found.decode())
+        except ValueError:
+            return None
+
+    def set_last_retention_tick(self, tick: float) -> None:
+        """Record that the retention run of ``tick`` has started."""
+        self.storage.put_data("clawmem.retention.tick", repr(float(tick)).encode())
+
+    def lock(self, name: str, clock: Clock = time.time) -> ExpiringLock:
+        """Return the site-wide expiring lock ``name``."""
+        return ExpiringLock(self.huey, name, clock)
+
+
+class ExpiringLock:
+    """A lock shared by every worker of a site, on every host, that lapses at its expiry.
+
+    Huey's own task lock never expires, so a worker killed while holding it would hold it for
+    ever; this one holds ``{"token", "expires_at"}`` (Unix seconds on the injected clock) and is
+    taken atomically: in one exclusive SQLite transaction, or one Redis script.
+    """
+
+    def __init__(self, huey: Any, name: str, clock: Clock = time.time) -> None:
+        self.huey = huey
+        self.name = name
+        self.clock = clock
+        self.key = f"clawmem.lock.{name}"
+        self.token: str | None = None
+
+    def acquire(self, ttl: float) -> bool:
+        """Take the lock for ``ttl`` seconds (or extend it, when held by this object); return
+        whether it is now held."""
+        token = self.token or uuid.uuid4().hex
+        now = self.clock()
+        value = json.dumps({"token": token, "expires_at": now + ttl})
+        storage = self.huey.storage
+        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):  # Redis
+            key = f"huey.{storage.name}.{self.key}"
+            taken = bool(storage.conn.eval(_ACQUIRE_LUA, 1, key, value, str(now), token))
+        else:
+            with storage.db(commit=True) as cursor:
+                cursor.execute("select value from kv where queue = ? and key = ?", (storage.name, self.key))
+                row = cursor.fetchone()
+                held = _held(row[0] if row else None)
+                taken = held is None or held["expires_at"] <= now or held["token"] == token
+                if taken:
+                    cursor.execute(
+                        "insert or replace into kv (queue, key, value) values (?, ?, ?)",
+                        (storage.name, self.key, value.encode()),
+                    )
+        self.token = token if taken else self.token
+        return taken
+
+    def release(self) -> None:
+        """Give the lock up if this object still holds it."""
+        if self.token is None:
+            return
+        storage = self.huey.storage
+        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):
+            storage.conn.eval(_RELEASE_LUA, 1, f"huey.{storage.name}.{self.key}", self.token)
+        else:
+            with storage.db(commit=True) as cursor:
+                cursor.execute("select value from kv where queue = ? and key = ?", (storage.name, self.key))
+                row = cursor.fetchone()
+                held = _held(row[0] if row else None)
+                if held is not None and held["token"] == self.token:
+                    cursor.execute("delete from kv where queue = ? and key = ?", (storage.name, self.key))
+        self.token = None
+
+    def holder(self) -> dict[str, Any] | None:
+        """Return the lock's ``{"token", "expires_at"}`` as stored, or ``None`` when free."""
+        storage = self.huey.storage
+        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):
+            return _held(storage.conn.get(f"huey.{storage.name}.{self.key}"))
+        rows = storage.sql(
+            "select value from kv where queue = ? and key = ?", (storage.name, self.key), results=True
+        )
+        return _held(rows[0][0] if rows else None)
+
+
+def _held(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        held = json.loads(bytes(raw).decode("utf-8"))
+        return {"token": str(held["token"]), "expires_at": float(held["expires_at"])}
+    except (ValueError, KeyError, TypeError):
+        return None  # a damaged lock value is no lock
