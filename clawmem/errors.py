@@ -77,6 +77,18 @@ class ProviderError(RuntimeError):
     """
 
 
+class EmbeddingMismatch(ValueError):
+    """Vectors recorded by one embedding model (id and dimension) were offered to another."""
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The semantic scorings need the ``clawmem[semantic]`` extra, which is not installed."""
+
+
+class EvalFileError(ValueError):
+    """A ``clawmem eval`` file line that is not a valid entry or question (its line number is said)."""
+
+
 class JobRefused(ValueError):
     """A background turn could not be queued (message storage off, a bad message or id); the
     message says why, and nothing was queued."""

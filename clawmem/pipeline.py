@@ -208,6 +208,7 @@ class Claw:
             settings.recall_top_k,
             settings.recall_namespace,
             ranker=ranker_for(settings.recall_scoring),
+            min_score=settings.recall_min_score,
         )
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens

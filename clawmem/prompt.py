@@ -15,6 +15,7 @@ TRUNCATED = "truncated"
 ZERO_OVERLAP = "dropped_zero_overlap"
 CUT_TOP_K = "cut_top_k"
 CUT_BYTE_CAP = "cut_byte_cap"
+BELOW_MIN_SCORE = "dropped_below_min_score"  # scored under CLAW_RECALL_MIN_SCORE
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ CLAWMEM_SCHEMA = "clawmem"
 PHPCLAW_SCHEMA = "phpclaw-wordpress"
 SCHEMAS = (CLAWMEM_SCHEMA, PHPCLAW_SCHEMA)
 # How recall scores (SPEC 5): ours, or phpClaw's own byte for byte (clawmem.recall.phpclaw.ranker_for).
-RECALL_SCORINGS = ("clawmem", "phpclaw")
+RECALL_SCORINGS = ("clawmem", "phpclaw", "weighted", "semantic", "hybrid")
 # A site's label in CLAW_SITES: it is shown in the header and carried in every dashboard URL.
 SITE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 # The label of the one site of CLAW_TABLE_PREFIX when CLAW_SITES is unset.
@@ -45,6 +45,16 @@ def _parse_bool(name: str, raw: Any) -> bool:
     if text in _FALSE:
         return False
     raise ConfigError(f"{ENV_PREFIX}{name} must be true or false, got {raw!r}")
+
+
+def _parse_float(name: str, raw: Any) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{ENV_PREFIX}{name} must be a finite number, got {raw!r}")
+    return value
 
 
 def _parse_int(name: str, raw: Any, minimum: int = 0) -> int:
@@ -144,6 +154,7 @@ class Settings:
     pii_allow_keys: str = ""
     schema: str = ""  # unset: the existing tables' shape, or clawmem for a new database
     recall_scoring: str = "clawmem"
+    recall_min_score: float | None = None  # off: every candidate may be injected
     sites: str = ""
     queue_url: str = ""
     job_ttl: int = DEFAULT_JOB_TTL
@@ -220,6 +231,8 @@ class Settings:
                 parsed[attribute] = _parse_bool(name, raw)
             elif attribute in {"recall_top_k", "compact_max_messages", "compact_max_tokens"}:
                 parsed[attribute] = _parse_int(name, raw)
+            elif attribute == "recall_min_score":
+                parsed[attribute] = _parse_float(name, raw)
             elif attribute in {"retention_days", "max_value_bytes", "job_ttl"}:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:

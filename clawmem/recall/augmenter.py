@@ -41,7 +41,8 @@ class MessageAugmenter:
 
     ``ranker`` finds the candidates (default :func:`clawmem.recall.rankings.word_overlap`, answered
     from the drivers' word indexes); a backend failure skips recall for the turn instead of
-    failing it. With ``announce=False`` (previews of turns that never happen) it emits no
+    failing it. With ``min_score`` a candidate scoring below it is reported, not injected.
+    With ``announce=False`` (previews of turns that never happen) it emits no
     ``memory.search`` or ``memory.recalled`` events.
     """
 
@@ -55,6 +56,7 @@ class MessageAugmenter:
         announce: bool = True,
         ranker: Ranker = word_overlap,
         clock: Clock | None = None,
+        min_score: float | None = None,
     ) -> None:
         self.top_k = validate_count("top_k", top_k)
         self.max_recall_bytes = validate_count("max_recall_bytes", max_recall_bytes)
@@ -64,6 +66,7 @@ class MessageAugmenter:
         self.announce = announce
         self.ranker = ranker
         self.clock = clock
+        self.min_score = min_score  # below it a candidate is not injected (CLAW_RECALL_MIN_SCORE)
 
     def _now(self, namespace: str) -> int:
         # Expiry is judged on the clock of the driver that serves the namespace.
@@ -77,12 +80,12 @@ class MessageAugmenter:
         for _ in range(ATTEMPTS):
             ranking = self.ranker(self.memory, message, namespaces, self._now(namespaces[-1]))
             try:
-                lines, planned = plan(ranking, self.top_k, self.max_recall_bytes)
+                lines, planned = plan(ranking, self.top_k, self.max_recall_bytes, self.min_score)
             except StaleIndex:
                 continue  # the index corrected itself; rank again
             return ranking, lines, planned
         ranking = scan_ranking(self.memory, message, namespaces, self._now(namespaces[-1]))
-        lines, planned = plan(ranking, self.top_k, self.max_recall_bytes)
+        lines, planned = plan(ranking, self.top_k, self.max_recall_bytes, self.min_score)
         return ranking, lines, planned
 
     def augment(self, message: str, subject_namespace: str | None = None) -> AugmentResult:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from clawmem.prompt import CUT_BYTE_CAP, INJECTED, TRUNCATED, USER_MESSAGE, Span
+from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, INJECTED, TRUNCATED, USER_MESSAGE, Span
 from clawmem.recall.candidates import Candidate, Ranking
-from clawmem.recall.report import EntryDecision
+from clawmem.recall.report import EntryDecision, explain
 from clawmem.text import cut_utf8, utf8_len
 
 DEFAULT_MAX_RECALL_BYTES = 4096
@@ -55,7 +55,9 @@ def line_bytes(key: str, text: str) -> int:
     return utf8_len(injection_line(key, text))
 
 
-def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
+def plan(
+    ranking: Ranking, top_k: int, max_bytes: int, min_score: float | None = None
+) -> tuple[list[tuple[str, str]], list[EntryDecision]]:
     """Return the injected ``(key, line)`` pairs and the decisions of the first ``top_k``
     candidates of ``ranking``, in rank order. Only the injected entries' values are read.
 
@@ -63,6 +65,8 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
     in the backend (it has corrected its index; rank again).
     """
     first = ranking.first(top_k)
+    floored = [c for c in first if min_score is not None and c.score < min_score]
+    first = [c for c in first if min_score is None or c.score >= min_score]
     outcomes = fit(first, ranking.candidate_count, max_bytes)
     kept = [
         candidate
@@ -72,6 +76,12 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
     texts = dict(zip(((c.namespace, c.key) for c in kept), ranking.texts(kept), strict=True))
     lines = []
     decisions = []
+    below = [
+        (BELOW_MIN_SCORE, f"score {c.score:.4g} is below the floor {min_score:.4g}", 0)
+        for c in floored
+    ]
+    first += floored
+    outcomes += below
     for candidate, (status, reason, room), words in zip(first, outcomes, ranking.matched(first), strict=True):
         text = texts.get((candidate.namespace, candidate.key), "")
         line = injection_line(candidate.key, text)
@@ -85,7 +95,14 @@ def plan(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[list[tuple[str, 
             reason += "; control characters escaped"  # the preview says the line is not as stored
         decisions.append(
             EntryDecision(
-                candidate.key, candidate.score, candidate.bytes, status, reason, candidate.namespace, words
+                candidate.key,
+                candidate.score,
+                candidate.bytes,
+                status,
+                reason,
+                candidate.namespace,
+                words,
+                explain(ranking, candidate),
             )
         )
     return lines, decisions

@@ -95,11 +95,25 @@ def phpclaw_overlap(memory: Readable, message: str, namespaces: Sequence[str], n
     return PhpClawRanking(message, namespace, entries)
 
 
-RANKERS: dict[str, Ranker] = {"clawmem": word_overlap, "phpclaw": phpclaw_overlap}
+def _rankers() -> dict[str, Ranker]:
+    from clawmem.recall.fusion import hybrid, semantic
+    from clawmem.recall.weighted_index import weighted
+
+    return {
+        "clawmem": word_overlap,
+        "phpclaw": phpclaw_overlap,
+        "weighted": weighted,
+        "semantic": semantic,
+        "hybrid": hybrid,
+    }
+
+
+RANKERS: dict[str, Ranker] = _rankers()
 
 
 def ranker_for(scoring: str) -> Ranker:
-    """Return the ranker of ``CLAW_RECALL_SCORING``: ``clawmem`` (SPEC 5) or ``phpclaw``."""
+    """Return the ranker of ``CLAW_RECALL_SCORING``: ``clawmem`` (SPEC 5), ``phpclaw``, ``weighted``,
+    ``semantic`` or ``hybrid``."""
     try:
         return RANKERS[scoring]
     except KeyError:

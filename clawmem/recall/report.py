@@ -7,7 +7,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem.prompt import CUT_TOP_K, INJECTED, TRUNCATED, GuardFinding, SkillDecision, Span
-from clawmem.recall.candidates import Ranking
+from clawmem.recall.candidates import Candidate, Ranking
+
+
+def explain(ranking: Ranking, candidate: Candidate) -> tuple[tuple[str, str], ...]:
+    """Return the signals behind ``candidate``'s score when ``ranking`` records them."""
+    explained = getattr(ranking, "explain", None)
+    if explained is None:
+        return ()
+    scored = explained(candidate)
+    signals: list[tuple[str, str]] = []
+    if scored.weights:
+        pairs = zip(scored.matched, scored.weights, strict=True)
+        shown = ", ".join(f"{word} {weight:.3f}" for word, weight in pairs)
+        signals.append(("words", shown))
+    for name, label in (
+        ("weighted", "weighted"),
+        ("weighted_rank", "weighted rank"),
+        ("cosine", "cosine"),
+        ("semantic_rank", "semantic rank"),
+        ("fused", "fused"),
+    ):
+        if name in scored.signals:
+            value = scored.signals[name]
+            signals.append((label, f"{value:.4f}" if isinstance(value, float) else str(value)))
+    return tuple(signals)
 
 
 @dataclass(frozen=True)
@@ -24,6 +48,9 @@ class EntryDecision:
     reason: str
     namespace: str = ""
     matched: tuple[str, ...] = ()
+    # Each signal behind the score, as (name, shown value): the matched words with their
+    # weights, the cosine, the rank in each list and the fused score (scored rankings only).
+    signals: tuple[tuple[str, str], ...] = ()
 
     @property
     def injected(self) -> bool:
@@ -64,6 +91,16 @@ class AugmentResult:
         return [decision.key for decision in self.decisions[: self.top_k] if decision.injected]
 
     @property
+    def semantic_coverage(self) -> str | None:
+        """Return "semantic: N of M entries embedded" for a semantic or hybrid turn, else ``None``
+        (an entry without a vector is scored by ``weighted`` alone)."""
+        ranking = getattr(self.decisions, "_ranking", None)
+        embedded = getattr(ranking, "embedded", None)
+        if embedded is None:
+            return None
+        return f"semantic: {embedded:,} of {ranking.total:,} entries embedded"  # type: ignore[union-attr]
+
+    @property
     def changed(self) -> bool:
         """Return whether the augmented text differs from the user's message."""
         return self.text != self.message
@@ -102,6 +139,7 @@ class Decisions(Sequence[EntryDecision]):
                     reason,
                     candidate.namespace,
                     words,
+                    explain(self._ranking, candidate),
                 )
             )
 

@@ -16,7 +16,7 @@ from clawmem.clock import now_seconds
 from clawmem.errors import GuardBlocked
 from clawmem.guards import PiiGuard
 from clawmem.paging import decode_cursor, encode_cursor
-from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
+from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
 from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.survey import InjectionSurvey, survey, unmatched_entries
@@ -47,6 +47,10 @@ SCORING_WORDS = {
     "phpclaw": "phpClaw's own scoring, byte for byte: words of the value only (ASCII letters, as PHP's "
     "str_word_count), arrays as PHP's json_encode writes them, ties by PHP's comparison of the values "
     "and then by insertion order, from the recall namespace only",
+    "weighted": "weighted: rarer words weigh more (BM25 over the namespaces read together), words of the "
+    "key and the value",
+    "semantic": "semantic: the cosine of local sentence embeddings of the message and each entry",
+    "hybrid": "hybrid: weighted and semantic fused by reciprocal rank over both candidate lists",
 }
 STATUS_WORDS = {
     INJECTED: "injected",
@@ -54,6 +58,7 @@ STATUS_WORDS = {
     ZERO_OVERLAP: "dropped: no shared word",
     CUT_TOP_K: "cut: top-k",
     CUT_BYTE_CAP: "cut: byte budget",
+    BELOW_MIN_SCORE: "dropped: below the floor",
 }
 
 
@@ -120,13 +125,16 @@ def preview() -> str:
             namespace=namespace,
             announce=False,
             ranker=ranker_for(settings.recall_scoring),
+            min_score=settings.recall_min_score,
         )
         result = augmenter.augment(message, subject)
         guard = _guard_outcome(result)
         shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
         decisions = [
             {"key": d.key, "namespace": d.namespace or namespace,
-             "score": d.score, "bytes": d.bytes, "status": d.status,
+             "score": round(d.score, 4) if isinstance(d.score, float) else d.score,
+             "signals": "; ".join(f"{name}: {value}" for name, value in d.signals),
+             "bytes": d.bytes, "status": d.status,
              "status_words": STATUS_WORDS.get(d.status, d.status), "reason": d.reason, "injected": d.injected,
              "matched": ", ".join(d.matched),
              "url": url_for("memory.entry", namespace=d.namespace or namespace, key=d.key)}
@@ -147,6 +155,7 @@ def preview() -> str:
             "zero_overlap": result.zero_overlap,
             "unmatched_url": url_for("recall.unmatched", message=message, namespace=namespace),
             "error": result.error,
+            "semantic": result.semantic_coverage,
             "guard": guard,
             "scoring": {"name": settings.recall_scoring, "words": SCORING_WORDS[settings.recall_scoring]},
         }

@@ -1,0 +1,69 @@
+"""``eval FILE``: recall quality per scoring on a labelled JSONL file (:mod:`clawmem.recall.eval`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from clawmem.errors import EmbedderUnavailable, EvalFileError
+from clawmem.recall.eval import evaluate, parse, table
+from clawmem.recall.phpclaw import RANKERS
+from clawmem.settings import RECALL_SCORINGS
+
+
+@click.command("eval")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--scoring",
+    "scorings",
+    multiple=True,
+    type=click.Choice(RECALL_SCORINGS),
+    help="A scoring to measure (repeatable); default: every one.",
+)
+@click.option(
+    "--top-k", type=click.IntRange(1, 100), default=None, help="k of recall@k (default CLAW_RECALL_TOP_K)."
+)
+def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None) -> None:
+    """Print recall@1, recall@3, recall@k and MRR per scoring for the questions of FILE.
+
+    FILE holds JSON lines: questions {"message", "keys", "namespace"?, "subject"?} and, to be
+    self-contained, entries {"namespace", "key", "value"} (then an in-process memory holds just
+    them and the site's memory is not read).
+    """
+    from clawmem.cli import current_site
+    from clawmem.memory.array import ArrayMemory
+
+    try:
+        with file.open(encoding="utf-8") as lines:
+            entries, questions = parse(lines)
+    except (EvalFileError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"{file}: {exc}") from None
+    if entries:
+        memory = ArrayMemory()
+        for namespace, key, value in entries:
+            memory.set(key, value, namespace=namespace)
+        k, default_namespace = top_k or 3, "default"
+    else:
+        site = current_site()
+        memory = site.memory
+        k, default_namespace = top_k or site.settings.recall_top_k, site.settings.recall_namespace
+    results = []
+    for scoring in scorings or RECALL_SCORINGS:
+        with click.progressbar(
+            length=len(questions), label=scoring, file=sys.stderr
+        ) as bar:
+            try:
+                results.append(
+                    evaluate(memory, questions, scoring, RANKERS[scoring], k, default_namespace, bar.update)
+                )
+            except EmbedderUnavailable as exc:
+                if scorings:
+                    raise click.ClickException(str(exc)) from None
+                click.echo(f"{scoring}: skipped, {exc}", err=True)
+    click.echo(f"{len(questions)} questions, {len(entries) or 'the site memory'} entries")
+    click.echo(table(results, k))
+
+
+COMMANDS = [evaluate_command]

