@@ -174,6 +174,7 @@ def test_an_adapter_without_its_framework_names_the_extra_in_one_line(
     )
     result = run_python(code)
     assert result.returncode == 0, result.stderr
-    expected = f"clawmem's {extra} adapter needs the {blocked} module, which is not installed: "
+    package = blocked.split(".")[0]
+    expected = f"the {extra} integration needs the {package} package, which is not installed: "
     expected += f"pip install 'clawmem[{extra}]'"
     assert result.stdout == expected + "\n"

@@ -12,22 +12,25 @@ from collections.abc import Sequence
 import numpy as np
 
 from clawmem.recall.candidates import Candidate, Ranking
-from clawmem.recall.index import Candidates
+from clawmem.recall.feeds import ChangeFeed, fresh_index
+from clawmem.recall.index import Candidates, WordIndex
 from clawmem.recall.rankings import StaleIndex
 from clawmem.recall.scoring import SCORE_DIGITS, Scored, idf_of, weighted_scan
-from clawmem.recall.sources import IndexSource, Readable, serving_driver
+from clawmem.recall.sources import Readable, serving_driver
 from clawmem.recall.words import keywords, text_of
 
 
 class IndexedWeighted:
     """The ``weighted`` ranking of one message from the namespaces' word indexes."""
 
-    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, IndexSource]], now: int) -> None:
+    def __init__(
+        self, words: Sequence[str], sources: Sequence[tuple[str, ChangeFeed, WordIndex]], now: int
+    ) -> None:
         self.words = list(words)
         self.now = now
-        self._drivers = dict(sources)
+        self._drivers = {namespace: driver for namespace, driver, _ in sources}
         self._found: list[tuple[str, Candidates]] = [
-            (namespace, driver.word_index(namespace).query(self.words, now)) for namespace, driver in sources
+            (namespace, index.query(self.words, now)) for namespace, _, index in sources
         ]
         total = sum(found.candidate_count + found.zero_overlap for _, found in self._found)
         holding = dict.fromkeys(self.words, 0)
@@ -118,6 +121,10 @@ def weighted(memory: Readable, message: str, namespaces: Sequence[str], now: int
     served by a driver that keeps one, else from a full read of the namespaces."""
     words = keywords(message)
     drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if all(isinstance(driver, IndexSource) for driver in drivers):
-        return IndexedWeighted(words, list(zip(namespaces, drivers, strict=True)), now)  # type: ignore[arg-type]
+    if all(isinstance(driver, ChangeFeed) for driver in drivers):
+        sources = [
+            (namespace, driver, fresh_index(driver, namespace))
+            for namespace, driver in zip(namespaces, drivers, strict=True)
+        ]
+        return IndexedWeighted(words, sources, now)
     return weighted_scan(memory, message, namespaces, now)
