@@ -133,16 +133,26 @@ class IndexRanking:
         return [texts[c.namespace, c.key] for c in candidates]
 
 
+def indexed_sources(
+    memory: Readable, namespaces: Sequence[str]
+) -> list[tuple[str, ChangeFeed, WordIndex]] | None:
+    """Return ``(namespace, driver, index)`` for each namespace, each index up to date with its
+    driver, or ``None`` when a namespace's driver publishes no change feed (recall then scans)."""
+    drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
+    if not all(isinstance(driver, ChangeFeed) for driver in drivers):
+        return None
+    return [
+        (namespace, driver, fresh_index(driver, namespace))  # type: ignore[arg-type]
+        for namespace, driver in zip(namespaces, drivers, strict=True)
+    ]
+
+
 def word_overlap(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
     """Rank by word overlap (SPEC 5): from the word indexes when every namespace is served by a
     driver that keeps one, else from a full read of the namespaces."""
     words = keywords(message)
-    drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if all(isinstance(driver, ChangeFeed) for driver in drivers):
-        sources = [
-            (namespace, driver, fresh_index(driver, namespace))
-            for namespace, driver in zip(namespaces, drivers, strict=True)
-        ]
+    sources = indexed_sources(memory, namespaces)
+    if sources is not None:
         return IndexRanking(words, sources, now)
     return ScanRanking(words, [(namespace, memory.all(namespace)) for namespace in namespaces])
 

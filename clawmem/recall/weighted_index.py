@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from clawmem.recall.candidates import Candidate, Ranking
-from clawmem.recall.feeds import ChangeFeed, fresh_index
+from clawmem.recall.feeds import ChangeFeed
 from clawmem.recall.index import Candidates, WordIndex
-from clawmem.recall.rankings import StaleIndex
+from clawmem.recall.rankings import StaleIndex, indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Scored, idf_of, weighted_scan
-from clawmem.recall.sources import Readable, serving_driver
+from clawmem.recall.sources import Readable
 from clawmem.recall.words import keywords, text_of
 
 
@@ -120,11 +120,7 @@ def weighted(memory: Readable, message: str, namespaces: Sequence[str], now: int
     """Rank by ``weighted`` (module docstring): from the word indexes when every namespace is
     served by a driver that keeps one, else from a full read of the namespaces."""
     words = keywords(message)
-    drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if all(isinstance(driver, ChangeFeed) for driver in drivers):
-        sources = [
-            (namespace, driver, fresh_index(driver, namespace))
-            for namespace, driver in zip(namespaces, drivers, strict=True)
-        ]
+    sources = indexed_sources(memory, namespaces)
+    if sources is not None:
         return IndexedWeighted(words, sources, now)
     return weighted_scan(memory, message, namespaces, now)
