@@ -344,7 +344,7 @@ class ConversationLog:
         """
         validate_conversation_id(conversation_id)
         with write_transaction(self.engine) as conn:
-            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
             conversations, messages = sql.delete_conversations(conn, self.prefix, [conversation_id])
         if conversations or messages:
             namespace = row.namespace if row is not None else None
@@ -358,7 +358,7 @@ class ConversationLog:
         :meth:`delete` does."""
         validate_conversation_id(conversation_id)
         with write_transaction(self.engine) as conn:
-            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
             if row is None:
                 return None
             deleted = sql.pop_newest_message(conn, self.prefix, conversation_id, roles, "recall")
@@ -478,7 +478,7 @@ class ConversationLog:
         """Return the conversation's own row (no messages, no count: one indexed read), or ``None``."""
         validate_conversation_id(conversation_id)
         with self.engine.connect() as conn:
-            row = sql.load_conversation(conn, self.prefix, conversation_id)
+            row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
         if row is None:
             return None
         fields = sql.conversation_fields(row)

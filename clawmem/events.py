@@ -72,6 +72,11 @@ def run_context(run_id: str) -> Iterator[str]:
         _run_id.reset(token)
 
 
+def current_run_id() -> str | None:
+    """Return the run id of the enclosing :func:`run_context`, or ``None`` outside one."""
+    return _run_id.get()
+
+
 def emit(name: str, **fields: Any) -> None:
     """Deliver event ``name`` to its listeners with ``event`` and ``run_id`` added to ``fields``."""
     with _lock:

@@ -107,7 +107,9 @@ def test_two_agents_compacting_one_conversation_never_summarise_a_message_twice(
     assert len(stored) == 1 and stored[0].startswith("[Conversation summary]\nsummary 2:")
     # Every turn's own messages were stored, A's included.
     loaded = ConversationLog(engine, prefix, clock=clock).get(conversation_id)
-    assert loaded is not None and loaded.message_count == 3 * 7 + 1  # recall, user, reply; one summary
+    assert loaded is not None and (loaded.message_count, loaded.recall_count, loaded.checkpoint_count) == (
+        2 * 7, 7, 1
+    )  # user and reply said, a recall record per turn, one summary
     # The conversation goes on from B's checkpoint, and the next compaction folds it in once.
     for _ in range(6):
         say(first, "A")

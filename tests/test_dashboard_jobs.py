@@ -129,6 +129,6 @@ def test_the_overview_says_when_retention_is_not_scheduled(app: Flask) -> None:
 
 def test_no_jobs_says_how_to_queue_one_and_creates_no_queue(app: Flask, tmp_path: Path) -> None:
     body = page_text(_client(app).get("/jobs"))
-    assert "No background turn" in body and "flask claw worker --workers 2" in body
+    assert "No background turn" in body and "worker --workers 2" in body
     assert "Not scheduled" in body
     assert not (tmp_path / "instance" / "queue.db").exists()

@@ -146,7 +146,7 @@ def test_erase_reaches_rows_under_names_todays_rules_refuse(app: Flask, tmp_path
         memory_row(2, namespace="default", lookup_key="cust-9\x07note", value='"x"'),
         memory_row(3, namespace="default", lookup_key="other", value='"cust-90 only"'),
     ])
-    result = _claw(app, "erase", "--user-id", "cust-9", "--yes")
+    result = _claw(app, "erase", "--user-id", "cust-9", "--mentions", "--yes")
     assert result.exit_code == 0, result.output
     assert "deleted 1 conversation, 0 messages and 2 memory entries" in result.output
     with app.app_context():

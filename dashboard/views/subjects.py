@@ -1,7 +1,7 @@
 """Subjects: everything export covers for one person, on one page, and its export as JSON.
 
 The page reads through the same core functions the CLI's ``export`` and ``erase`` run
-(:func:`clawmem.operations.subject_memory`, :func:`clawmem.operations.export_subject`), so what
+(:func:`clawmem.operations.subject_mentions`, :func:`clawmem.operations.export_subject`), so what
 it lists is what those commands would take.
 """
 
@@ -85,9 +85,9 @@ def detail(user_id: str) -> str:
     own_count = next((n for n in driver.namespace_counts() if n.namespace == own), None)
     own_page = driver.entries(own, limit=PAGE_SIZE) if own_count else None
     # Exactly what export and erase take beside the subject namespace, from their own query.
-    every = operations.subject_memory(site, Subject(user_id=user_id))
-    mentioned = (row for row in every if row.namespace != own)
-    mentions = list(itertools.islice(mentioned, MENTIONS_LISTED + 1))
+    subject = Subject(user_id=user_id)
+    found = operations.subject_mentions(site, subject)
+    mentions = [row for row, _ in itertools.islice(found, MENTIONS_LISTED + 1)]
     return render_page(
         "subjects/detail.html",
         {},
@@ -104,6 +104,7 @@ def detail(user_id: str) -> str:
         more_entries=bool(own_page and own_page.next_cursor),
         mentions=[_entry(row, now) for row in mentions[:MENTIONS_LISTED]],
         more_mentions=len(mentions) > MENTIONS_LISTED,
+        mentions_not_searched=operations.mentions_not_searched(subject),
         commands=subject_commands(user_id),
         export_url=url_for("subjects.export", user_id=user_id),
         store_messages=settings.store_messages,

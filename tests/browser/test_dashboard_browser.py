@@ -106,7 +106,7 @@ def test_overview_and_memory_render(page: Any, server: str) -> None:
     _shot(page, "overview")
     page.click("nav >> text=Memory")
     page.wait_for_url(f"{server}/memory/")
-    page.click("text=default")
+    page.click("a[href='/memory/default/']")  # not the header's 'Site: default'
     page.wait_for_url(f"{server}/memory/default/")
     assert page.locator("span.tag.expired").count() >= 2
     assert page.locator("span.tag.expiring").count() >= 2
