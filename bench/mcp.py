@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import numpy as np
 import sqlalchemy as sa
 
+from bench import recall as recall_bench
 from clawmem import MessageAugmenter, Settings, open_memory
 from clawmem.ids import new_id
 from clawmem.integrations.mcp import server
@@ -45,34 +45,15 @@ from clawmem.sql.schema import create_tables, drop_tables, tables
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "default"
-VOCABULARY_SIZE = 50_000
 WORDS_PER_ENTRY = 12
 WORDS_PER_MESSAGE = 8
 BATCH = 5_000
 
 
-def words() -> list[str]:
-    """Return 50,000 distinct words the tokeniser keeps whole (``w`` and base-26 letters)."""
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    found = []
-    for number in range(VOCABULARY_SIZE):
-        word = ""
-        while True:
-            number, digit = divmod(number, 26)
-            word += letters[digit]
-            if not number:
-                break
-        found.append("w" + word.ljust(4, "a")[::-1])
-    return found
-
-
 def texts(count: int, length: int, seed: int) -> list[str]:
-    """Return ``count`` texts of ``length`` words drawn by Zipf's law (rank r weighs r^-1.1)."""
-    vocabulary = words()
-    weights = 1.0 / np.arange(1, VOCABULARY_SIZE + 1) ** 1.1
-    cumulative = np.cumsum(weights / weights.sum())
-    rng = np.random.default_rng(seed)
-    numbers = np.minimum(np.searchsorted(cumulative, rng.random((count, length))), VOCABULARY_SIZE - 1)
+    """Return ``count`` texts of ``length`` words drawn by Zipf's law, as bench.recall draws them."""
+    vocabulary = recall_bench.vocabulary()
+    numbers = recall_bench.word_numbers("zipf", (count, length), seed)
     return [" ".join(vocabulary[n] for n in row) for row in numbers.tolist()]
 
 

@@ -20,19 +20,12 @@ import time
 
 import numpy as np
 
+from bench.recall import rss_bytes
 from clawmem.memory.array import ArrayMemory
 from clawmem.recall import MessageAugmenter
 from clawmem.recall.embeddings import UniversalSentenceEncoder
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import RANKERS
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def timed(augmenter: MessageAugmenter, messages: list[str]) -> float:
