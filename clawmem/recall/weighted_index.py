@@ -13,41 +13,35 @@ import numpy as np
 
 from clawmem.recall.candidates import Candidate, Ranking
 from clawmem.recall.feeds import ChangeFeed
-from clawmem.recall.index import Candidates, WordIndex
-from clawmem.recall.rankings import StaleIndex, indexed_sources
+from clawmem.recall.index import WordIndex
+from clawmem.recall.rankings import IndexRanking, indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Scored, idf_of, weighted_scan
 from clawmem.recall.sources import Readable
-from clawmem.recall.words import keywords, text_of
+from clawmem.recall.words import keywords
 
 
-class IndexedWeighted:
-    """The ``weighted`` ranking of one message from the namespaces' word indexes."""
+class IndexedWeighted(IndexRanking):
+    """The ``weighted`` ranking of one message from the namespaces' word indexes: the overlap
+    ranking's candidates (every word weighs more than 0), matched words and read-back, scored
+    by rarity instead of by count."""
 
     def __init__(
         self, words: Sequence[str], sources: Sequence[tuple[str, ChangeFeed, WordIndex]], now: int
     ) -> None:
-        self.words = list(words)
-        self.now = now
-        self._drivers = {namespace: driver for namespace, driver, _ in sources}
-        self._found: list[tuple[str, Candidates]] = [
-            (namespace, index.query(self.words, now)) for namespace, _, index in sources
-        ]
-        total = sum(found.candidate_count + found.zero_overlap for _, found in self._found)
+        super().__init__(words, sources, now)
+        found = self._candidates.values()
+        self.total = self.candidate_count + self.zero_overlap
         holding = dict.fromkeys(self.words, 0)
-        for _, found in self._found:
-            for word, postings in found.postings.items():
-                holding[word] += int(np.count_nonzero(found.counts[postings]))
-        self.idf = {word: idf_of(total, held) for word, held in holding.items()}
-        self.candidate_count = sum(found.candidate_count for _, found in self._found)
-        self.zero_overlap = total - self.candidate_count
-        self.total = total
+        for candidates in found:
+            for word, postings in candidates.postings.items():
+                holding[word] += int(np.count_nonzero(candidates.counts[postings]))
+        self.idf = {word: idf_of(self.total, held) for word, held in holding.items()}
         self._ranked: list[tuple[str, int, float]] | None = None
-        self._slot: dict[tuple[str, str], int] = {}
 
     def _rank(self) -> list[tuple[str, int, float]]:
         if self._ranked is None:
             tagged = []
-            for order, (namespace, found) in enumerate(self._found):
+            for order, (namespace, found) in enumerate(self._candidates.items()):
                 scores = np.zeros(found.counts.size)
                 for word in self.words:
                     postings = found.postings.get(word)
@@ -64,33 +58,16 @@ class IndexedWeighted:
         return self._ranked
 
     def first(self, count: int) -> list[Candidate]:
-        found = dict(self._found)
         out = []
         for namespace, slot, score in self._rank()[: max(count, 0)]:
-            key = found[namespace].keys[slot]
-            self._slot[namespace, key] = slot
-            out.append(Candidate(namespace, key, score, int(found[namespace].line_size[slot])))  # type: ignore[arg-type]
+            found = self._candidates[namespace]
+            out.append(Candidate(namespace, found.keys[slot], score, int(found.line_size[slot])))  # type: ignore[arg-type]
         return out
-
-    def _matched(self, namespace: str, key: str) -> tuple[str, ...]:
-        found = dict(self._found)[namespace]
-        slot = self._slot[namespace, key]
-        held = []
-        for word in self.words:
-            postings = found.postings.get(word)
-            if postings is not None:
-                at = int(np.searchsorted(postings, slot))
-                if at < postings.size and postings[at] == slot:
-                    held.append(word)
-        return tuple(held)
-
-    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
-        return [self._matched(c.namespace, c.key) for c in candidates]
 
     def explain(self, candidate: Candidate) -> Scored:
         """Return the candidate's matched words with their weights."""
-        matched = self._matched(candidate.namespace, candidate.key)
-        order = [namespace for namespace, _ in self._found].index(candidate.namespace)
+        (matched,) = self.matched([candidate])
+        order = list(self._candidates).index(candidate.namespace)
         return Scored(
             candidate.namespace,
             candidate.key,
@@ -100,20 +77,6 @@ class IndexedWeighted:
             matched,
             tuple(self.idf[word] for word in matched),
         )
-
-    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
-        """Read the candidates back; raises :class:`StaleIndex` when one changed since indexed."""
-        texts: dict[tuple[str, str], str] = {}
-        found = dict(self._found)
-        for namespace, driver in self._drivers.items():
-            keys = [c.key for c in candidates if c.namespace == namespace]
-            if not keys:
-                continue
-            rows = driver.fetch(namespace, keys)
-            if not found[namespace].index.confirm(keys, rows, self.now):
-                raise StaleIndex()
-            texts.update(((namespace, key), text_of(rows[key].value)) for key in keys)
-        return [texts[c.namespace, c.key] for c in candidates]
 
 
 def weighted(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
