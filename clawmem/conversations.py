@@ -361,7 +361,7 @@ class ConversationLog:
             row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
             if row is None:
                 return None
-            deleted = sql.pop_newest_message(conn, self.prefix, conversation_id, roles, "recall")
+            deleted = sql.pop_newest_message(conn, self.prefix, conversation_id, roles, "recall", self.shape)
         if not deleted:
             return None
         self._forgotten(conversation_id, row.namespace, 0, len(deleted))
@@ -514,7 +514,7 @@ class ConversationLog:
         if limit is not None:
             check_limit(limit, 1_000_000)
         with self.engine.connect() as conn:
-            return sql.newest_messages(conn, self.prefix, conversation_id, roles, limit)
+            return sql.newest_messages(conn, self.prefix, conversation_id, roles, limit, self.shape)
 
     def messages(
         self, conversation_id: str, *, limit: int = 200, cursor: str | None = None

@@ -268,6 +268,20 @@ def covered_until(summary: StoredMessage) -> str | None:
     return last if isinstance(last, str) else None
 
 
+def _message_before(conn: Connection, prefix: str, row: Any, shape: str) -> Any:
+    """Return the row of the message just before ``row`` in its conversation, or ``None``."""
+    table = tables(prefix).messages
+    return conn.execute(
+        sa.select(*row_columns(table, shape))
+        .where(
+            table.c.conversation_id == row.conversation_id,
+            after([table.c.created_at, table.c.id], [row.created_at, row.id], descending=True),
+        )
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(1)
+    ).first()
+
+
 def turn(
     conn: Connection, prefix: str, conversation_id: str, message_id: str, shape: str = CLAWMEM_SCHEMA
 ) -> list[StoredMessage]:
@@ -282,15 +296,7 @@ def turn(
     ).first()
     if row is None:
         return []
-    before = conn.execute(
-        sa.select(*row_columns(table, shape))
-        .where(
-            of_conversation,
-            after([table.c.created_at, table.c.id], [row.created_at, row.id], descending=True),
-        )
-        .order_by(table.c.created_at.desc(), table.c.id.desc())
-        .limit(1)
-    ).first()
+    before = _message_before(conn, prefix, row, shape)
     found = [_message(row)]
     return [_message(before), *found] if before is not None and before.role == "recall" else found
 
@@ -735,13 +741,20 @@ def _message(row: Any) -> StoredMessage:
 
 
 def newest_messages(
-    conn: Connection, prefix: str, conversation_id: str, roles: Sequence[str], limit: int | None
+    conn: Connection,
+    prefix: str,
+    conversation_id: str,
+    roles: Sequence[str],
+    limit: int | None,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> list[StoredMessage]:
     """Return the newest ``limit`` messages of one conversation whose role is among ``roles``
     (every one with ``None``), oldest first; only those rows are read, newest first by the
     (conversation_id, created_at) index."""
     table = tables(prefix).messages
-    select = sa.select(table).where(table.c.conversation_id == conversation_id, table.c.role.in_(list(roles)))
+    select = sa.select(*row_columns(table, shape)).where(
+        table.c.conversation_id == conversation_id, table.c.role.in_(list(roles))
+    )
     if limit is None:
         return [_message(row) for row in conn.execute(select.order_by(table.c.created_at, table.c.id))]
     select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
@@ -749,28 +762,25 @@ def newest_messages(
 
 
 def pop_newest_message(
-    conn: Connection, prefix: str, conversation_id: str, roles: Sequence[str], attached_role: str
+    conn: Connection,
+    prefix: str,
+    conversation_id: str,
+    roles: Sequence[str],
+    attached_role: str,
+    shape: str = CLAWMEM_SCHEMA,
 ) -> list[StoredMessage]:
     """Delete the newest message of one conversation whose role is among ``roles`` (locking it),
     with the message just before it when that one has ``attached_role`` (a turn's ``recall``
     record goes with its user message); return what was deleted, oldest first (``[]`` when none)."""
     table = tables(prefix).messages
     of_conversation = table.c.conversation_id == conversation_id
-    newest = sa.select(table).where(of_conversation, table.c.role.in_(list(roles)))
+    newest = sa.select(*row_columns(table, shape)).where(of_conversation, table.c.role.in_(list(roles)))
     newest = newest.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(1)
     row = conn.execute(newest.with_for_update()).first()
     if row is None:
         return []
     deleted = [_message(row)]
-    before = conn.execute(
-        sa.select(table)
-        .where(
-            of_conversation,
-            after([table.c.created_at, table.c.id], [row.created_at, row.id], descending=True),
-        )
-        .order_by(table.c.created_at.desc(), table.c.id.desc())
-        .limit(1)
-    ).first()
+    before = _message_before(conn, prefix, row, shape)
     if before is not None and before.role == attached_role:
         deleted.insert(0, _message(before))
     ids = [message.id for message in deleted]
