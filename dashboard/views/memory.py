@@ -84,9 +84,11 @@ def _subject_url(subject: str | None) -> str | None:
     return url_for("subjects.detail", user_id=subject) if subject else None
 
 
-def _entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
+def entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
+    """Return one entry as a list row shows it: key, link, TTL state, size, text and times."""
     status, words = ttl_label(row.expires_at, now)
     return {
+        "namespace": row.namespace,
         "key": row.key,
         "url": url_for("memory.entry", namespace=row.namespace, key=row.key),
         "state": status,
@@ -132,7 +134,7 @@ def namespace(namespace: str) -> str:
         state_labels=STATE_LABELS,
         sort=sort,
         sorts=sort_links(SORTS, sort, "memory.namespace", namespace=namespace, **filters),
-        rows=[_entry_row(row, now) for row in page.items],
+        rows=[entry_row(row, now) for row in page.items],
         total=None if wants_fragment(MORE_TARGET) else _totals(driver, namespace, listed),
         more_url=more_url,
     )

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import io
 import itertools
-from typing import Any
 
 from flask import Blueprint, Response, abort, redirect, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from clawmem import operations
 from clawmem.clock import now_seconds
-from clawmem.memory.base import MemoryRow
-from clawmem.recall.words import text_of
 from clawmem.subjects import Subject, subject_namespace
 from dashboard import state
 from dashboard.views.conversations import _summary_row
-from dashboard.views.memory import ttl_label
-from dashboard.views.rendering import format_bytes, render_page, shell_command, text_arg
+from dashboard.views.memory import entry_row
+from dashboard.views.rendering import render_page, shell_command, text_arg
 
 bp = Blueprint("subjects", __name__, url_prefix="/subjects")
 
@@ -44,20 +41,6 @@ def index() -> BaseResponse | str:
     if user_id:
         return redirect(url_for("subjects.detail", user_id=user_id))
     return render_page("subjects/index.html", {})
-
-
-def _entry(row: MemoryRow, now: int) -> dict[str, Any]:
-    status, words = ttl_label(row.expires_at, now)
-    return {
-        "namespace": row.namespace,
-        "key": row.key,
-        "url": url_for("memory.entry", namespace=row.namespace, key=row.key),
-        "state": status,
-        "ttl": words,
-        "bytes": format_bytes(row.bytes),
-        "text": text_of(row.value),
-        "updated_at": row.updated_at,
-    }
 
 
 def subject_commands(user_id: str) -> dict[str, str]:
@@ -100,9 +83,9 @@ def detail(user_id: str) -> str:
         namespace=own,
         namespace_url=url_for("memory.namespace", namespace=own) if own_count else None,
         namespace_counts=own_count,
-        entries=[_entry(row, now) for row in own_page.items] if own_page else [],
+        entries=[entry_row(row, now) for row in own_page.items] if own_page else [],
         more_entries=bool(own_page and own_page.next_cursor),
-        mentions=[_entry(row, now) for row in mentions[:MENTIONS_LISTED]],
+        mentions=[entry_row(row, now) for row in mentions[:MENTIONS_LISTED]],
         more_mentions=len(mentions) > MENTIONS_LISTED,
         mentions_not_searched=operations.mentions_not_searched(subject),
         commands=subject_commands(user_id),
