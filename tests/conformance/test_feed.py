@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import invariant, rule
 
-from clawmem.clock import FakeClock
 from clawmem.records import Changes
-from tests.conformance.worlds import BACKENDS, EXAMPLES, STEPS, IndexMachine, Rows, world_of
+from tests.conformance.worlds import BACKENDS, IndexMachine, Rows, run_machine
 
 
 def applied(copy: Rows, batch: Changes) -> Rows:
@@ -78,18 +76,7 @@ class FeedMachine(IndexMachine):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_changes_applied_to_a_copy_equal_a_full_read(backend: str, tmp_path: Path) -> None:
-    clock = FakeClock(1_700_000_000.25)
-    with world_of(backend, clock, tmp_path) as world:
-        machine = type(f"FeedMachine_{backend.replace('-', '_')}", (FeedMachine,), {"world": world})
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                max_examples=EXAMPLES[backend],
-                stateful_step_count=STEPS,
-                deadline=None,
-                suppress_health_check=[HealthCheck.too_slow],
-            ),
-        )
+    run_machine(FeedMachine, backend, tmp_path)
 
 
 def test_a_batch_that_changes_nothing_says_so() -> None:

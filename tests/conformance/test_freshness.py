@@ -15,27 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import (
-    run_state_machine_as_test,
-)
 
-from clawmem.clock import FakeClock
-from tests.conformance.worlds import BACKENDS, EXAMPLES, STEPS, IndexMachine, world_of
+from tests.conformance.worlds import BACKENDS, IndexMachine, run_machine
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_process_b_recalls_what_a_scan_of_the_backend_gives(backend: str, tmp_path: Path) -> None:
-    clock = FakeClock(1_700_000_000.25)
-    with world_of(backend, clock, tmp_path) as world:
-        machine = type(f"IndexMachine_{backend.replace('-', '_')}", (IndexMachine,), {"world": world})
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                max_examples=EXAMPLES[backend],
-                stateful_step_count=STEPS,
-                deadline=None,
-                suppress_health_check=[HealthCheck.too_slow],
-            ),
-        )
+    run_machine(IndexMachine, backend, tmp_path)

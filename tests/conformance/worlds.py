@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -24,6 +25,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from clawmem.clock import FakeClock, utc_datetime
@@ -46,6 +48,7 @@ BACKENDS = ["array", "file", "sql-sqlite", "sql-mysql", "sql-postgres", "redis"]
 # Examples per backend: remote round trips cost more, and CI has two cores.
 EXAMPLES = {"array": 40, "file": 25, "sql-sqlite": 25, "sql-mysql": 12, "sql-postgres": 12, "redis": 20}
 STEPS = 20
+
 
 # -- the reference: rows read straight from the backend, scored with the tokeniser -------------
 
@@ -521,3 +524,20 @@ class IndexMachine(RuleBasedStateMachine):
             expected_search(rows[namespace], self.message, self.limit, namespace, now)
             for namespace in self.namespaces
         ]
+
+
+def run_machine(machine: type, backend: str, tmp_path: Path) -> None:
+    """Run the state machine ``machine`` (a subclass of :class:`IndexMachine`) against a fresh
+    world of ``backend`` on a fake clock, with the examples and steps that backend affords."""
+    clock = FakeClock(1_700_000_000.25)
+    with world_of(backend, clock, tmp_path) as world:
+        named = type(f"{machine.__name__}_{backend.replace('-', '_')}", (machine,), {"world": world})
+        run_state_machine_as_test(
+            named,
+            settings=settings(
+                max_examples=EXAMPLES[backend],
+                stateful_step_count=STEPS,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
