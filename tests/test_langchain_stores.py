@@ -5,7 +5,6 @@ whole, the privacy switch, one namespace only, and async calls that leave the lo
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from clawmem.errors import InvalidKey, InvalidNamespace, StorageError, ValueTooL
 from clawmem.integrations.langchain import ClawByteStore, ClawStore
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
+from tests.held_memory import HeldMemory
 
 
 @pytest.fixture
@@ -73,21 +73,6 @@ def test_with_the_privacy_switch_off_nothing_is_stored_and_deletes_still_work(me
     assert private.mget(["old", "new"]) == [1, None]
     private.mdelete(["old"])
     assert memory.namespaces() == []
-
-
-class HeldMemory(ArrayMemory):
-    """Reads wait until the test lets them go, as a slow database would."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        super().__init__(clock=clock)
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def get(self, key: str, namespace: str = "default") -> Any:
-        self.entered.set()
-        if not self.release.wait(10):
-            raise TimeoutError("the event loop never ran the releasing coroutine")
-        return super().get(key, namespace)
 
 
 @pytest.mark.parametrize("store_class", [ClawStore, ClawByteStore])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
-import threading
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -22,6 +21,7 @@ from clawmem.memory.array import ArrayMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.subjects import subject_namespace
+from tests.held_memory import HeldMemory
 from tests.test_cli_basics import build_app, claw, url_of
 
 # LangGraph forbids "." in a label, so an e-mail address cannot name a user there.
@@ -246,21 +246,6 @@ def test_entries_written_by_something_else_are_not_items(memory: ArrayMemory) ->
 
 
 # -- async -----------------------------------------------------------------------------------
-
-
-class HeldMemory(ArrayMemory):
-    """An array memory whose reads wait until the test lets them go, as a slow database would."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        super().__init__(clock=clock)
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def get(self, key: str, namespace: str = "default") -> Any:
-        self.entered.set()
-        if not self.release.wait(10):
-            raise TimeoutError("the event loop never ran the releasing coroutine")
-        return super().get(key, namespace)
 
 
 def test_async_methods_leave_the_event_loop_free_while_storage_is_slow(clock: FakeClock) -> None:
