@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import socket
@@ -27,29 +26,7 @@ from clawmem.recall.scoring import weighted_scan
 from clawmem.recall.weighted_index import weighted
 from clawmem.recall.words import entry_words, keywords
 from clawmem.settings import Settings
-
-
-class HashedWords:
-    """A local embedder for tests: the sum of one fixed random vector per word (and per word of
-    ``synonyms``' group), so texts sharing words or synonyms point alike."""
-
-    def __init__(
-        self, dimension: int = 16, synonyms: dict[str, str] | None = None, model_id: str = "hashed"
-    ) -> None:
-        self.dimension = dimension
-        self.model_id = model_id
-        self.synonyms = synonyms or {}
-
-    def _word(self, word: str) -> np.ndarray:
-        seed = int.from_bytes(hashlib.sha256(self.synonyms.get(word, word).encode()).digest()[:8], "little")
-        return np.random.default_rng(seed).standard_normal(self.dimension)
-
-    def embed(self, texts):
-        rows = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in keywords(text):
-                rows[row] += self._word(word)
-        return rows
+from tests.embedders import HashedWords
 
 
 def _memory(entries: dict[str, dict[str, str]]) -> ArrayMemory:

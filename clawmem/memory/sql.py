@@ -17,11 +17,12 @@ from clawmem.codecs import UndecodableValue, codec_for, readable_entries
 from clawmem.errors import StorageError
 from clawmem.memory.base import FeedingMemory, check_filter
 from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed
+from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start
 from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.sql import activity, kv
+from clawmem.sql import activity, kv, vectors
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 from clawmem.sql.paging import keyset_pages
@@ -56,6 +57,7 @@ class SqlMemory(FeedingMemory):
         self._deleted = LocalDeletions()
         self._watch_lock = threading.Lock()
         self._watch: Any = None  # SQLite: a connection of its own, to read data_version
+        self._vectors: bool | None = None  # whether the prefix's vectors table exists
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
@@ -84,14 +86,33 @@ class SqlMemory(FeedingMemory):
 
         retry_deadlocks(upsert)
 
+    def _has_vectors(self) -> bool:
+        """Return whether the prefix's vectors table exists (looked up once, then remembered:
+        a process started before ``init-db`` created it leaves its deletions to the feed)."""
+        if self._vectors is None:
+            self._vectors = vectors.has_vector_table(self.engine, self.prefix)
+        return self._vectors
+
+    def vector_backing(self) -> SqlVectorBacking | None:
+        """Return the prefix's vectors table as recall's persisted vectors keep it, or ``None``
+        when it does not exist (``init-db`` creates it)."""
+        return SqlVectorBacking(self.engine, self.prefix) if self._has_vectors() else None
+
     def _forget(self, key: str, namespace: str, now: int) -> None:
+        # The entry's vector goes with it: it would tell what the entry said.
+        with_vectors = self._has_vectors()
         with write_transaction(self.engine) as conn:
             kv.delete_entry(conn, self.prefix, namespace, key, self.shape)
+            if with_vectors:
+                vectors.delete_keys(conn, self.prefix, namespace, [key])
         self._deleted.add(namespace, key)
 
     def _flush(self, namespace: str) -> int:
+        with_vectors = self._has_vectors()
         with write_transaction(self.engine) as conn:
             count = kv.delete_namespace(conn, self.prefix, namespace, self.shape)
+            if with_vectors:
+                vectors.delete_namespace(conn, self.prefix, namespace)
         self._deleted.add(namespace, None)
         return count
 
@@ -122,8 +143,12 @@ class SqlMemory(FeedingMemory):
         if dry_run:
             return counts
         deleted = {}
+        with_vectors = self._has_vectors()
         for namespace in counts:
             with write_transaction(self.engine) as conn:
+                if with_vectors:
+                    expired = kv.expired_keys(conn, self.prefix, namespace, now, self.shape)
+                    vectors.delete_keys(conn, self.prefix, namespace, expired)
                 count = kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
             if count:
                 deleted[namespace] = count

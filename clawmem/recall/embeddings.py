@@ -8,20 +8,24 @@ another model (:class:`~clawmem.errors.EmbeddingMismatch`).
 
 :class:`VectorStore` holds one unit vector per entry, keyed by namespace and key and tagged with
 the text it was computed from, so a changed entry is never scored by its old vector. It is kept
-in process: a restart or a second worker embeds again (persistence is still to come).
+in process; :mod:`clawmem.recall.persisted` keeps the vectors of the sql driver's entries in
+the database too, so that neither a restart nor a second worker embeds an entry again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from clawmem.errors import EmbedderUnavailable, EmbeddingMismatch
+from clawmem.errors import ConfigError, EmbedderUnavailable, EmbeddingMismatch
+from clawmem.recall.words import text_of
+from clawmem.records import Changes
 
 QUERY_CACHE = 1024  # message vectors kept (2 KB each), so scorings of one message embed it once
 
@@ -69,36 +73,44 @@ def unit(rows: np.ndarray) -> np.ndarray:
     return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
 
 
-def text_print(text: str) -> bytes:
-    """Return what tells the text a vector was computed from apart from any other."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).digest()
+def text_print(text: str) -> int:
+    """Return what tells the text a vector was computed from apart from any other (a signed
+    64-bit number, so a namespace keeps them in one array)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+_GROWTH = 1.25  # a namespace's matrix grows by a quarter: a doubling would hold up to 2x the RSS
 
 
 class _Space:
-    """One namespace's vectors: a float32 matrix, a row per key."""
+    """One namespace's vectors: a float32 matrix, a row per key, and each row's text print."""
 
-    def __init__(self, dimension: int) -> None:
+    def __init__(self, dimension: int, capacity: int = 0) -> None:
         self.rows: dict[str, int] = {}
-        self.prints: list[bytes] = []
         self.keys: list[str] = []
-        self.matrix = np.zeros((0, dimension), dtype=np.float32)
+        self.prints = np.zeros(capacity, dtype=np.int64)
+        self.matrix = np.zeros((capacity, dimension), dtype=np.float32)
         self.size = 0
 
-    def put(self, key: str, printed: bytes, vector: np.ndarray) -> None:
+    def printed(self, key: str) -> int | None:
+        """Return the text print of ``key``'s vector, or ``None`` without one."""
+        row = self.rows.get(key)
+        return None if row is None else int(self.prints[row])
+
+    def put(self, key: str, printed: int, vector: np.ndarray) -> None:
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = self.size
             self.size += 1
             self.keys.append(key)
-            self.prints.append(printed)
             if self.size > self.matrix.shape[0]:
-                grown = np.zeros(
-                    (max(1024, 2 * self.matrix.shape[0]), self.matrix.shape[1]), dtype=np.float32
-                )
-                grown[: self.matrix.shape[0]] = self.matrix
-                self.matrix = grown
-        else:
-            self.prints[row] = printed
+                grown = max(1024, int(self.matrix.shape[0] * _GROWTH))
+                matrix = np.zeros((grown, self.matrix.shape[1]), dtype=np.float32)
+                matrix[: self.matrix.shape[0]] = self.matrix
+                self.matrix = matrix
+                self.prints = np.resize(self.prints, grown)
+        self.prints[row] = printed
         self.matrix[row] = vector
 
     def remove(self, key: str) -> None:
@@ -108,16 +120,19 @@ class _Space:
         last = self.size - 1
         if row != last:  # move the last row into the hole
             moved = self.keys[last]
-            self.keys[row], self.prints[row] = moved, self.prints[last]
+            self.keys[row] = moved
+            self.prints[row] = self.prints[last]
             self.matrix[row] = self.matrix[last]
             self.rows[moved] = row
         self.keys.pop()
-        self.prints.pop()
         self.size -= 1
 
 
 class VectorStore:
-    """Unit vectors of entries by one embedder, in process (see the module docstring)."""
+    """Unit vectors of entries by one embedder, in process (see the module docstring).
+
+    :class:`clawmem.recall.persisted.PersistedVectors` keeps them in a database as well.
+    """
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
@@ -126,6 +141,8 @@ class VectorStore:
         self._spaces: dict[str, _Space] = {}
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.RLock()
+        self._cursors: dict[str, Any] = {}  # per namespace, of the change feed followed
+        self._expiries: dict[str, dict[str, int]] = {}  # per namespace, the entries with a TTL
 
     def check(self, model_id: str, dimension: int) -> None:
         """Refuse vectors of any model but the store's."""
@@ -135,13 +152,19 @@ class VectorStore:
                 f"{self.model_id} ({self.dimension} dimensions)"
             )
 
+    def _space(self, namespace: str) -> _Space:
+        """Return the vectors held of ``namespace`` (a store that persists loads them here)."""
+        space = self._spaces.get(namespace)
+        if space is None:
+            space = self._spaces[namespace] = _Space(self.dimension)
+        return space
+
     def put(self, namespace: str, key: str, text: str, vector: np.ndarray, model_id: str) -> None:
         """Record ``vector`` (by ``model_id``) as the vector of ``key`` holding ``text``."""
         vector = np.asarray(vector, dtype=np.float32).reshape(-1)
         self.check(model_id, vector.size)
         with self._lock:
-            space = self._spaces.setdefault(namespace, _Space(self.dimension))
-            space.put(key, text_print(text), unit(vector))
+            self._space(namespace).put(key, text_print(text), unit(vector))
 
     def forget(self, namespace: str, key: str) -> None:
         """Drop the vector of ``key`` (an entry forgotten, swept or erased)."""
@@ -154,24 +177,90 @@ class VectorStore:
         """Drop every vector of ``namespace`` (a flush)."""
         with self._lock:
             self._spaces.pop(namespace, None)
+            self._cursors.pop(namespace, None)
 
-    def embed_missing(self, namespace: str, entries: Iterable[tuple[str, str]], batch: int = 64) -> int:
-        """Embed each ``(key, text)`` that has no vector of that text; return how many."""
+    def missing(self, namespace: str, entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Return the ``(key, text)`` of ``entries`` without a vector of that text."""
         with self._lock:
-            space = self._spaces.get(namespace)
-            missing = [
-                (key, text)
-                for key, text in entries
-                if space is None
-                or (row := space.rows.get(key)) is None
-                or space.prints[row] != text_print(text)
-            ]
+            space = self._space(namespace)
+            return [(key, text) for key, text in entries if space.printed(key) != text_print(text)]
+
+    def _embedded(self, namespace: str, chunk: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
+        """Record the vectors of one embedded ``chunk`` (a store that persists writes them too)."""
+        for (key, text), vector in zip(chunk, vectors, strict=True):
+            self.put(namespace, key, text, vector, self.embedder.model_id)
+
+    def embed_missing(
+        self,
+        namespace: str,
+        entries: Iterable[tuple[str, str]],
+        batch: int = 64,
+        limit: int | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Embed each ``(key, text)`` that has no vector of that text (at most ``limit`` of
+        them), calling ``on_batch`` with each batch's size; return how many were embedded."""
+        missing = self.missing(namespace, entries)
+        if limit is not None:
+            missing = missing[: max(limit, 0)]
         for start in range(0, len(missing), batch):
             chunk = missing[start : start + batch]
-            vectors = self.embedder.embed([text for _, text in chunk])
-            for (key, text), vector in zip(chunk, vectors, strict=True):
-                self.put(namespace, key, text, vector, self.embedder.model_id)
+            vectors = np.asarray(self.embedder.embed([text for _, text in chunk]), dtype=np.float32)
+            self.check(self.embedder.model_id, int(vectors.shape[-1]) if vectors.ndim == 2 else -1)
+            self._embedded(namespace, chunk, vectors)
+            if on_batch is not None:
+                on_batch(len(chunk))
         return len(missing)
+
+    def follow(self, feed: Callable[[str, Any], Changes], namespace: str, now: int) -> None:
+        """Bring the vectors of ``namespace`` in step with its change feed (``feed`` is the
+        driver's ``changes``): drop the vector of every entry gone, expired, swept or changed
+        since the last call."""
+        with self._lock:
+            space = self._space(namespace)
+            batch = feed(namespace, self._cursors.get(namespace))
+            expiries = self._expiries.setdefault(namespace, {})
+            stale: list[tuple[str, int]] = []  # (key, print of the vector dropped)
+            gone: list[str] = []  # keys whose entry is no more, vector held or not
+            if batch.reset:
+                live = {key: text_print(text_of(value)) for key, value, _ in batch.entries}
+                gone.extend(key for key in space.keys if key not in live)
+                stale.extend(
+                    (key, printed)
+                    for key in space.keys
+                    if key in live and (printed := space.printed(key)) != live[key]  # type: ignore[assignment]
+                )
+                expiries.clear()
+            else:
+                if batch.swept_at is not None:
+                    gone.extend(key for key, at in expiries.items() if at <= batch.swept_at)
+                for key, value, _ in batch.entries:
+                    printed = space.printed(key)
+                    if printed is not None and printed != text_print(text_of(value)):
+                        stale.append((key, printed))
+            for key, _, expires_at in batch.entries:
+                if expires_at is None:
+                    expiries.pop(key, None)
+                else:
+                    expiries[key] = expires_at
+            gone.extend(batch.gone)
+            for key in gone:
+                expiries.pop(key, None)
+            for key in [key for key, at in expiries.items() if at <= now]:  # expired, not yet swept
+                del expiries[key]
+                printed = space.printed(key)
+                if printed is not None:
+                    stale.append((key, printed))
+            for key in gone:
+                space.remove(key)
+            for key, _ in stale:
+                space.remove(key)
+            self._cursors[namespace] = batch.cursor
+            if gone or stale:
+                self._dropped(namespace, gone, stale)
+
+    def _dropped(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, int]]) -> None:
+        """Called after :meth:`follow` dropped vectors (a store that persists deletes them)."""
 
     def query(self, message: str) -> np.ndarray:
         """Return the unit vector of ``message`` (cached for the last few messages)."""
@@ -192,9 +281,7 @@ class VectorStore:
     ) -> list[float | None]:
         """Return the cosine of each ``(key, text)`` to ``query``, ``None`` without a vector of that text."""
         with self._lock:
-            space = self._spaces.get(namespace)
-            if space is None:
-                return [None] * len(entries)
+            space = self._space(namespace)
             all_cosines = space.matrix[: space.size] @ query
             out: list[float | None] = []
             for key, text in entries:
@@ -208,10 +295,32 @@ class VectorStore:
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` holds."""
         with self._lock:
-            space = self._spaces.get(namespace)
-            return 0 if space is None else space.size
+            return self._space(namespace).size
 
     def nbytes(self) -> int:
-        """Return the bytes of the vector matrices held (allocated rows)."""
+        """Return the bytes of the vectors held: matrices and prints (allocated rows)."""
         with self._lock:
-            return sum(space.matrix.nbytes for space in self._spaces.values())
+            return sum(space.matrix.nbytes + space.prints.nbytes for space in self._spaces.values())
+
+
+def load_embedder(spec: str) -> Embedder:
+    """Return the embedder ``module:callable`` makes (called with no arguments), or the bundled
+    encoder for ``""``. Raises :class:`~clawmem.errors.ConfigError` in one line for a spec that
+    cannot be imported or called or makes no :class:`Embedder`."""
+    if not spec.strip():
+        return UniversalSentenceEncoder()
+    module_name, colon, attribute = spec.strip().partition(":")
+    if not colon or not module_name or not attribute:
+        raise ConfigError(f"an embedder is named as module:callable, got {spec!r}")
+    try:
+        factory: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"embedder {spec!r}: cannot import {module_name!r} ({exc})") from None
+    for part in attribute.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise ConfigError(f"embedder {spec!r}: {module_name} has no {attribute!r}")
+    embedder = factory() if callable(factory) else None
+    if not isinstance(embedder, Embedder):
+        raise ConfigError(f"embedder {spec!r} made no Embedder (model_id, dimension and embed(texts))")
+    return embedder

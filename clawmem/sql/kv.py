@@ -160,6 +160,16 @@ def delete_expired(
     return conn.execute(sa.delete(table).where(table.c.namespace == namespace, _expired(table, now))).rowcount
 
 
+def expired_keys(
+    conn: Connection, prefix: str, namespace: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> list[str]:
+    """Return the keys of the expired rows of ``namespace``."""
+    table = tables(prefix, shape).memory
+    expired = sa.select(table.c.lookup_key).where(table.c.namespace == namespace, _expired(table, now))
+    rows = conn.execute(expired)
+    return [as_text(key) or "" for key in rows.scalars()]
+
+
 def namespaces(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> list[str]:
     """Return every namespace with at least one row."""
     table = tables(prefix, shape).memory

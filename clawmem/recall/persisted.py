@@ -1,0 +1,207 @@
+"""Vectors kept in the database: what lets neither a restart nor a second worker embed again.
+
+:class:`PersistedVectors` is a :class:`~clawmem.recall.embeddings.VectorStore` whose vectors
+are also rows of a :class:`VectorBacking` (the sql driver's ``{prefix}clawmem_vectors`` table,
+:mod:`clawmem.memory.sql_vectors`). A namespace's rows are loaded on first use; after that each
+turn follows the memory table's change feed, deleting the vector of every entry gone, expired
+or changed (however it went: clawmem, another worker, plain SQL), and reads the vectors other
+processes wrote since (a ``clawmem embed``, another worker's turn). The sql driver itself
+deletes the vectors of what it forgets, flushes and sweeps, in the same transaction.
+
+With encryption at rest on, a vector is sealed like a value (vectors leak text).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from clawmem.errors import EmbeddingMismatch
+from clawmem.recall.embeddings import Embedder, VectorStore, _Space, text_print, unit
+
+VectorRow = tuple[str, str, str]  # (key, text print as 16 hex digits, vector text)
+
+
+class Sealer(Protocol):
+    """What seals a vector's text at rest and opens it again (the values' cipher)."""
+
+    def seal(self, plaintext: str, context: str) -> str: ...
+
+    def open(self, text: str, context: str) -> str: ...
+
+
+@runtime_checkable
+class VectorBacking(Protocol):
+    """Where a persisted store keeps its rows (one database and table prefix)."""
+
+    name: str  # what an error names it by
+    place: tuple[str, str]  # what tells two backings of one table apart from others
+
+    def models(self) -> list[tuple[str, int]]: ...
+
+    def count(self, namespace: str) -> int: ...
+
+    def rows(self, namespace: str) -> Iterator[VectorRow]: ...
+
+    def rows_of(self, namespace: str, keys: Sequence[str]) -> list[VectorRow]: ...
+
+    def prints(self, namespace: str) -> dict[str, str]: ...
+
+    def save(self, namespace: str, model_id: str, dimension: int, rows: Sequence[VectorRow]) -> None: ...
+
+    def delete(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, str]]) -> None: ...
+
+    def delete_other_models(self, model_id: str, dimension: int) -> int: ...
+
+
+@runtime_checkable
+class VectorKeeping(Protocol):
+    """A driver that keeps its entries' vectors beside them (the sql driver)."""
+
+    def vector_backing(self) -> VectorBacking | None:
+        """Return where the vectors are kept, or ``None`` when there is nowhere (no table)."""
+
+
+def print_text(printed: int) -> str:
+    """Return a text print as a backing stores it (16 hex digits)."""
+    return printed.to_bytes(8, "little", signed=True).hex()
+
+
+def print_of(stored: str) -> int | None:
+    """Return the text print a row holds, or ``None`` for one that is not a print."""
+    try:
+        raw = bytes.fromhex(stored)
+    except ValueError:
+        return None
+    return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else None
+
+
+class PersistedVectors(VectorStore):
+    """The vectors of one database and table prefix, held in process and kept in the table."""
+
+    def __init__(self, embedder: Embedder, backing: VectorBacking, sealer: Sealer | None = None) -> None:
+        super().__init__(embedder)
+        self.backing = backing
+        self.sealer = sealer
+        self.table = backing.name
+        self._checked = False
+
+    # -- the text of a vector ----------------------------------------------------------------
+
+    def _context(self, namespace: str, key: str) -> str:
+        return f"{self.table}/{namespace}/{key}"
+
+    def _encode(self, namespace: str, key: str, vector: np.ndarray) -> str:
+        text = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+        return text if self.sealer is None else self.sealer.seal(text, self._context(namespace, key))
+
+    def _decode(self, namespace: str, key: str, stored: str) -> np.ndarray | None:
+        """Return the vector a row holds, or ``None`` for one that cannot be read (written by
+        another program, or sealed with a key no longer held): it is embedded again."""
+        try:
+            text = stored if self.sealer is None else self.sealer.open(stored, self._context(namespace, key))
+            vector = np.frombuffer(base64.b64decode(text, validate=True), dtype="<f4")
+        except ValueError:  # not base64 (binascii.Error is one), or not sealed by this cipher
+            return None
+        return vector.astype(np.float32) if vector.size == self.dimension else None
+
+    # -- loading and reading back ------------------------------------------------------------
+
+    def check_models(self) -> None:
+        """Refuse a table holding vectors of another model (:class:`EmbeddingMismatch`)."""
+        found = self.backing.models()
+        others = [model for model in found if model != (self.model_id, self.dimension)]
+        if others:
+            model, dimension = others[0]
+            raise EmbeddingMismatch(
+                f"the table {self.table} holds vectors of {model} ({dimension} dimensions), not of "
+                f"{self.model_id} ({self.dimension} dimensions): run `clawmem embed --replace` to "
+                "embed every entry again with this model"
+            )
+
+    def _adopt(self, space: _Space, namespace: str, rows: Iterable[VectorRow]) -> None:
+        for key, stored_print, stored in rows:
+            printed = print_of(stored_print)
+            vector = None if printed is None else self._decode(namespace, key, stored)
+            if vector is not None:
+                space.put(key, printed, unit(vector))  # type: ignore[arg-type]
+
+    def _space(self, namespace: str) -> _Space:
+        space = self._spaces.get(namespace)
+        if space is None:
+            if not self._checked:
+                self.check_models()
+                self._checked = True
+            space = _Space(self.dimension, capacity=self.backing.count(namespace))
+            self._adopt(space, namespace, self.backing.rows(namespace))
+            self._spaces[namespace] = space
+        return space
+
+    def _written_elsewhere(self, namespace: str) -> None:
+        """Read the vectors other processes wrote (or deleted) since this one last looked: a
+        row count that differs from the vectors held makes it compare every key's print."""
+        space = self._space(namespace)
+        if self.backing.count(namespace) == space.size:
+            return
+        prints = self.backing.prints(namespace)
+        for key in [key for key in space.keys if key not in prints]:
+            space.remove(key)
+        wanted = [key for key, stored in prints.items() if print_of(stored) != space.printed(key)]
+        self._adopt(space, namespace, self.backing.rows_of(namespace, wanted))
+
+    def follow(self, feed: Any, namespace: str, now: int) -> None:
+        with self._lock:
+            super().follow(feed, namespace, now)
+            self._written_elsewhere(namespace)
+
+    def missing(self, namespace: str, entries: Any) -> list[tuple[str, str]]:
+        """Return the entries without a vector of their text, after reading back any another
+        process wrote for them."""
+        with self._lock:
+            missing = super().missing(namespace, entries)
+            if missing:
+                rows = self.backing.rows_of(namespace, [key for key, _ in missing])
+                self._adopt(self._space(namespace), namespace, rows)
+                missing = super().missing(namespace, missing)
+            return missing
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _embedded(self, namespace: str, chunk: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
+        rows = [
+            (key, print_text(text_print(text)), self._encode(namespace, key, unit(vector)))
+            for (key, text), vector in zip(chunk, vectors, strict=True)
+        ]
+        self.backing.save(namespace, self.model_id, self.dimension, rows)
+        super()._embedded(namespace, chunk, vectors)
+
+    def _dropped(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, int]]) -> None:
+        self.backing.delete(namespace, gone, [(key, print_text(printed)) for key, printed in stale])
+
+
+class Stores:
+    """A scorer's persisted stores, one per place of the drivers it reads; a driver that keeps
+    no vectors, or a prefix without a vectors table (``init-db`` not run since it was added),
+    gets none, and its vectors stay in process."""
+
+    def __init__(self, sealer: Sealer | None = None) -> None:
+        self.sealer = sealer
+        self._found: dict[tuple[str, str], PersistedVectors] = {}
+        self._lock = threading.Lock()
+
+    def of(self, driver: object, embedder: Embedder) -> PersistedVectors | None:
+        """Return the persisted store of ``driver``'s vectors, or ``None``."""
+        if not isinstance(driver, VectorKeeping):
+            return None
+        backing = driver.vector_backing()
+        if backing is None:
+            return None
+        with self._lock:
+            store = self._found.get(backing.place)
+            if store is None:
+                store = self._found[backing.place] = PersistedVectors(embedder, backing, self.sealer)
+            return store
