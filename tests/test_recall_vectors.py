@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from clawmem import operations
 from clawmem.cli import main
@@ -27,6 +30,7 @@ from clawmem.clock import FakeClock
 from clawmem.errors import EmbeddingMismatch
 from clawmem.memory.sql import SqlMemory
 from clawmem.recall import MessageAugmenter
+from clawmem.recall.embeddings import _Space
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.words import text_of
 from clawmem.settings import Settings
@@ -396,3 +400,45 @@ def test_the_bundled_encoder_embeds_to_the_table_with_sockets_blocked(
     vector = np.frombuffer(base64.b64decode(stored), dtype="<f4")
     assert vector.shape == (512,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
     del memory
+
+
+# -- the held vectors against a dict model -----------------------------------------------------------
+
+KEYS = st.text(alphabet="abcxyz", min_size=1, max_size=3)
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.lists(st.tuples(KEYS, st.integers(-5, 5)), max_size=6)),
+        st.tuples(st.just("remove"), st.lists(KEYS, max_size=4)),
+    ),
+    max_size=30,
+)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(operations=OPERATIONS)
+def test_the_held_vectors_equal_a_dict_model(operations):
+    space = _Space(4)
+    model: dict[str, tuple[int, list[float]]] = {}
+    seen = {"none"}
+    for operation, items in operations:
+        seen.update(item if isinstance(item, str) else item[0] for item in items)
+        if operation == "put":
+            keys = [key for key, _ in items]
+            prints = [printed for _, printed in items]
+            vectors = np.asarray([[printed, len(key), 1.0, 0.0] for key, printed in items], dtype=np.float32)
+            space.put_many(keys, prints, vectors.reshape(len(items), 4))
+            for (key, printed), vector in zip(items, vectors.tolist(), strict=True):
+                model[key] = (printed, vector)
+        else:
+            space.remove_many(items)
+            for key in items:
+                model.pop(key, None)
+        assert space.size == len(model) and sorted(space.keys) == sorted(model)
+        probe = sorted(seen)
+        rows = space.rows_of(probe).tolist()
+        for key, row in zip(probe, rows, strict=True):
+            if key in model:
+                assert int(space.prints[row]) == model[key][0]
+                assert space.matrix[row].tolist() == model[key][1]
+            else:
+                assert row == -1

@@ -84,48 +84,109 @@ _GROWTH = 1.25  # a namespace's matrix grows by a quarter: a doubling would hold
 
 
 class _Space:
-    """One namespace's vectors: a float32 matrix, a row per key, and each row's text print."""
+    """One namespace's vectors: a float32 matrix, a row per key, and each row's text print.
+
+    Keys are found by their ``hash()`` in a sorted array rather than a dict: a dict's entry and
+    its row number cost some 80 bytes an entry, a quarter of what the 2 KB vector may add. A
+    row found is checked against its key, so two keys of one hash can never share a vector (the
+    second is then not found, and embedded again each time: at 2^-64 a pair, never seen).
+    """
 
     def __init__(self, dimension: int, capacity: int = 0) -> None:
-        self.rows: dict[str, int] = {}
         self.keys: list[str] = []
+        self.hashes = np.zeros(capacity, dtype=np.int64)
         self.prints = np.zeros(capacity, dtype=np.int64)
         self.matrix = np.zeros((capacity, dimension), dtype=np.float32)
         self.size = 0
+        self._lookup: tuple[np.ndarray, np.ndarray] | None = None  # sorted hashes, their rows
+
+    def rows_of(self, keys: Sequence[str]) -> np.ndarray:
+        """Return the row of each of ``keys``, -1 for a key without a vector."""
+        if not self.size or not keys:
+            return np.full(len(keys), -1, dtype=np.int64)
+        if self._lookup is None:
+            order = np.argsort(self.hashes[: self.size], kind="stable")
+            self._lookup = (self.hashes[: self.size][order], order)
+        ordered, order = self._lookup
+        wanted = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+        positions = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
+        rows = np.where(ordered[positions] == wanted, order[positions], -1)
+        own = self.keys
+        for position in np.flatnonzero(rows >= 0).tolist():
+            if own[rows[position]] != keys[position]:
+                rows[position] = -1
+        return rows
 
     def printed(self, key: str) -> int | None:
         """Return the text print of ``key``'s vector, or ``None`` without one."""
-        row = self.rows.get(key)
-        return None if row is None else int(self.prints[row])
+        row = int(self.rows_of([key])[0])
+        return None if row < 0 else int(self.prints[row])
+
+    def _grow(self, needed: int) -> None:
+        capacity = self.matrix.shape[0]
+        if needed <= capacity:
+            return
+        grown = max(needed, 1024, int(capacity * _GROWTH))
+        matrix = np.zeros((grown, self.matrix.shape[1]), dtype=np.float32)
+        matrix[:capacity] = self.matrix
+        self.matrix = matrix
+        self.hashes = np.resize(self.hashes, grown)
+        self.prints = np.resize(self.prints, grown)
+
+    def put_many(self, keys: Sequence[str], prints: Sequence[int], vectors: np.ndarray) -> None:
+        """Record one vector per key (unit rows), replacing a key's earlier one."""
+        last = {key: position for position, key in enumerate(keys)}  # a key given twice: the last
+        keys = list(last)
+        chosen = list(last.values())
+        rows = self.rows_of(keys)
+        new = np.flatnonzero(rows < 0)
+        if new.size:
+            self._grow(self.size + int(new.size))
+            rows[new] = np.arange(self.size, self.size + new.size)
+            added = [keys[position] for position in new.tolist()]
+            self.keys.extend(added)
+            self.hashes[self.size : self.size + new.size] = np.fromiter(
+                map(hash, added), dtype=np.int64, count=len(added)
+            )
+            self.size += int(new.size)
+            self._lookup = None
+        self.prints[rows] = np.asarray(prints, dtype=np.int64)[chosen]
+        self.matrix[rows] = np.asarray(vectors, dtype=np.float32)[chosen]
 
     def put(self, key: str, printed: int, vector: np.ndarray) -> None:
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = self.size
-            self.size += 1
-            self.keys.append(key)
-            if self.size > self.matrix.shape[0]:
-                grown = max(1024, int(self.matrix.shape[0] * _GROWTH))
-                matrix = np.zeros((grown, self.matrix.shape[1]), dtype=np.float32)
-                matrix[: self.matrix.shape[0]] = self.matrix
-                self.matrix = matrix
-                self.prints = np.resize(self.prints, grown)
-        self.prints[row] = printed
-        self.matrix[row] = vector
+        """Record one vector (see :meth:`put_many`)."""
+        self.put_many([key], [printed], np.asarray(vector, dtype=np.float32).reshape(1, -1))
+
+    def remove_many(self, keys: Sequence[str]) -> None:
+        """Drop the vectors of ``keys`` (those it holds), moving the last rows into the holes."""
+        rows = self.rows_of(keys)
+        for row in sorted(set(rows[rows >= 0].tolist()), reverse=True):
+            last = self.size - 1
+            if row != last:  # every row above it to go is gone already
+                self.keys[row] = self.keys[last]
+                self.hashes[row] = self.hashes[last]
+                self.prints[row] = self.prints[last]
+                self.matrix[row] = self.matrix[last]
+            self.keys.pop()
+            self.size -= 1
+            self._lookup = None
 
     def remove(self, key: str) -> None:
-        row = self.rows.pop(key, None)
-        if row is None:
-            return
-        last = self.size - 1
-        if row != last:  # move the last row into the hole
-            moved = self.keys[last]
-            self.keys[row] = moved
-            self.prints[row] = self.prints[last]
-            self.matrix[row] = self.matrix[last]
-            self.rows[moved] = row
-        self.keys.pop()
-        self.size -= 1
+        """Drop the vector of ``key``, if held."""
+        self.remove_many([key])
+
+    def current(self, entries: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Return the row of each ``(key, text)``'s vector of that text, -1 where there is none."""
+        rows = self.rows_of([key for key, _ in entries])
+        held = np.flatnonzero(rows >= 0)
+        if held.size:
+            texts = np.fromiter(
+                (text_print(entries[position][1]) for position in held.tolist()),
+                dtype=np.int64,
+                count=int(held.size),
+            )
+            rows[held[self.prints[rows[held]] != texts]] = -1
+        return rows
 
 
 class VectorStore:
@@ -183,12 +244,16 @@ class VectorStore:
         """Return the ``(key, text)`` of ``entries`` without a vector of that text."""
         with self._lock:
             space = self._space(namespace)
-            return [(key, text) for key, text in entries if space.printed(key) != text_print(text)]
+            entries = list(entries)
+            rows = space.current(entries)
+            return [entry for entry, row in zip(entries, rows.tolist(), strict=True) if row < 0]
 
     def _embedded(self, namespace: str, chunk: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
         """Record the vectors of one embedded ``chunk`` (a store that persists writes them too)."""
-        for (key, text), vector in zip(chunk, vectors, strict=True):
-            self.put(namespace, key, text, vector, self.embedder.model_id)
+        with self._lock:
+            self._space(namespace).put_many(
+                [key for key, _ in chunk], [text_print(text) for _, text in chunk], unit(vectors)
+            )
 
     def embed_missing(
         self,
@@ -223,21 +288,17 @@ class VectorStore:
             stale: list[tuple[str, int]] = []  # (key, print of the vector dropped)
             gone: list[str] = []  # keys whose entry is no more, vector held or not
             if batch.reset:
-                live = {key: text_print(text_of(value)) for key, value, _ in batch.entries}
+                live = {key: text_of(value) for key, value, _ in batch.entries}
                 gone.extend(key for key in space.keys if key not in live)
-                stale.extend(
-                    (key, printed)
-                    for key in space.keys
-                    if key in live and (printed := space.printed(key)) != live[key]  # type: ignore[assignment]
-                )
+                kept = [(key, live[key]) for key in space.keys if key in live]
                 expiries.clear()
             else:
                 if batch.swept_at is not None:
                     gone.extend(key for key, at in expiries.items() if at <= batch.swept_at)
-                for key, value, _ in batch.entries:
-                    printed = space.printed(key)
-                    if printed is not None and printed != text_print(text_of(value)):
-                        stale.append((key, printed))
+                kept = [(key, text_of(value)) for key, value, _ in batch.entries]
+            rows = space.rows_of([key for key, _ in kept])
+            changed = np.flatnonzero((rows >= 0) & (space.current(kept) < 0))
+            stale.extend((kept[at][0], int(space.prints[rows[at]])) for at in changed.tolist())
             for key, _, expires_at in batch.entries:
                 if expires_at is None:
                     expiries.pop(key, None)
@@ -246,15 +307,14 @@ class VectorStore:
             gone.extend(batch.gone)
             for key in gone:
                 expiries.pop(key, None)
-            for key in [key for key, at in expiries.items() if at <= now]:  # expired, not yet swept
+            expired = [key for key, at in expiries.items() if at <= now]  # expired, not yet swept
+            for key in expired:
                 del expiries[key]
-                printed = space.printed(key)
-                if printed is not None:
-                    stale.append((key, printed))
-            for key in gone:
-                space.remove(key)
-            for key, _ in stale:
-                space.remove(key)
+            rows = space.rows_of(expired)
+            held = zip(expired, rows.tolist(), strict=True)
+            stale.extend((key, int(space.prints[row])) for key, row in held if row >= 0)
+            space.remove_many(gone)
+            space.remove_many([key for key, _ in stale])
             self._cursors[namespace] = batch.cursor
             if gone or stale:
                 self._dropped(namespace, gone, stale)
@@ -282,15 +342,12 @@ class VectorStore:
         """Return the cosine of each ``(key, text)`` to ``query``, ``None`` without a vector of that text."""
         with self._lock:
             space = self._space(namespace)
-            all_cosines = space.matrix[: space.size] @ query
-            out: list[float | None] = []
-            for key, text in entries:
-                row = space.rows.get(key)
-                if row is None or space.prints[row] != text_print(text):
-                    out.append(None)
-                else:
-                    out.append(float(all_cosines[row]))
-            return out
+            rows = space.current(entries)
+            held = rows >= 0
+            cosines = np.zeros(len(entries), dtype=np.float32)
+            if held.any():
+                cosines[held] = space.matrix[rows[held]] @ query
+            return [float(c) if h else None for c, h in zip(cosines.tolist(), held.tolist(), strict=True)]
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` holds."""
@@ -300,7 +357,10 @@ class VectorStore:
     def nbytes(self) -> int:
         """Return the bytes of the vectors held: matrices and prints (allocated rows)."""
         with self._lock:
-            return sum(space.matrix.nbytes + space.prints.nbytes for space in self._spaces.values())
+            return sum(
+                space.matrix.nbytes + space.prints.nbytes + space.hashes.nbytes
+                for space in self._spaces.values()
+            )
 
 
 def load_embedder(spec: str) -> Embedder:

@@ -24,6 +24,7 @@ from clawmem.errors import EmbeddingMismatch
 from clawmem.recall.embeddings import Embedder, VectorStore, _Space, text_print, unit
 
 VectorRow = tuple[str, str, str]  # (key, text print as 16 hex digits, vector text)
+ADOPT_CHUNK = 1024  # rows read back are held a chunk at a time
 
 
 class Sealer(Protocol):
@@ -124,11 +125,22 @@ class PersistedVectors(VectorStore):
             )
 
     def _adopt(self, space: _Space, namespace: str, rows: Iterable[VectorRow]) -> None:
+        """Hold the readable vectors of ``rows``, a chunk at a time."""
+        keys: list[str] = []
+        prints: list[int] = []
+        vectors: list[np.ndarray] = []
         for key, stored_print, stored in rows:
             printed = print_of(stored_print)
             vector = None if printed is None else self._decode(namespace, key, stored)
             if vector is not None:
-                space.put(key, printed, unit(vector))  # type: ignore[arg-type]
+                keys.append(key)
+                prints.append(printed)  # type: ignore[arg-type]
+                vectors.append(vector)
+            if len(keys) == ADOPT_CHUNK:
+                space.put_many(keys, prints, unit(np.vstack(vectors)))
+                keys, prints, vectors = [], [], []
+        if keys:
+            space.put_many(keys, prints, unit(np.vstack(vectors)))
 
     def _space(self, namespace: str) -> _Space:
         space = self._spaces.get(namespace)
@@ -148,9 +160,14 @@ class PersistedVectors(VectorStore):
         if self.backing.count(namespace) == space.size:
             return
         prints = self.backing.prints(namespace)
-        for key in [key for key in space.keys if key not in prints]:
-            space.remove(key)
-        wanted = [key for key, stored in prints.items() if print_of(stored) != space.printed(key)]
+        space.remove_many([key for key in space.keys if key not in prints])
+        keys = list(prints)
+        rows = space.rows_of(keys)
+        wanted = [
+            key
+            for key, row in zip(keys, rows.tolist(), strict=True)
+            if row < 0 or print_of(prints[key]) != int(space.prints[row])
+        ]
         self._adopt(space, namespace, self.backing.rows_of(namespace, wanted))
 
     def follow(self, feed: Any, namespace: str, now: int) -> None:

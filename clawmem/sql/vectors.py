@@ -106,12 +106,10 @@ def prints_of(conn: Connection, prefix: str, namespace: str) -> dict[str, str]:
 def upsert_vectors(
     conn: Connection, prefix: str, namespace: str, model_id: str, dimension: int, rows: Iterable[VectorRow]
 ) -> None:
-    """Create or replace the vectors of ``rows`` in one statement per row, on every dialect."""
+    """Create or replace the vectors of ``rows``: one statement, executed for every row at once."""
     table = vector_table(prefix)
-    changes = ("model_id", "dimension", "text_print", "vector")
-    dialect = conn.dialect.name
-    for key, printed, vector in rows:
-        row = {
+    params = [
+        {
             "namespace": namespace,
             "lookup_key": key,
             "model_id": model_id,
@@ -119,17 +117,23 @@ def upsert_vectors(
             "text_print": printed,
             "vector": vector,
         }
-        if dialect in ("mysql", "mariadb"):
-            insert = mysql.insert(table).values(row)
-            statement = insert.on_duplicate_key_update({name: insert.inserted[name] for name in changes})
-        else:
-            module = postgresql if dialect == "postgresql" else sqlite
-            insert = module.insert(table).values(row)
-            statement = insert.on_conflict_do_update(
-                index_elements=["namespace", "lookup_key"],
-                set_={name: insert.excluded[name] for name in changes},
-            )
-        conn.execute(statement)
+        for key, printed, vector in rows
+    ]
+    if not params:
+        return
+    changes = ("model_id", "dimension", "text_print", "vector")
+    dialect = conn.dialect.name
+    if dialect in ("mysql", "mariadb"):
+        insert = mysql.insert(table)
+        statement = insert.on_duplicate_key_update({name: insert.inserted[name] for name in changes})
+    else:
+        module = postgresql if dialect == "postgresql" else sqlite
+        insert = module.insert(table)
+        statement = insert.on_conflict_do_update(
+            index_elements=["namespace", "lookup_key"],
+            set_={name: insert.excluded[name] for name in changes},
+        )
+    conn.execute(statement, params)
 
 
 def delete_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> int:
