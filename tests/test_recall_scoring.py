@@ -335,7 +335,7 @@ def test_each_decision_carries_its_signals():
 def test_the_report_says_how_many_entries_are_embedded():
     memory = _memory({"n": {"a": "red apple", "b": "banana", "c": "cherry"}})
     scorer = SemanticScorer(HashedWords(), embed_on_read=False)
-    scorer.store.embed_missing("n", [("a", "red apple")])
+    scorer.store_for(memory).embed_missing("n", [("a", "red apple")])
     result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("banana apple")
     assert result.semantic_coverage == "semantic: 1 of 3 entries embedded"
     # without a vector, banana is still found by weighted alone

@@ -442,3 +442,17 @@ def test_the_held_vectors_equal_a_dict_model(operations):
                 assert space.matrix[row].tolist() == model[key][1]
             else:
                 assert row == -1
+
+
+def test_two_drivers_in_one_process_keep_their_own_vectors():
+    from clawmem.memory.array import ArrayMemory
+
+    first, second = ArrayMemory(), ArrayMemory()
+    first.set("a", "red apple", namespace="n")
+    second.set("a", "yellow banana", namespace="n")
+    embedder = Counting(HashedWords())
+    scorer = SemanticScorer(embedder)
+    for _ in range(2):
+        hybrid_turn(scorer, first, "fruit")
+        hybrid_turn(scorer, second, "fruit")
+    assert sorted(embedder.texts) == ["fruit", "red apple", "yellow banana"]

@@ -15,7 +15,9 @@ says how many entries are embedded.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 from clawmem.recall.candidates import Ranking
 from clawmem.recall.embeddings import Embedder, UniversalSentenceEncoder, VectorStore
@@ -56,19 +58,31 @@ class SemanticScorer:
         self.embed_on_read = embed_on_read
         self.persist = persist
         self._stores = Stores()
+        # Each driver's own (gone with it): two drivers may hold one key in one namespace.
+        self._held: weakref.WeakKeyDictionary[Any, VectorStore] = weakref.WeakKeyDictionary()
 
     @property
     def store(self) -> VectorStore:
-        """Return the in-process vector store (loading the bundled encoder on first use)."""
+        """Return the scorer's own in-process store: the message vectors' cache, and the
+        vectors of a memory that is no driver (loading the bundled encoder on first use)."""
         if self._store is None:
             self._store = VectorStore(self._embedder or UniversalSentenceEncoder())
         return self._store
 
     def store_for(self, driver: object) -> VectorStore:
-        """Return the store of ``driver``'s vectors: its database's when it has one."""
-        if not self.persist:
+        """Return the store of ``driver``'s vectors: its database's when it keeps them (and
+        ``persist`` is on), else one held in process for that driver alone."""
+        embedder = self.store.embedder
+        persisted = self._stores.of(driver, embedder) if self.persist else None
+        if persisted is not None:
+            return persisted
+        try:
+            held = self._held.get(driver)
+            if held is None:
+                held = self._held[driver] = VectorStore(embedder)
+        except TypeError:  # a memory that cannot be weakly referenced
             return self.store
-        return self._stores.of(driver, self.store.embedder) or self.store
+        return held
 
     def _semantic(
         self, memory: Readable, message: str, entries: Sequence[Entry], namespaces: Sequence[str], now: int
