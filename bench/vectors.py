@@ -3,7 +3,9 @@
 It writes N random unit vectors of 512 float32 (what the bundled encoder makes) into the vectors
 table of a fresh SQLite database, the way ``clawmem embed`` does (a transaction per batch), then
 loads them the way a worker's first semantic turn does (:class:`PersistedVectors`), and prints
-the RSS growth per entry over that load, the load time, and one cosine pass over every entry.
+the RSS growth per entry over that load, the load time, one cosine pass over every entry, and
+what following the memory table's change feed and the vectors' row count costs a turn when
+nothing changed.
 Never part of the test suite.
 
     .venv/bin/python -m bench.vectors [--size 100000]
@@ -13,17 +15,24 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import sqlalchemy as sa
 
 from bench.recall import rss_bytes
+from clawmem.ids import new_id
+from clawmem.memory.sql import SqlMemory
 from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.recall.embeddings import text_print, unit
 from clawmem.recall.persisted import PersistedVectors, print_text
 from clawmem.sql.engine import create_engine
+from clawmem.sql.schema import create_tables, tables
 from clawmem.sql.vectors import create_vector_table
 
 
@@ -37,6 +46,28 @@ class Fixed:
         raise AssertionError("a loaded store embeds nothing")
 
 
+def memory_rows(engine: Any, size: int) -> None:
+    """Write ``size`` entries ``k0000000``... into the memory table, as one transaction."""
+    table = tables("").memory
+    stamp = datetime(2026, 1, 1)
+    with engine.begin() as conn:
+        for first in range(0, size, 1000):
+            rows = [
+                {
+                    "id": new_id(),
+                    "namespace": "bench",
+                    "lookup_key": f"k{n:07d}",
+                    "value": json.dumps(f"text {n}"),
+                    "metadata": None,
+                    "expires_at": None,
+                    "created_at": stamp,
+                    "updated_at": stamp,
+                }
+                for n in range(first, min(first + 1000, size))
+            ]
+            conn.execute(sa.insert(table), rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
@@ -44,7 +75,9 @@ def main() -> None:
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as folder:
         engine = create_engine(f"sqlite:///{Path(folder) / 'bench.db'}")
+        create_tables(engine, "")
         create_vector_table(engine, "")
+        memory_rows(engine, options.size)
         backing = SqlVectorBacking(engine, "")
         writer = PersistedVectors(Fixed(), backing)
         start = time.perf_counter()
@@ -80,6 +113,14 @@ def main() -> None:
         arrays = store.nbytes() / held
         print(f"  {per_entry / 1024:.2f} KB RSS per entry held ({arrays:.0f} B of it arrays)")
         print(f"  one cosine pass over all: {cosine_pass:.1f} ms")
+        driver = SqlMemory(engine)
+        store.follow(driver.changes, "bench", 0)  # the first turn's full read of the feed
+        start = time.perf_counter()
+        for _ in range(20):
+            store.follow(driver.changes, "bench", 0)
+            store.refresh("bench", held)
+        following = (time.perf_counter() - start) / 20 * 1000
+        print(f"  a turn's follow of the feed and the table, nothing changed: {following:.2f} ms")
         engine.dispose()
 
 

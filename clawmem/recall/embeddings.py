@@ -319,6 +319,10 @@ class VectorStore:
             if gone or stale:
                 self._dropped(namespace, gone, stale)
 
+    def refresh(self, namespace: str, entries: int) -> None:
+        """Read what other processes stored for ``namespace``, which holds ``entries`` entries
+        (a store that persists reads the table; this one has nothing to read)."""
+
     def _dropped(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, int]]) -> None:
         """Called after :meth:`follow` dropped vectors (a store that persists deletes them)."""
 

@@ -95,6 +95,7 @@ class SemanticScorer:
             store = self.store_for(driver)
             if isinstance(driver, ChangeFeed):
                 store.follow(driver.changes, namespace, now)
+            store.refresh(namespace, len(own))
             if self.embed_on_read:
                 store.embed_missing(namespace, own, limit=EMBED_PER_TURN)
             for (key, text), cosine in zip(own, store.cosines(namespace, own, query), strict=True):

@@ -176,12 +176,18 @@ class PersistedVectors(VectorStore):
             self._spaces[namespace] = space
         return space
 
-    def _written_elsewhere(self, namespace: str) -> None:
-        """Read the vectors other processes wrote (or deleted) since this one last looked: a
-        row count that differs from the vectors held makes it compare every key's print."""
-        space = self._space(namespace)
-        if self.backing.count(namespace) == space.size:
-            return
+    def refresh(self, namespace: str, entries: int) -> None:
+        """Read the vectors other processes wrote (or deleted) since this one last looked, when
+        fewer are held than the namespace has ``entries`` (else there is nothing to read: a
+        changed entry's new vector is read back when it is found missing). A row count that
+        differs from the vectors held makes it compare every key's print."""
+        with self._lock:
+            space = self._space(namespace)
+            if space.size >= entries or self.backing.count(namespace) == space.size:
+                return
+            self._read_back(space, namespace)
+
+    def _read_back(self, space: _Space, namespace: str) -> None:
         prints = self.backing.prints(namespace)
         space.remove_many([key for key in space.keys if key not in prints])
         keys = list(prints)
@@ -192,11 +198,6 @@ class PersistedVectors(VectorStore):
             if row < 0 or print_of(prints[key]) != int(space.prints[row])
         ]
         self._adopt(space, namespace, self.backing.rows_of(namespace, wanted))
-
-    def follow(self, feed: Any, namespace: str, now: int) -> None:
-        with self._lock:
-            super().follow(feed, namespace, now)
-            self._written_elsewhere(namespace)
 
     def missing(self, namespace: str, entries: Any) -> list[tuple[str, str]]:
         """Return the entries without a vector of their text, after reading back any another
