@@ -153,6 +153,17 @@ class _Space:
         self.prints[rows] = np.asarray(prints, dtype=np.int64)[chosen]
         self.matrix[rows] = np.asarray(vectors, dtype=np.float32)[chosen]
 
+    def append_many(self, keys: Sequence[str], prints: Sequence[int], vectors: np.ndarray) -> None:
+        """Record the vectors of ``keys``, none of them held yet and each given once (a load)."""
+        start, count = self.size, len(keys)
+        self._grow(start + count)
+        self.keys.extend(keys)
+        self.hashes[start : start + count] = np.fromiter(map(hash, keys), dtype=np.int64, count=count)
+        self.prints[start : start + count] = np.asarray(prints, dtype=np.int64)
+        self.matrix[start : start + count] = vectors
+        self.size += count
+        self._lookup = None
+
     def put(self, key: str, printed: int, vector: np.ndarray) -> None:
         """Record one vector (see :meth:`put_many`)."""
         self.put_many([key], [printed], np.asarray(vector, dtype=np.float32).reshape(1, -1))

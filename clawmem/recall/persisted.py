@@ -145,9 +145,11 @@ class PersistedVectors(VectorStore):
                 "embed every entry again with this model"
             )
 
-    def _adopt(self, space: _Space, namespace: str, rows: Iterable[VectorRow]) -> None:
+    def _adopt(self, space: _Space, namespace: str, rows: Iterable[VectorRow], fresh: bool = False) -> None:
         """Hold the readable vectors of ``rows``, decoded a chunk at a time into one buffer (a
-        worker loading 100,000 rows leaves no heap of freed temporaries behind)."""
+        worker loading 100,000 rows leaves no heap of freed temporaries behind). ``fresh``:
+        ``space`` is new and ``rows`` are all of a namespace, one per key."""
+        put = space.append_many if fresh else space.put_many
         buffer = np.empty((ADOPT_CHUNK, self.dimension), dtype=np.float32)
         keys: list[str] = []
         prints: list[int] = []
@@ -158,10 +160,10 @@ class PersistedVectors(VectorStore):
             keys.append(key)
             prints.append(printed)
             if len(keys) == ADOPT_CHUNK:
-                space.put_many(keys, prints, _normalised(buffer))
+                put(keys, prints, _normalised(buffer))
                 keys, prints = [], []
         if keys:
-            space.put_many(keys, prints, _normalised(buffer[: len(keys)]))
+            put(keys, prints, _normalised(buffer[: len(keys)]))
 
     def _space(self, namespace: str) -> _Space:
         space = self._spaces.get(namespace)
@@ -170,7 +172,7 @@ class PersistedVectors(VectorStore):
                 self.check_models()
                 self._checked = True
             space = _Space(self.dimension, capacity=self.backing.count(namespace))
-            self._adopt(space, namespace, self.backing.rows(namespace))
+            self._adopt(space, namespace, self.backing.rows(namespace), fresh=True)
             if space.size >= TRIM_AFTER:
                 _return_freed_memory()
             self._spaces[namespace] = space

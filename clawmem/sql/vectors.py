@@ -38,6 +38,8 @@ def vector_table(prefix: str = "") -> sa.Table:
         sa.Column("dimension", sa.Integer, nullable=False),
         sa.Column("text_print", sa.String(64), nullable=False),
         sa.Column("vector", sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+        # Answers "which models made these vectors" from the index, not a scan of every vector.
+        sa.Index(f"{prefix}clawmem_vectors_model", "model_id", "dimension"),
         mysql_charset="utf8mb4",
         mysql_engine="InnoDB",
     )
