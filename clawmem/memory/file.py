@@ -318,7 +318,9 @@ class FileMemory(FeedingMemory):
             if isinstance(value, _Unreadable):
                 size = len(entry.get("sealed") or "")
                 expires_at = entry["expires_at"]
-                rows.append(MemoryRow(namespace, key, None, expires_at, size, unreadable=value.reason))
+                rows.append(
+                    MemoryRow(namespace, key, None, expires_at, size, unreadable=value.reason, raw_value=True)
+                )
             else:
                 rows.append(MemoryRow(namespace, key, value, entry["expires_at"], _stored_bytes(value)))
         return rows

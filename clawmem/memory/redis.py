@@ -259,7 +259,7 @@ class RedisMemory(FeedingMemory):
         return [
             MemoryRow(
                 namespace, key, value, expires_at if expires_at is not None else timed.get(key), size,
-                unreadable=bad,
+                unreadable=bad, raw_value=bad is not None,
             )
             for key, size, expires_at, value, bad in stored
         ]
@@ -385,7 +385,8 @@ class RedisMemory(FeedingMemory):
             for key, raw in zip(batch, raws, strict=True):
                 if raw is not None:
                     size, expires_at, value, bad = self._entry(raw, key, namespace)
-                    rows.append(MemoryRow(namespace, key, value, expires_at, size, unreadable=bad))
+                    unread = {"unreadable": bad, "raw_value": bad is not None}
+                    rows.append(MemoryRow(namespace, key, value, expires_at, size, **unread))
         return rows
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
