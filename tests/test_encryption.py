@@ -405,3 +405,19 @@ def test_the_configured_file_and_redis_drivers_seal_what_they_store(
         if driver == "redis":
             for key in client.scan_iter(match=f"{settings.table_prefix}phpclaw:*"):
                 client.delete(key)
+
+
+def test_message_metadata_is_sealed_and_a_retried_job_still_stores_its_turn_once(
+    sqlite_site: Site,
+) -> None:
+    log = sqlite_site.conversations
+    turn = [
+        {"role": "user", "content": "hi", "metadata": {"job_id": "job-1", "agents_item": {"text": SECRET}}},
+        {"role": "assistant", "content": "hello", "metadata": {"job_id": "job-1"}},
+    ]
+    first = log.append("c1", turn, job_id="job-1")
+    again = log.append("c1", turn, job_id="job-1")  # the job ran twice: nothing new is stored
+    assert again == first and log.counts()["messages"] == 2
+    assert SECRET not in raw_rows(sqlite_site.engine, "") and "job-1" not in raw_rows(sqlite_site.engine, "")
+    assert [m.id for m in log.job_messages("c1", "job-1")] == first
+    assert log.load("c1").messages[0].metadata["agents_item"] == {"text": SECRET}
