@@ -445,3 +445,17 @@ def test_strict_mode_never_returns_a_plaintext_tool_input_or_metadata(
     )
     assert message.tool_input is None and message.metadata is None and message.content is None
     assert message.unreadable.count("plaintext") == 3
+
+
+def test_a_history_opened_before_still_refuses_a_ciphertext_moved_since(sqlite_site: Site) -> None:
+    log = sqlite_site.conversations
+    log.append("c1", [{"role": "user", "content": SECRET}, {"role": "assistant", "content": "fine"}])
+    assert [m.content for m in log.load("c1").messages] == [SECRET, "fine"]  # opened, and kept
+    messages = tables("").messages
+    with sqlite_site.engine.begin() as conn:
+        first, second = conn.execute(
+            sa.select(messages.c.id, messages.c.content).order_by(messages.c.id)
+        ).all()
+        conn.execute(sa.update(messages).where(messages.c.id == second.id).values(content=first.content))
+    with pytest.raises(Undecryptable, match=f"messages row '{second.id}'"):
+        log.load("c1")
