@@ -456,3 +456,57 @@ def test_two_drivers_in_one_process_keep_their_own_vectors():
         hybrid_turn(scorer, first, "fruit")
         hybrid_turn(scorer, second, "fruit")
     assert sorted(embedder.texts) == ["fruit", "red apple", "yellow banana"]
+
+
+# -- encryption at rest ------------------------------------------------------------------------------
+
+
+def sealed_memory(engine: Any, prefix: str, clock: FakeClock, keys: str | None) -> SqlMemory:
+    from clawmem.crypto import Cipher, Keyring
+
+    memory = SqlMemory(engine, prefix=prefix, clock=clock)
+    if keys is not None:
+        memory.use_cipher(Cipher(Keyring.from_text(keys)), prefix)
+    return memory
+
+
+def stored_texts(engine: Any, prefix: str) -> dict[str, str]:
+    table = vector_table(prefix)
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(table.c.lookup_key, table.c.vector)).all())
+
+
+def test_with_encryption_on_the_vectors_are_sealed_and_read_back(vector_engine, prefix, clock):
+    from clawmem.crypto import generate_key, is_sealed
+
+    key = generate_key("k1")
+    memory = sealed_memory(vector_engine, prefix, clock, key)
+    for name, value in ENTRIES.items():
+        memory.set(name, value, namespace="n")
+    embedder = Counting(HashedWords())
+    hybrid_turn(SemanticScorer(embedder), memory, "hello")
+    texts = stored_texts(vector_engine, prefix)
+    assert len(texts) == 5 and all(is_sealed(text) for text in texts.values())
+    plain = base64.b64encode(HashedWords().embed([ENTRIES["car"]])[0].tobytes()).decode()[:24]
+    assert not any(plain in text for text in texts.values())
+    # A restarted worker with the key reads them: nothing is embedded again.
+    again = Counting(HashedWords())
+    result = hybrid_turn(SemanticScorer(again), sealed_memory(vector_engine, prefix, clock, key), "hello")
+    assert again.texts == ["hello"] and result.semantic_coverage == "semantic: 5 of 5 entries embedded"
+
+
+def test_a_sealed_vector_moved_to_another_entry_is_never_trusted(vector_engine, prefix, clock):
+    from clawmem.crypto import generate_key
+
+    key = generate_key("k1")
+    memory = sealed_memory(vector_engine, prefix, clock, key)
+    for name, value in ENTRIES.items():
+        memory.set(name, value, namespace="n")
+    hybrid_turn(SemanticScorer(HashedWords()), memory, "hello")
+    table = vector_table(prefix)
+    moved = stored_texts(vector_engine, prefix)["car"]
+    with vector_engine.begin() as conn:
+        conn.execute(sa.update(table).where(table.c.lookup_key == "pie").values(vector=moved))
+    again = Counting(HashedWords())
+    hybrid_turn(SemanticScorer(again), sealed_memory(vector_engine, prefix, clock, key), "hello")
+    assert again.texts == ["hello", ENTRIES["pie"]]  # opened for its own place only: embedded again

@@ -8,7 +8,7 @@ or changed (however it went: clawmem, another worker, plain SQL), and reads the 
 processes wrote since (a ``clawmem embed``, another worker's turn). The sql driver itself
 deletes the vectors of what it forgets, flushes and sweeps, in the same transaction.
 
-With encryption at rest on, a vector is sealed like a value (vectors leak text).
+With encryption at rest on, the backing seals a vector like a value (vectors leak text).
 """
 
 from __future__ import annotations
@@ -28,14 +28,6 @@ from clawmem.recall.embeddings import Embedder, VectorStore, _Space, text_print,
 VectorRow = tuple[str, str, str]  # (key, text print as 16 hex digits, vector text)
 ADOPT_CHUNK = 1024  # rows read back are held a chunk at a time
 TRIM_AFTER = 10_000  # loads of this many vectors hand the heap their row texts took back
-
-
-class Sealer(Protocol):
-    """What seals a vector's text at rest and opens it again (the values' cipher)."""
-
-    def seal(self, plaintext: str, context: str) -> str: ...
-
-    def open(self, text: str, context: str) -> str: ...
 
 
 @runtime_checkable
@@ -101,30 +93,25 @@ def _normalised(rows: np.ndarray) -> np.ndarray:
 class PersistedVectors(VectorStore):
     """The vectors of one database and table prefix, held in process and kept in the table."""
 
-    def __init__(self, embedder: Embedder, backing: VectorBacking, sealer: Sealer | None = None) -> None:
+    def __init__(self, embedder: Embedder, backing: VectorBacking) -> None:
         super().__init__(embedder)
         self.backing = backing
-        self.sealer = sealer
         self.table = backing.name
         self._checked = False
 
     # -- the text of a vector ----------------------------------------------------------------
 
-    def _context(self, namespace: str, key: str) -> str:
-        return f"{self.table}/{namespace}/{key}"
-
     def _encode(self, namespace: str, key: str, vector: np.ndarray) -> str:
-        text = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-        return text if self.sealer is None else self.sealer.seal(text, self._context(namespace, key))
+        """Return a vector as a row holds it: base64 of little-endian float32 (the backing seals it)."""
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
     def _decode_into(self, namespace: str, key: str, stored: str, out: np.ndarray) -> bool:
         """Write the vector a row holds into ``out``; return ``False`` for one that cannot be
-        read (written by another program, or sealed with a key no longer held): it is embedded
-        again, never trusted."""
+        read (written by another program, or sealed with a key no longer held, which the backing
+        gives as empty): it is embedded again, never trusted."""
         try:
-            text = stored if self.sealer is None else self.sealer.open(stored, self._context(namespace, key))
-            raw = base64.b64decode(text, validate=True)
-        except ValueError:  # not base64 (binascii.Error is one), or not sealed by this cipher
+            raw = base64.b64decode(stored, validate=True)
+        except ValueError:  # not base64 (binascii.Error is one)
             return False
         if len(raw) != 4 * self.dimension:
             return False
@@ -231,8 +218,7 @@ class Stores:
     no vectors, or a prefix without a vectors table (``init-db`` not run since it was added),
     gets none, and its vectors stay in process."""
 
-    def __init__(self, sealer: Sealer | None = None) -> None:
-        self.sealer = sealer
+    def __init__(self) -> None:
         self._found: dict[tuple[str, str], PersistedVectors] = {}
         self._lock = threading.Lock()
 
@@ -246,5 +232,5 @@ class Stores:
         with self._lock:
             store = self._found.get(backing.place)
             if store is None:
-                store = self._found[backing.place] = PersistedVectors(embedder, backing, self.sealer)
+                store = self._found[backing.place] = PersistedVectors(embedder, backing)
             return store
