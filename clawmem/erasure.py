@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from clawmem.deletion import Deleted, OnBatch, delete_conversations
-from clawmem.encryption import cipher_for, keystore_of, subject_of_user
+from clawmem.keystores import cipher_for, keystore_of, subject_of_user
 from clawmem.memory.base import contains_text
 from clawmem.records import MemoryRow
 from clawmem.rules import is_expired
@@ -386,7 +386,7 @@ def subject_key_held(site: Site, subject: Subject) -> bool:
     """Return whether the key store holds a data key of ``subject`` (a user id); ``False``
     without a key store. Reads only."""
     keystore = keystore_of(cipher_for(site.settings))
-    owner = subject_of_user(site.settings, subject.user_id)
+    owner = subject_of_user(subject.user_id)
     return keystore is not None and owner is not None and keystore.has_key(owner)
 
 
@@ -397,7 +397,7 @@ def erase_subject_key(site: Site, subject: Subject, dry_run: bool = False) -> in
         return int(subject_key_held(site, subject))
     cipher = cipher_for(site.settings)
     keystore = keystore_of(cipher)
-    owner = subject_of_user(site.settings, subject.user_id)
+    owner = subject_of_user(subject.user_id)
     if keystore is None or owner is None:
         return 0
     erased = keystore.erase(owner)

@@ -23,7 +23,7 @@ from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited, existing_audit_key, running_audit_key, subject_hash
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
 from clawmem.cli.worker import cancel_queued_turns
-from clawmem.encryption import cipher_for, keystore_of
+from clawmem.keystores import cipher_for, keystore_of
 from clawmem.site import Site
 from clawmem.subjects import Subject
 

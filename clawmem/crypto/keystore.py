@@ -7,8 +7,7 @@ keyring, with associated data that binds the wrapping to the site, the subject's
 key's id and the master key's id, so a wrapped key copied to another subject does not unwrap. Any
 key of the keyring unwraps what it wrapped, so a rotation can re-wrap under the new master key.
 
-The key store holds a subject as a hash of the site and the subject's namespace, never as the
-user id. It lives in a SQL database (table ``{prefix}clawmem_subject_keys``, see
+The key store holds a subject as a hash of the site and the user id, never as the user id. It lives in a SQL database (table ``{prefix}clawmem_subject_keys``, see
 :mod:`clawmem.sql.keystore`) or a Redis (two hashes under ``clawmem:keystore:{prefix}``), and
 never in the database that holds the three tables: a backup of that would hold the keys too.
 """
@@ -62,8 +61,8 @@ class WrappedKey:
 
 
 def subject_hash(site: str, subject: str) -> str:
-    """Return how the key store names ``subject`` (a subject namespace) of the site with table
-    prefix ``site``: 64 hex digits of SHA-256, the same in every process."""
+    """Return how the key store names ``subject`` (a user id) of the site with table prefix
+    ``site``: 64 hex digits of SHA-256, the same in every process."""
     text = json.dumps([site, subject], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
@@ -269,8 +268,8 @@ class KeyStore:
     """Per-subject data keys of one site, wrapped by the keyring's master keys: the key source of
     :class:`clawmem.crypto.Cipher` (``subject_key`` / ``key_by_id``).
 
-    A subject is its namespace (``user:cust-42``; see :func:`clawmem.subject_namespace`). Every
-    failure of the store itself raises :class:`KeyStoreError`, never a key.
+    A subject is a user id, as a conversation's ``user_id`` and a subject namespace name it.
+    Every failure of the store itself raises :class:`KeyStoreError`, never a key.
     """
 
     def __init__(

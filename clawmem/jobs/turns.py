@@ -25,11 +25,11 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.conversations import validate_conversation_id, wordpress_user_id
-from clawmem.encryption import cipher_for
 from clawmem.errors import InvalidKey, JobRefused, ProviderError, StorageError
 from clawmem.ids import new_id
 from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
 from clawmem.jobs.records import JobBook, JobRecord, one_line
+from clawmem.keystores import cipher_for
 from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
 from clawmem.site import Site

@@ -1,13 +1,15 @@
-"""The cipher a site's settings configure, with its key store, and who a sealed value belongs to.
+"""The cipher a site's settings configure, with the key store of ``CLAW_KEYSTORE_URL`` as its
+source of per-subject data keys (SPEC 13).
 
 Every store of a process that seals or opens values for one set of settings shares one
 :class:`~clawmem.crypto.Cipher` (:func:`cipher_for`), so the key of a subject erased by this
 process is forgotten by every store of it at once.
 
-A subject's rows are sealed under the subject's own data key when ``CLAW_KEYSTORE_URL`` is set:
-their conversations (and those conversations' messages) and every entry of their subject
-namespace. The key store knows a subject by its subject namespace (:func:`subject_of_user`), the
-one name both a conversation's ``user_id`` and a namespace lead to.
+With a key store, a subject's rows are sealed under the subject's own data key: their
+conversations (and those conversations' messages) and every entry of their subject namespace.
+The key store knows a subject by its user id (hashed with the site's prefix), the name both a
+conversation's ``user_id`` and a subject namespace (:func:`clawmem.subjects.subject_of_namespace`)
+lead to.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from clawmem.crypto.keystore import KeyStore, check_keystore_url, is_redis_url, 
 from clawmem.errors import redact
 from clawmem.settings import Settings
 from clawmem.sql.keystore import SqlKeyBackend
-from clawmem.subjects import PLACEHOLDER, subject_namespace
 
 
 def open_keystore(settings: Settings, keyring: Keyring | None, clock: Clock = time.time) -> KeyStore | None:
@@ -56,16 +57,7 @@ def keystore_of(cipher: Cipher) -> KeyStore | None:
     return source if isinstance(source, KeyStore) else None
 
 
-def subject_of_user(settings: Settings, user_id: str | None) -> str | None:
-    """Return the subject a conversation of ``user_id`` belongs to (their subject namespace), or
-    ``None`` for an anonymous conversation (``user_id`` empty)."""
-    return subject_namespace(user_id, settings.subject_namespace) if user_id else None
-
-
-def subject_of_namespace(settings: Settings, namespace: str) -> str | None:
-    """Return the subject an entry of ``namespace`` belongs to: the namespace itself when it is a
-    subject namespace of ``CLAW_SUBJECT_NAMESPACE`` (``user:…``), else ``None``."""
-    head, _, tail = settings.subject_namespace.partition(PLACEHOLDER)
-    if len(namespace) > len(head) + len(tail) and namespace.startswith(head) and namespace.endswith(tail):
-        return namespace
-    return None
+def subject_of_user(user_id: str | None) -> str | None:
+    """Return the subject a conversation of ``user_id`` belongs to for the key store: the user id,
+    or ``None`` for an anonymous conversation (``user_id`` empty)."""
+    return user_id or None
