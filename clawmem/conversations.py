@@ -20,7 +20,8 @@ from sqlalchemy.engine import Engine
 
 from clawmem import events
 from clawmem.clock import Clock, utc_datetime
-from clawmem.errors import InvalidKey
+from clawmem.crypto import PLAIN, Cipher
+from clawmem.errors import ConfigError, InvalidKey
 from clawmem.paging import Page, check_limit, moment_key, page_of
 from clawmem.php import json_encode as php_json_encode
 from clawmem.rules import (
@@ -30,8 +31,9 @@ from clawmem.rules import (
     validate_namespace,
     validate_prefix,
 )
-from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
+from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings, refuse_phpclaw_encryption
 from clawmem.sql import conversations as sql
+from clawmem.sql import sealing
 from clawmem.sql.conversations import (
     Conversation,
     ConversationRow,
@@ -185,6 +187,7 @@ class ConversationLog:
         store_messages: bool = True,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         shape: str = CLAWMEM_SCHEMA,
+        cipher: Cipher = PLAIN,
     ) -> None:
         self.engine = engine
         self.prefix = validate_prefix(prefix)
@@ -192,6 +195,24 @@ class ConversationLog:
         self.store_messages = store_messages
         self.max_value_bytes = max_value_bytes
         self.shape = shape
+        if cipher.enabled and shape == PHPCLAW_SCHEMA:
+            raise ConfigError(refuse_phpclaw_encryption())
+        # Seals titles, metadata, contents and tool input (SPEC 13); PLAIN seals nothing.
+        self.cipher = cipher
+
+    @property
+    def encrypted(self) -> bool:
+        """Return whether this log seals what it writes."""
+        return self.cipher.enabled
+
+    def _message(self, message: StoredMessage, raising: bool = False) -> StoredMessage:
+        return sealing.open_message(self.cipher, self.prefix, message, raising)
+
+    def _messages(self, messages: Iterable[StoredMessage], raising: bool = False) -> list[StoredMessage]:
+        return [self._message(message, raising) for message in messages]
+
+    def _fields(self, row: Any, raising: bool = False) -> dict[str, Any]:
+        return sealing.open_fields(self.cipher, self.prefix, sql.conversation_fields(row), raising)
 
     @property
     def stores_metadata(self) -> bool:
@@ -205,13 +226,19 @@ class ConversationLog:
         return PHPCLAW_ROLES if self.shape == PHPCLAW_SCHEMA else ROLES
 
     @classmethod
-    def from_settings(cls, settings: Settings, clock: Clock = time.time) -> ConversationLog:
-        """Return the log of the settings' database and site, behind their privacy switch.
-        Raises :class:`clawmem.ConfigError` when the tables have the other shape (SPEC 4.8)."""
+    def from_settings(
+        cls, settings: Settings, clock: Clock = time.time, cipher: Cipher | None = None
+    ) -> ConversationLog:
+        """Return the log of the settings' database and site, behind their privacy switch,
+        sealing with ``cipher`` (default: the one the settings' keys make).
+        Raises :class:`clawmem.ConfigError` when the tables have the other shape (SPEC 4.8), or
+        for encryption on phpClaw's shape."""
         from clawmem.sql.schema import check_shape
 
         engine = engine_for(settings.database_url)
         shape = check_shape(engine, settings.table_prefix, settings.schema)
+        if shape == PHPCLAW_SCHEMA and settings.encrypts:
+            raise ConfigError(refuse_phpclaw_encryption())
         return cls(
             engine,
             settings.table_prefix,
@@ -219,6 +246,7 @@ class ConversationLog:
             settings.store_messages,
             settings.max_value_bytes,
             shape,
+            Cipher.from_settings(settings) if cipher is None else cipher,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -287,6 +315,21 @@ class ConversationLog:
         if not self.store_messages:
             self._saved(conversation_id, namespace, records, gated=True)
             return []
+        seal = None
+        if self.encrypted:
+            subject, dialect = fields["user_id"], self.engine.dialect.name
+            if fields["title"] is not None:
+                fields["title"] = sealing.clip_title(fields["title"], self.cipher)
+            for column in ("title", "metadata"):
+                fields[column] = sealing.seal_column(
+                    self.cipher, self.prefix, sealing.CONVERSATIONS, conversation_id, column,
+                    fields[column], subject, dialect,
+                )
+
+            def seal(row_id: str, column: str, text: str | None) -> str | None:
+                return sealing.seal_column(
+                    self.cipher, self.prefix, sealing.MESSAGES, row_id, column, text, subject, dialect
+                )
         ids: list[str] = []
 
         def write() -> None:
@@ -312,7 +355,9 @@ class ConversationLog:
                     newest = sql.newest_checkpoint_id(conn, self.prefix, conversation_id)
                     if newest != checkpoint_after:
                         written = [record for record in records if record.role != "summary"]
-                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, written, stamp, self.shape)
+                ids[:] = sql.insert_messages(
+                    conn, self.prefix, conversation_id, written, stamp, self.shape, seal
+                )
 
         try:
             try:
@@ -362,6 +407,9 @@ class ConversationLog:
             if row is None:
                 return None
             deleted = sql.pop_newest_message(conn, self.prefix, conversation_id, roles, "recall", self.shape)
+            # Opened inside the transaction: a message that cannot be decrypted raises, which
+            # rolls the delete back, so nothing is lost for a missing or wrong key.
+            deleted = self._messages(deleted, raising=True)
         if not deleted:
             return None
         self._forgotten(conversation_id, row.namespace, 0, len(deleted))
@@ -389,7 +437,7 @@ class ConversationLog:
         if not self.stores_metadata:
             return []
         with self.engine.connect() as conn:
-            return sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+            return self._messages(sql.messages_of_job(conn, self.prefix, conversation_id, job_id), True)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
@@ -399,7 +447,8 @@ class ConversationLog:
             if row is None:
                 return None
             messages = sql.messages_since_checkpoint(conn, self.prefix, conversation_id, self.shape)
-        return Conversation(**sql.conversation_fields(row), messages=tuple(messages))
+        # One conversation read for a turn: what cannot be decrypted raises, never reads as empty.
+        return Conversation(**self._fields(row, raising=True), messages=tuple(self._messages(messages, True)))
 
     # -- the read API -----------------------------------------------------------------------
 
@@ -434,6 +483,7 @@ class ConversationLog:
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
                 descending=descending, **filters,
             )
+        found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
         return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort, descending))
 
     def count(
@@ -481,7 +531,7 @@ class ConversationLog:
             row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
         if row is None:
             return None
-        fields = sql.conversation_fields(row)
+        fields = self._fields(row, raising=True)
         fields.pop("unreadable")
         return ConversationRow(**fields)
 
@@ -503,7 +553,7 @@ class ConversationLog:
             found = sql.summaries(
                 conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
             )
-        return found[0] if found else None
+        return sealing.open_summary(self.cipher, self.prefix, found[0]) if found else None
 
     def newest_messages(
         self, conversation_id: str, roles: Sequence[str] = ROLES, limit: int | None = None
@@ -514,7 +564,8 @@ class ConversationLog:
         if limit is not None:
             check_limit(limit, 1_000_000)
         with self.engine.connect() as conn:
-            return sql.newest_messages(conn, self.prefix, conversation_id, roles, limit, self.shape)
+            found = sql.newest_messages(conn, self.prefix, conversation_id, roles, limit, self.shape)
+        return self._messages(found, raising=True)  # a session's history: never silently shorter
 
     def messages(
         self, conversation_id: str, *, limit: int = 200, cursor: str | None = None
@@ -523,7 +574,7 @@ class ConversationLog:
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor, self.shape)
-        return message_page_of(rows, limit)
+        return message_page_of(self._messages(rows), limit)
 
     def message_sizes(self, conversation_id: str, limit: int = 5000) -> list[MessageSize]:
         """Return the id, role, content size and ``tool_input`` of up to ``limit`` of one
@@ -531,13 +582,22 @@ class ConversationLog:
         content (see :func:`clawmem.compaction.analyse_sizes`)."""
         check_limit(limit, 100_000)
         with self.engine.connect() as conn:
-            return sql.message_sizes(conn, self.prefix, conversation_id, limit)
+            if not self.encrypted:
+                return sql.message_sizes(conn, self.prefix, conversation_id, limit)
+            # An envelope's size is not its plaintext's: measure the opened messages instead.
+            stored = sql.message_page(conn, self.prefix, conversation_id, limit, None, self.shape)
+        rows = self._messages(stored)
+        return [
+            MessageSize(row.id, row.role, len((row.content or "").encode("utf-8")), row.tool_input)
+            for row in rows
+        ]
 
     def messages_with_ids(self, conversation_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
         """Return the messages of one conversation among ``message_ids``, by id; ids of no
         message of it are left out."""
         with self.engine.connect() as conn:
-            return sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids, self.shape)
+            found = sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids, self.shape)
+        return {message_id: self._message(message) for message_id, message in found.items()}
 
     def turn(
         self, conversation_id: str, message_id: str
@@ -545,7 +605,7 @@ class ConversationLog:
         """Return a user message of the conversation with its ``recall`` record (``None`` when the
         turn recorded none), or ``None`` when the conversation has no such user message."""
         with self.engine.connect() as conn:
-            found = sql.turn(conn, self.prefix, conversation_id, message_id, self.shape)
+            found = self._messages(sql.turn(conn, self.prefix, conversation_id, message_id, self.shape))
         if not found:
             return None
         return (found[0], found[1]) if len(found) == 2 else (None, found[0])
@@ -554,7 +614,7 @@ class ConversationLog:
         """Return the newest ``limit`` messages with role ``user``, newest first."""
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
-            return sql.recent_messages(conn, self.prefix, "user", limit, self.shape)
+            return self._messages(sql.recent_messages(conn, self.prefix, "user", limit, self.shape))
 
     def counts(self) -> dict[str, int]:
         """Return ``{"conversations": n, "messages": n}``."""

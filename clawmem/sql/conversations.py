@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -170,23 +170,28 @@ def insert_messages(
     messages: Iterable[MessageRecord],
     created_at: datetime,
     shape: str = CLAWMEM_SCHEMA,
+    seal: Callable[[str, str, str | None], str | None] | None = None,
 ) -> list[str]:
     """Insert ``messages`` in one statement, in order (ids increase, so they sort as given);
-    return their ids. phpClaw's shape has no column for a message's metadata."""
+    return their ids. phpClaw's shape has no column for a message's metadata. ``seal(row id,
+    column, text)`` encrypts ``content`` and ``tool_input`` (see :mod:`clawmem.sql.sealing`)."""
     own_metadata = shape == CLAWMEM_SCHEMA
-    rows = [
-        {
-            "id": new_id(),
+    rows = []
+    for message in messages:
+        row_id = new_id()
+        content, tool_input = message.content, json_text(message.tool_input)
+        if seal is not None:  # bound to the row id, which is why ids are made here first
+            content, tool_input = seal(row_id, "content", content), seal(row_id, "tool_input", tool_input)
+        rows.append({
+            "id": row_id,
             "conversation_id": conversation_id,
             "role": message.role,
-            "content": message.content,
+            "content": content,
             "tool_name": message.tool_name,
-            "tool_input": json_text(message.tool_input),
+            "tool_input": tool_input,
             "created_at": created_at,
             **({"metadata": json_text(message.metadata)} if own_metadata else {}),
-        }
-        for message in messages
-    ]
+        })
     if rows:
         conn.execute(sa.insert(tables(prefix).messages), rows)
     return [row["id"] for row in rows]
