@@ -1,0 +1,121 @@
+"""Statements of a key rotation (SPEC 13): the rows of an encrypted column that are not yet under
+the key that encrypts, read in keyset batches, and their new text written back only where the row
+still holds what was read, so a value the agent wrote meanwhile is never overwritten.
+
+Rows under a subject's data key (key ids ``s-…``) are never rotated: a new master key re-wraps
+the data key instead, in the key store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from clawmem.crypto.envelope import like_pattern
+from clawmem.sql.engine import write_transaction
+from clawmem.sql.schema import tables
+
+# The encrypted columns of each table, in the order a row's texts are held.
+ROTATED = {
+    "conversations": ("title", "metadata"),
+    "messages": ("content", "tool_input"),
+    "memory": ("value", "metadata"),
+}
+DATA_KEY_PATTERN = "cm1$s-%"  # sealed under a subject's data key (see clawmem.crypto.keystore)
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """One row as stored: where it lives, whose it is (a user id, for the key store), and the
+    text of each encrypted column (``None`` for NULL)."""
+
+    table: str
+    row_id: str
+    texts: tuple[str | None, ...]
+    user_id: str | None = None
+    namespace: str | None = None
+    key: str | None = None
+
+
+def _table(prefix: str, name: str) -> sa.Table:
+    return getattr(tables(prefix), name)
+
+
+def _behind(column: sa.Column[str], primary: str) -> sa.ColumnElement[bool]:
+    # A value not yet under the key that encrypts: plaintext, or sealed under another master key.
+    return sa.and_(
+        column.is_not(None),
+        sa.not_(column.like(like_pattern(primary), escape="\\")),
+        sa.not_(column.like(DATA_KEY_PATTERN)),
+    )
+
+
+def _needs_rotation(table: sa.Table, name: str, primary: str) -> sa.ColumnElement[bool]:
+    return sa.or_(*(_behind(table.c[column], primary) for column in ROTATED[name]))
+
+
+def count_behind(conn: Connection, prefix: str, name: str, primary: str) -> int:
+    """Return how many rows of table ``name`` hold a value not under the key id ``primary``."""
+    table = _table(prefix, name)
+    where = _needs_rotation(table, name, primary)
+    return int(conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar() or 0)
+
+
+def rows_behind(
+    conn: Connection, prefix: str, name: str, primary: str, after: str, limit: int
+) -> list[StoredRow]:
+    """Return up to ``limit`` rows of table ``name`` with an id above ``after`` that hold a value
+    not under ``primary``, by id (a message with its conversation's user id)."""
+    table = _table(prefix, name)
+    texts = [table.c[column] for column in ROTATED[name]]
+    where = sa.and_(table.c.id > after, _needs_rotation(table, name, primary))
+    if name == "memory":
+        query = sa.select(table.c.id, *texts, table.c.namespace, table.c.lookup_key)
+    elif name == "messages":
+        conversations = _table(prefix, "conversations")
+        query = sa.select(table.c.id, *texts, conversations.c.user_id).select_from(
+            table.outerjoin(conversations, conversations.c.id == table.c.conversation_id)
+        )
+    else:
+        query = sa.select(table.c.id, *texts, table.c.user_id)
+    found = []
+    for row in conn.execute(query.where(where).order_by(table.c.id).limit(limit)):
+        values = tuple(row[1 : 1 + len(texts)])
+        rest = row[1 + len(texts) :]
+        if name == "memory":
+            found.append(StoredRow(name, row[0], values, namespace=rest[0], key=rest[1]))
+        else:
+            found.append(StoredRow(name, row[0], values, user_id=rest[0] or None))
+    return found
+
+
+def write_rotated(
+    engine: Engine, prefix: str, name: str, changes: Sequence[tuple[StoredRow, tuple[str | None, ...]]]
+) -> int:
+    """Write each row's new texts in one transaction, only where the row still holds the texts it
+    was read with; return how many rows changed (the others were written meanwhile)."""
+    if not changes:
+        return 0
+    table = _table(prefix, name)
+    columns = ROTATED[name]
+    statement = (
+        sa.update(table)
+        .where(
+            table.c.id == sa.bindparam("row_id"),
+            *(table.c[column].is_not_distinct_from(sa.bindparam(f"old_{column}")) for column in columns),
+        )
+        .values({column: sa.bindparam(f"new_{column}") for column in columns})
+    )
+    parameters = []
+    for row, new in changes:
+        values: dict[str, str | None] = {"row_id": row.row_id}
+        for column, old_text, new_text in zip(columns, row.texts, new, strict=True):
+            values[f"old_{column}"] = old_text
+            values[f"new_{column}"] = new_text
+        parameters.append(values)
+    with write_transaction(engine) as conn:
+        result = conn.execute(statement, parameters)
+    return max(0, result.rowcount or 0)
