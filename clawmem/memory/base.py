@@ -137,6 +137,9 @@ class BaseMemory(SearchableMemory):
     backend_errors: tuple[type[BaseException], ...] = (OSError,)
     # How values become stored text: plain JSON until :meth:`use_cipher` (SPEC 13).
     values: StoredValues = StoredValues()
+    # Whether the driver keeps values at rest (a database, Redis, files), so they are sealed
+    # when keys are set; the in-process array driver keeps nothing beyond the process.
+    at_rest = True
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         self.clock = clock
