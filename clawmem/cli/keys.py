@@ -180,7 +180,7 @@ def rotate(entry: AuditEntry, batch_size: int, dry_run: bool) -> None:
         entry.counts = plan
         click.echo(f"would re-encrypt under {cipher.primary_id}: {summary} (dry run: nothing changed)")
         return
-    entry.counts = dict.fromkeys(plan, 0)
+    entry.counts = {}  # filled batch by batch, so a failed run records what it committed
     previous = entry.start(plan)
     if previous is not None:
         click.echo(previous.sentence())
@@ -198,8 +198,12 @@ def rotate(entry: AuditEntry, batch_size: int, dry_run: bool) -> None:
         if bar is not None:
             bar.update(batch.rows + batch.skipped)
         else:
-            what = "subject key" if batch.table == rotation.SUBJECT_KEYS else f"row of {batch.table}"
-            click.echo(f"batch {entry.batches}: re-encrypted {plural(batch.rows, what)} ({done} of {total})")
+            what = (
+                plural(batch.rows, "subject key")
+                if batch.table == rotation.SUBJECT_KEYS
+                else f"{plural(batch.rows, 'row')} of {batch.table}"
+            )
+            click.echo(f"batch {entry.batches}: re-encrypted {what} ({done} of {total})")
         if batch.skipped:
             click.echo(f"  {plural(batch.skipped, 'row')} written meanwhile by the agent: left as written")
 
