@@ -9,6 +9,7 @@ Every statement lives in :mod:`clawmem.sql.conversations`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -211,6 +212,24 @@ class ConversationLog:
 
     def _messages(self, messages: Iterable[StoredMessage], raising: bool = False) -> list[StoredMessage]:
         return [self._message(message, raising) for message in messages]
+
+    def opened(self, conversation: Conversation) -> Conversation:
+        """Return a conversation read as stored (an export's, see :mod:`clawmem.erasure`) with
+        its sealed columns opened; what cannot be opened is marked unreadable, never dropped."""
+        parts = [conversation.title, conversation.metadata]
+        parts += [part for message in conversation.messages for part in (message.content, message.tool_input)]
+        if not sealing.needs_opening(self.cipher, *parts):
+            return conversation
+        names = ("id", "title", "metadata", "unreadable")
+        fields = {name: getattr(conversation, name) for name in names}
+        fields = sealing.open_fields(self.cipher, self.prefix, fields)
+        return dataclasses.replace(
+            conversation,
+            title=fields["title"],
+            metadata=fields["metadata"],
+            unreadable=fields["unreadable"],
+            messages=tuple(self._messages(conversation.messages)),
+        )
 
     def _fields(self, row: Any, raising: bool = False) -> dict[str, Any]:
         return sealing.open_fields(self.cipher, self.prefix, sql.conversation_fields(row), raising)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
+import sqlalchemy as sa
+
 from clawmem.deletion import Deleted, OnBatch, delete_conversations
 from clawmem.keystores import cipher_for, keystore_of, subject_of_user
 from clawmem.memory.base import contains_text
@@ -27,6 +29,7 @@ from clawmem.sql.conversations import Conversation
 from clawmem.sql.engine import after_erasure
 from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.retention import count_conversations, iter_conversation_ids
+from clawmem.sql.schema import tables
 from clawmem.sql.subjects import conversations_where, iter_conversations
 from clawmem.subjects import (
     Subject,
@@ -86,9 +89,34 @@ class SubjectPlan:
 
 
 def _subject_where(site: Site, subject: Subject) -> Any:
+    if subject.match is not None and site.conversations.encrypted:
+        return _matched_by_scan(site, subject.match)
     return conversations_where(
         site.prefix, user_id=subject.user_id, conversation_id=subject.conversation_id, match=subject.match
     )
+
+
+def _matched_by_scan(site: Site, text: str) -> Any:
+    # Sealed columns cannot be matched in SQL: every conversation is opened and searched here,
+    # so an export or erasure by text stays complete (never bounded, unlike a dashboard search).
+    every = iter_conversations(site.engine, site.prefix, sa.true(), shape=site.conversations.shape)
+    log = site.conversations
+    found = [conversation.id for conversation in every if _holds(log.opened(conversation), text)]
+    return tables(site.prefix).conversations.c.id.in_(found)
+
+
+def _holds(conversation: Conversation, text: str) -> bool:
+    """Return whether a conversation's title, user id, metadata or any message holds ``text``."""
+    parts: list[Any] = [conversation.title, conversation.user_id, conversation.metadata]
+    for message in conversation.messages:
+        parts += [message.content, message.tool_name, message.tool_input]
+    for part in parts:
+        if part is None:
+            continue
+        shown = part if isinstance(part, str) else json.dumps(part, ensure_ascii=False)
+        if text in shown or (not isinstance(part, str) and text in json.dumps(part)):
+            return True
+    return False
 
 
 def own_namespace(site: Site, subject: Subject) -> str | None:
@@ -101,9 +129,9 @@ def own_namespace(site: Site, subject: Subject) -> str | None:
 def subject_conversations(site: Site, subject: Subject) -> Iterator[Conversation]:
     """Yield the subject's conversations, oldest first, each with all its messages (summaries
     and recall records included), one page at a time."""
-    return iter_conversations(
-        site.engine, site.prefix, _subject_where(site, subject), shape=site.conversations.shape
-    )
+    where = _subject_where(site, subject)
+    found = iter_conversations(site.engine, site.prefix, where, shape=site.conversations.shape)
+    return (site.conversations.opened(conversation) for conversation in found)
 
 
 def subject_entries(site: Site, subject: Subject) -> list[MemoryRow]:
