@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -82,7 +83,7 @@ def rows_behind(
     else:
         query = sa.select(table.c.id, *texts, table.c.user_id)
     found = []
-    for row in conn.execute(query.where(where).order_by(table.c.id).limit(limit)):
+    for row in conn.execute(query.where(where).order_by(table.c.id).limit(limit)).all():
         values = tuple(row[1 : 1 + len(texts)])
         rest = row[1 + len(texts) :]
         if name == "memory":
@@ -117,5 +118,13 @@ def write_rotated(
             values[f"new_{column}"] = new_text
         parameters.append(values)
     with write_transaction(engine) as conn:
-        result = conn.execute(statement, parameters)
+        # Compiled once and handed to the driver as is: a batch is thousands of plain strings,
+        # and SQLAlchemy's per-row parameter processing would cost more than the encryption.
+        compiled = statement.compile(dialect=conn.dialect)
+        if compiled.positional:
+            order = compiled.positiontup or []
+            batch: list[Any] = [tuple(values[name] for name in order) for values in parameters]
+        else:
+            batch = parameters
+        result = conn.exec_driver_sql(str(compiled), batch)
     return max(0, result.rowcount or 0)
