@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from clawmem.crypto import Cipher, Context
+from clawmem.crypto import Cipher, Context, key_id_of
 from clawmem.errors import ConfigError, Undecryptable
 from clawmem.keystores import cipher_for, keystore_of
 from clawmem.settings import Settings
@@ -67,6 +68,40 @@ def rotation_cipher(settings: Settings) -> Cipher:
     return Cipher(site_cipher.keyring, site_cipher.key_source, strict=False)
 
 
+def _behind(text: str, primary: str) -> bool:
+    # Plaintext, or sealed under a master key other than the first; a subject's data key is
+    # re-wrapped instead, and its rows never move.
+    key_id = key_id_of(text)
+    return key_id != primary and not (key_id or "").startswith("s-")
+
+
+def _stored_driver(site: Site) -> Any:
+    """Return the site's memory driver when it keeps entries outside the SQL tables and can list
+    them as stored (Redis, files); ``None`` for the sql driver and for drivers that keep nothing."""
+    if site.settings.memory_driver == "sql":
+        return None
+    driver = site.driver
+    return driver if hasattr(driver, "stored_texts") and getattr(driver, "at_rest", False) else None
+
+
+def memory_key_counts(site: Site) -> tuple[dict[str, int], int] | None:
+    """Return the entries of a Redis or file memory per key id and the plaintext ones, by a scan
+    of every namespace (expired entries included); ``None`` for the sql driver (counted by SQL)."""
+    driver = _stored_driver(site)
+    if driver is None:
+        return None
+    per_key: dict[str, int] = {}
+    plaintext = 0
+    for namespace in driver.namespaces():
+        for _, text, _ in driver.stored_texts(namespace):
+            key_id = key_id_of(text)
+            if key_id is None:
+                plaintext += 1
+            else:
+                per_key[key_id] = per_key.get(key_id, 0) + 1
+    return per_key, plaintext
+
+
 def rotation_plan(site: Site, cipher: Cipher) -> dict[str, int]:
     """Return what a rotation would do now: rows per table not under the first key (plaintext
     included), and subject keys wrapped by another master key."""
@@ -78,6 +113,13 @@ def rotation_plan(site: Site, cipher: Cipher) -> dict[str, int]:
                 if name == "memory" and site.settings.memory_driver != "sql":
                     continue
                 plan[name] = sql.count_behind(conn, site.prefix, name, primary)
+    driver = _stored_driver(site)
+    if driver is not None:
+        plan["memory"] = sum(
+            _behind(text, primary)
+            for namespace in driver.namespaces()
+            for _, text, _ in driver.stored_texts(namespace)
+        )
     keystore = keystore_of(cipher)
     if keystore is not None:
         plan[SUBJECT_KEYS] = sum(count for master, count in keystore.counts().items() if master != primary)
@@ -133,6 +175,28 @@ def _table_batches(
             yield RotationBatch(name, written, len(changes) - written)
 
 
+def _driver_batches(site: Site, cipher: Cipher, batch_size: int, rotated: Rotated) -> Iterator[RotationBatch]:
+    # Redis and files: each namespace's entries as stored, written back where unchanged.
+    driver = _stored_driver(site)
+    if driver is None:
+        return
+    primary = cipher.primary_id or ""
+    for namespace in driver.namespaces():
+        subject = subject_of_namespace(namespace, site.settings.subject_namespace)
+        behind = [entry for entry in driver.stored_texts(namespace) if _behind(entry[1], primary)]
+        for start in range(0, len(behind), batch_size):
+            changes = []
+            for key, text, raw in behind[start : start + batch_size]:
+                context = Context.entry(site.prefix, namespace, key, "value")
+                try:
+                    changes.append((key, raw, cipher.seal(cipher.open(text, context), context, subject)))
+                except Undecryptable as exc:
+                    rotated.undecryptable.append(str(exc))
+            written = driver.replace_texts(namespace, changes)
+            if changes:
+                yield RotationBatch("memory", written, len(changes) - written)
+
+
 def rotate(
     site: Site,
     batch_size: int = 1000,
@@ -167,6 +231,8 @@ def rotate(
                 continue
             for batch in _table_batches(site, cipher, name, batch_size, rotated):
                 committed(batch)
+    for batch in _driver_batches(site, cipher, batch_size, rotated):
+        committed(batch)
     keystore = keystore_of(cipher)
     if keystore is not None:
         for rewrapped in keystore.rewrap(batch_size):

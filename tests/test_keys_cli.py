@@ -356,3 +356,66 @@ def test_a_rotation_killed_midway_is_carried_on_and_the_old_key_can_go(
             )
     finally:
         drop_tables(old_site.engine, prefix)
+
+
+# -- Redis and file memory -------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["file", "redis"])
+def driver_sites(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> Iterator[Any]:
+    """Sites whose memory is in files or Redis (conversations on SQLite), by key list."""
+    values: dict[str, Any] = {"memory_driver": request.param, "file_dir": str(tmp_path / "memory")}
+    if request.param == "redis":
+        from tests.conftest import backend_url
+
+        values["redis_url"] = backend_url("redis")
+    engine = create_engine(sql_url("sqlite", tmp_path))
+    create_tables(engine, prefix)
+    yield lambda keys="": site_of(tmp_path, prefix, keys=keys, **values)
+    if request.param == "redis":
+        import redis
+
+        client = redis.Redis.from_url(values["redis_url"])
+        for key in client.scan_iter(match=f"{prefix}phpclaw:*"):
+            client.delete(key)
+    drop_tables(engine, prefix)
+    engine.dispose()
+
+
+def test_rotation_reaches_redis_and_file_memory_and_keeps_expiry(driver_sites: Any) -> None:
+    plain = driver_sites()
+    for n in range(3):
+        plain.memory.set(f"plain-{n}", {"n": n}, "default")
+    old = driver_sites(OLD)
+    for n in range(4):
+        old.memory.set(f"old-{n}", f"old value {n}", "user:cust-9" if n % 2 else "default")
+    old.memory.set("expiring", "soon", "default", ttl=3600)
+    rotating = driver_sites(f"{NEW},{OLD}")
+    memory_row = [
+        row
+        for row in json.loads(cli(rotating, "keys", "status", "--json").output)["tables"]
+        if "memory" in row["table"] and row["table"].endswith("memory")
+    ]
+    assert memory_row[0]["rows_per_key_id"] == {"old1": 5} and memory_row[0]["plaintext_rows"] == 3
+    assert "8 rows of memory" in cli(rotating, "keys", "rotate", "--dry-run").output
+
+    done = cli(rotating, "keys", "rotate", "--batch-size", "2")
+    assert done.exit_code == 0, done.output
+    assert "8 memory" in done.output
+    after = [
+        row
+        for row in json.loads(cli(rotating, "keys", "status", "--json").output)["tables"]
+        if row["table"].endswith("memory")
+    ]
+    assert after[0]["rows_per_key_id"] == {"new2": 8} and after[0]["plaintext_rows"] == 0
+
+    alone = driver_sites(NEW)
+    assert [alone.memory.get(f"plain-{n}", "default") for n in range(3)] == [{"n": n} for n in range(3)]
+    assert alone.memory.get("old-1", "user:cust-9") == "old value 1"
+    assert alone.memory.get("old-2", "default") == "old value 2"
+    entry = alone.driver.entry("default", "expiring")
+    assert entry.value == "soon" and entry.expires_at == old.driver.entry("default", "expiring").expires_at
+    if alone.settings.memory_driver == "redis":
+        ttl = alone.driver.client.ttl(alone.driver.entry_key("expiring", "default"))
+        assert 0 < ttl <= 3600
+    no_key_in(done.output)

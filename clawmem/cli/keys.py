@@ -78,6 +78,17 @@ def _status(site: Any) -> dict[str, Any]:
                     "plaintext_rows": column.plaintext,
                 }
             )
+    scanned = rotation.memory_key_counts(site)
+    if scanned is not None:  # Redis or files: a scan of every namespace, expired entries included
+        per_key, plaintext = scanned
+        document["tables"].append(
+            {
+                "table": f"{site.settings.memory_driver} memory",
+                "column": "value",
+                "rows_per_key_id": dict(sorted(per_key.items())),
+                "plaintext_rows": plaintext,
+            }
+        )
     keystore = keystore_of(cipher)
     if keystore is not None:
         document["key_store"] = {"where": keystore.where, "subject_keys_per_master_key_id": keystore.counts()}
@@ -123,7 +134,8 @@ def status(as_json: bool) -> None:
         if subject_rows:
             parts.append(f"{plural(subject_rows, 'row')} under subjects' data keys")
         parts.append(f"{plural(row['plaintext_rows'], 'plaintext row')}")
-        click.echo(f"{row['table']}.{row['column']}: " + ", ".join(parts))
+        place = f"{row['table']}.{row['column']}" if " " not in row["table"] else f"{row['table']} values"
+        click.echo(f"{place}: " + ", ".join(parts))
     if not document["tables"]:
         click.echo(f"no tables with prefix {site.prefix!r} yet")
     if "key_store" in document:
