@@ -13,6 +13,7 @@ import dataclasses
 import re
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +22,8 @@ from sqlalchemy.engine import Engine
 
 from clawmem import events
 from clawmem.clock import Clock, utc_datetime
-from clawmem.crypto import PLAIN, Cipher
-from clawmem.errors import ConfigError, InvalidKey
+from clawmem.crypto import PLAIN, Cipher, Context
+from clawmem.errors import ConfigError, InvalidKey, Undecryptable
 from clawmem.keystores import cipher_for
 from clawmem.paging import Page, check_limit, moment_key, page_of
 from clawmem.php import json_encode as php_json_encode
@@ -53,6 +54,10 @@ _WORDPRESS_USER = re.compile(r"[0-9]{1,20}")
 DEFAULT_CONVERSATION_NAMESPACE = "default"
 _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
+
+# How many of the newest conversations (titles) and messages a search of sealed text decrypts
+# and scans: SQL cannot match text it cannot read. Export and erasure scan everything instead.
+SCAN_LIMIT = 10_000
 
 ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
 Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input, metadata
@@ -166,6 +171,18 @@ def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMes
     return page_of(rows, limit, lambda m: [moment_key(m.created_at, m.raw_created_at), m.id])
 
 
+@dataclass(frozen=True)
+class TextScan:
+    """What a search of sealed text found and how far it looked: the matching conversations
+    with the start of their newest matching message (``None`` when only the title matched),
+    how many titles and messages were decrypted, and whether that was every one of them."""
+
+    matches: dict[str, str | None]
+    conversations_read: int
+    messages_read: int
+    complete: bool
+
+
 class ConversationLog:
     """The conversations and messages tables of one site (``prefix``), for writing and reading.
 
@@ -201,6 +218,7 @@ class ConversationLog:
             raise ConfigError(refuse_phpclaw_encryption())
         # Seals titles, metadata, contents and tool input (SPEC 13); PLAIN seals nothing.
         self.cipher = cipher
+        self._last_scan: tuple[Any, TextScan] | None = None
 
     @property
     def encrypted(self) -> bool:
@@ -497,7 +515,7 @@ class ConversationLog:
         """
         check_limit(limit)
         sql.check_sort(sort)
-        filters = self._filters(user_id, namespace, since, until, query)
+        filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with self.engine.connect() as conn:
             found = sql.summaries(
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
@@ -520,9 +538,53 @@ class ConversationLog:
         or ``at_most`` when there are at least that many."""
         if at_most is not None:
             check_limit(at_most, 1_000_000)
-        filters = self._filters(user_id, namespace, since, until, query)
+        filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with self.engine.connect() as conn:
             return sql.count_summaries(conn, self.prefix, at_most, **filters)
+
+    def _scanned_filters(self, filters: dict[str, Any]) -> dict[str, Any]:
+        # Sealed titles and contents cannot be matched in SQL: the text search becomes the ids
+        # a bounded scan of the decrypted newest rows found (see :meth:`scan`).
+        if not self.encrypted or not filters.get("query"):
+            return filters
+        found = self.scan(filters["query"], **{k: v for k, v in filters.items() if k != "query"})
+        return {**filters, "query": None, "conversation_ids": list(found.matches)}
+
+    def scan(self, query: str, limit: int = SCAN_LIMIT, **filters: Any) -> TextScan:
+        """Return which conversations passing ``filters`` hold ``query`` (case-insensitive) in
+        their title or a message, decrypting the newest ``limit`` titles and messages: the
+        search of an encrypted site, bounded, saying how far it looked. The last scan is kept,
+        so a page's list, count and snippets cost one scan."""
+        # Kept for a moment only (one page's list, count and snippets), so a later search sees
+        # what was written since.
+        memo = (query, limit, tuple(sorted(filters.items(), key=lambda item: item[0])), int(time.monotonic()))
+        if self._last_scan is not None and self._last_scan[0] == memo:
+            return self._last_scan[1]
+        needle = query.casefold()
+        with self.engine.connect() as conn:
+            titles, contents = sql.scan_candidates(conn, self.prefix, limit + 1, **filters)
+        complete = len(titles) <= limit and len(contents) <= limit
+        titles, contents = titles[:limit], contents[:limit]
+        matches: dict[str, str | None] = {}
+        for conversation_id, message_id, content in reversed(contents):  # oldest first: the first match wins
+            text = self._opened_text(sealing.MESSAGES, message_id, "content", content)
+            if text is not None and needle in text.casefold() and matches.get(conversation_id) is None:
+                matches[conversation_id] = text
+        for conversation_id, title in titles:
+            text = self._opened_text(sealing.CONVERSATIONS, conversation_id, "title", title)
+            if text is not None and needle in text.casefold():
+                matches.setdefault(conversation_id, None)
+        found = TextScan(matches, len(titles), len(contents), complete)
+        self._last_scan = (memo, found)
+        return found
+
+    def _opened_text(self, table: str, row_id: str, column: str, text: Any) -> str | None:
+        if text is None:
+            return None
+        try:
+            return self.cipher.open(str(text), Context.row(self.prefix, table, row_id, column))
+        except Undecryptable:
+            return None  # an unreadable row matches nothing; its page marks it
 
     @staticmethod
     def _filters(
@@ -541,6 +603,13 @@ class ConversationLog:
     ) -> dict[str, str]:
         """Return, by conversation id, the start (``max_chars`` characters) of the first message
         of each of ``conversation_ids`` whose content holds ``query`` as :meth:`list` matches it."""
+        if self.encrypted and self._last_scan is not None and self._last_scan[0][0] == query:
+            matches = self._last_scan[1].matches
+            return {
+                conversation_id: (matches[conversation_id] or "")[:max_chars]
+                for conversation_id in conversation_ids
+                if matches.get(conversation_id) is not None
+            }
         with self.engine.connect() as conn:
             return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 

@@ -132,6 +132,12 @@ def command_environment(program: tuple[str, ...] | None = None) -> tuple[str, ..
     return tuple(words)
 
 
+def key_problem() -> str | None:
+    """Return what the start-up check of the encryption keys found wrong on the current site (a
+    row the configured keys cannot open, named by table, row and key id), or ``None``."""
+    return current_app.extensions.get("clawmem.key_problems", {}).get(site().prefix)
+
+
 def clock() -> Clock:
     """Return the app's clock (``time.time`` unless a test replaced ``app.extensions["clawmem.clock"]``)."""
     return current_app.extensions.get("clawmem.clock", time.time)

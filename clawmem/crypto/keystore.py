@@ -7,9 +7,10 @@ keyring, with associated data that binds the wrapping to the site, the subject's
 key's id and the master key's id, so a wrapped key copied to another subject does not unwrap. Any
 key of the keyring unwraps what it wrapped, so a rotation can re-wrap under the new master key.
 
-The key store holds a subject as a hash of the site and the user id, never as the user id. It lives in a SQL database (table ``{prefix}clawmem_subject_keys``, see
-:mod:`clawmem.sql.keystore`) or a Redis (two hashes under ``clawmem:keystore:{prefix}``), and
-never in the database that holds the three tables: a backup of that would hold the keys too.
+The key store holds a subject as a hash of the site and the user id, never as the user id. It
+lives in a SQL database (table ``{prefix}clawmem_subject_keys``, see :mod:`clawmem.sql.keystore`)
+or a Redis (two hashes under ``clawmem:keystore:{prefix}``), and never in the database that holds
+the three tables: a backup of that would hold the keys too.
 """
 
 from __future__ import annotations

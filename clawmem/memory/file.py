@@ -318,7 +318,9 @@ class FileMemory(FeedingMemory):
             if isinstance(value, _Unreadable):
                 size = len(entry.get("sealed") or "")
                 expires_at = entry["expires_at"]
-                rows.append(MemoryRow(namespace, key, None, expires_at, size, unreadable=value.reason))
+                rows.append(
+                    MemoryRow(namespace, key, None, expires_at, size, unreadable=value.reason, raw_value=True)
+                )
             else:
                 rows.append(MemoryRow(namespace, key, value, entry["expires_at"], _stored_bytes(value)))
         return rows
@@ -479,6 +481,11 @@ class FileMemory(FeedingMemory):
         return changed
 
 
+def _stored_text(entry: dict[str, Any]) -> str:
+    sealed = entry.get("sealed")
+    return sealed if isinstance(sealed, str) else json.dumps(entry["value"], ensure_ascii=False)
+
+
 # -- one site's directory as a whole (uninstall --files) -------------------------------------
 
 
@@ -487,11 +494,6 @@ class _Unreadable:
     """What an entry that cannot be decrypted reads as inside the driver: never a value."""
 
     reason: str
-
-
-def _stored_text(entry: dict[str, Any]) -> str:
-    sealed = entry.get("sealed")
-    return sealed if isinstance(sealed, str) else json.dumps(entry["value"], ensure_ascii=False)
 
 
 def _is_store_file(name: str) -> bool:

@@ -61,6 +61,7 @@ class SqlMemory(FeedingMemory):
         self._deleted = LocalDeletions()
         self._watch_lock = threading.Lock()
         self._watch: Any = None  # SQLite: a connection of its own, to read data_version
+        self._last_scan: Any = None
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
@@ -199,6 +200,11 @@ class SqlMemory(FeedingMemory):
         """Return the rows among the newest :data:`SCAN_LIMIT` of ``namespace`` (passing
         ``state``) whose key or decrypted value holds ``query`` (case-insensitive), how many rows
         were read, and whether that was all of them: sealed values cannot be matched in SQL."""
+        # Kept for a moment only (one page's list, count and scope), so a later search sees
+        # what was written since.
+        memo = (namespace, state, query, int(time.monotonic()))
+        if self._last_scan is not None and self._last_scan[0] == memo:
+            return self._last_scan[1]
         rows = self._read(
             "entries", kv.newest_rows, namespace, self._now(), SCAN_LIMIT + 1, state=state, values=self.values
         )
@@ -212,6 +218,7 @@ class SqlMemory(FeedingMemory):
             and passes_filter(state, row.expires_at, self._now())
             and (needle in row.key.casefold() or needle in _json(row.value).casefold())
         ]
+        self._last_scan = (memo, (found, len(rows), complete))
         return found, len(rows), complete
 
     def count_entries(

@@ -530,11 +530,14 @@ def _filtered(
     since: datetime | None = None,
     until: datetime | None = None,
     query: str | None = None,
+    conversation_ids: Sequence[str] | None = None,
 ) -> sa.Select[Any]:
     schema = tables(prefix)
     table, messages = schema.conversations, schema.messages
     if conversation_id is not None:
         select = select.where(table.c.id == conversation_id)
+    if conversation_ids is not None:
+        select = select.where(table.c.id.in_(list(conversation_ids)))
     if user_id is not None:
         select = select.where(equals_exactly(table.c.user_id, user_id))
     if namespace is not None:
@@ -659,6 +662,32 @@ def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, *
         found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
         select = sa.select(sa.func.count()).select_from(found)
     return int(conn.execute(select).scalar() or 0)
+
+
+def scan_candidates(
+    conn: Connection, prefix: str, limit: int, **filters: Any
+) -> tuple[list[tuple[str, Any]], list[tuple[str, str, Any]]]:
+    """Return what a search of sealed text decrypts: ``(id, title)`` of the newest ``limit``
+    conversations passing ``filters`` (by last activity) and ``(conversation id, message id,
+    content)`` of the newest ``limit`` of their messages (recall records left out), newest first."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    titles = conn.execute(
+        _filtered(sa.select(table.c.id, table.c.title), prefix, **filters)
+        .order_by(table.c.updated_at.desc(), table.c.id.desc())
+        .limit(limit)
+    ).all()
+    chosen = _filtered(sa.select(table.c.id), prefix, **filters)
+    contents = conn.execute(
+        sa.select(messages.c.conversation_id, messages.c.id, messages.c.content)
+        .where(messages.c.conversation_id.in_(chosen), messages.c.role != "recall")
+        .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+        .limit(limit)
+    ).all()
+    return (
+        [(as_text(row_id), title) for row_id, title in titles],
+        [(as_text(conversation), as_text(message), content) for conversation, message, content in contents],
+    )
 
 
 def first_matches(

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
 from clawmem.crypto.keystore import WrappedKey
 from clawmem.errors import KeyStoreError
@@ -154,16 +155,32 @@ class SqlKeyBackend:
     created when the first key is stored; reads of a store without the table find nothing.
     Database failures raise :class:`KeyStoreError` naming the store (password hidden)."""
 
-    def __init__(self, engine: Engine, prefix: str, where: str) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine | None, prefix: str, where: str, url: str = "") -> None:
+        self._engine = engine
+        self.url = url
         self.prefix = prefix
         self.where = where
         self._ready = False
 
     @classmethod
     def from_url(cls, url: str, prefix: str, where: str) -> SqlKeyBackend:
-        """Return the backend of the database at ``url`` (the process's shared engine)."""
-        return cls(engine_for(url), prefix, where)
+        """Return the backend of the database at ``url``; its engine (the process's shared one)
+        is made on first use, so opening a site creates no key store file."""
+        return cls(None, prefix, where, url)
+
+    @property
+    def engine(self) -> Engine:
+        """Return the key store's engine, made on first use."""
+        if self._engine is None:
+            self._engine = engine_for(self.url)
+        return self._engine
+
+    def _missing_file(self) -> bool:
+        # A SQLite key store that does not exist yet holds no key; reading it must not create it.
+        if self._engine is not None or not self.url:
+            return False
+        parsed = make_url(self.url)
+        return parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file()
 
     def _run(self, operation: str, action: Callable[[], _T]) -> _T:
         try:
@@ -172,7 +189,7 @@ class SqlKeyBackend:
             raise KeyStoreError(operation, f"{self.where}: {describe_error(exc)}") from None
 
     def _exists(self) -> bool:
-        if not self._ready:
+        if not self._ready and not self._missing_file():
             self._ready = self._run("read", lambda: key_table_exists(self.engine, self.prefix))
         return self._ready
 

@@ -156,12 +156,12 @@ def read_json(text: Any, column: str) -> tuple[Any, str | None]:
 def read_value(decode: Callable[[str], Any], text: Any, column: str = "value") -> tuple[Any, str | None]:
     """Return ``(decode(text), None)`` for a readable value column, else ``(raw text, reason)``:
     ``decode`` raised ``ValueError`` (or ran out of stack), or what it gave cannot be shown
-    safely (see :func:`problem_in`)."""
+    safely (see :func:`problem_in`). A value that cannot be decrypted is ``(None, reason)``."""
     raw = as_text(text) or ""
     try:
         value = decode(raw)
     except Undecryptable as exc:  # a missing or wrong key, or altered text: said, never guessed at
-        return raw, f"{column} cannot be decrypted ({exc.reason})"
+        return None, f"{column} cannot be decrypted ({exc.reason})"  # never the ciphertext as a value
     except (ValueError, RecursionError):
         return raw, f"{column} cannot be decoded"
     problem = problem_in(value, raw)

@@ -8,8 +8,8 @@ Each value is sealed for its site (table prefix), table, row id and column.
 The row mappers of :mod:`clawmem.sql.conversations` read sealed columns as they are stored
 (JSON columns as :class:`~clawmem.sql.lenient.Sealed`); the functions here open them. With
 ``raising`` a value that cannot be opened raises :class:`~clawmem.errors.Undecryptable` (one
-conversation read for a turn); without it the row comes back marked unreadable, keeping the
-stored text, as a list or an export shows another program's unreadable row.
+conversation read for a turn); without it the row comes back marked unreadable, the column
+read as ``None``, as a list or an export shows another program's unreadable row.
 """
 
 from __future__ import annotations
@@ -64,14 +64,16 @@ def seal_column(
 
 def _open_text(
     cipher: Cipher, context: Context, text: str, raising: bool, problems: list[str]
-) -> str:
+) -> str | None:
+    # What cannot be opened reads as None (a page shows "unreadable", never the ciphertext as
+    # if it were the text), with the reason; the stored row is left exactly as it is.
     try:
         return cipher.open(text, context)
     except Undecryptable as exc:
         if raising:
             raise
         problems.append(f"{context.column} cannot be decrypted ({exc.reason})")
-        return text
+        return None
 
 
 def _open_json(
@@ -86,8 +88,8 @@ def _open_json(
             _open_text(cipher, context, "", raising, problems)  # refuses plaintext: raises or says
         return value
     opened = _open_text(cipher, context, value, raising, problems)
-    if opened is value:
-        return value
+    if opened is None:
+        return None
     parsed, problem = read_json(opened, context.column)
     if problem:
         problems.append(problem)
