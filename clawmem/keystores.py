@@ -19,7 +19,14 @@ import time
 
 from clawmem.clock import Clock
 from clawmem.crypto import Cipher, Keyring
-from clawmem.crypto.keystore import KeyStore, check_keystore_url, is_redis_url, needs_keyring, redis_backend
+from clawmem.crypto.keystore import (
+    CachedKeys,
+    KeyStore,
+    check_keystore_url,
+    is_redis_url,
+    needs_keyring,
+    redis_backend,
+)
 from clawmem.errors import redact
 from clawmem.settings import Settings
 from clawmem.sql.keystore import SqlKeyBackend
@@ -54,6 +61,7 @@ def cipher_for(settings: Settings) -> Cipher:
 def keystore_of(cipher: Cipher) -> KeyStore | None:
     """Return the key store behind ``cipher``, or ``None`` when it has none."""
     source = cipher.key_source
+    source = source.store if isinstance(source, CachedKeys) else source
     return source if isinstance(source, KeyStore) else None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawmem.crypto import Cipher, Context, key_id_of
+from clawmem.crypto.keystore import CachedKeys
 from clawmem.errors import ConfigError, Undecryptable
 from clawmem.keystores import cipher_for, keystore_of
 from clawmem.settings import Settings
@@ -65,7 +66,8 @@ def rotation_cipher(settings: Settings) -> Cipher:
             "encryption is off: set CLAW_ENCRYPTION_KEYS (or CLAW_ENCRYPTION_KEY_FILE), the new key first, "
             "then run keys rotate"
         )
-    return Cipher(site_cipher.keyring, site_cipher.key_source, strict=False)
+    keystore = keystore_of(site_cipher)
+    return Cipher(site_cipher.keyring, None if keystore is None else CachedKeys(keystore), strict=False)
 
 
 def _behind(text: str, primary: str) -> bool:
@@ -73,6 +75,19 @@ def _behind(text: str, primary: str) -> bool:
     # re-wrapped instead, and its rows never move.
     key_id = key_id_of(text)
     return key_id != primary and not (key_id or "").startswith("s-")
+
+
+def _subjects(site: Site, cipher: Cipher) -> str | None:
+    # With a key store, subjects' rows belong under their data keys: the template that names them.
+    return site.settings.subject_namespace if keystore_of(cipher) is not None else None
+
+
+def _entry_behind(site: Site, cipher: Cipher, namespace: str, text: str) -> bool:
+    if _behind(text, cipher.primary_id or ""):
+        return True
+    keyed = keystore_of(cipher) is not None
+    subject = subject_of_namespace(namespace, site.settings.subject_namespace) if keyed else None
+    return subject is not None and not (key_id_of(text) or "").startswith("s-")
 
 
 def _stored_driver(site: Site) -> Any:
@@ -106,17 +121,18 @@ def rotation_plan(site: Site, cipher: Cipher) -> dict[str, int]:
     """Return what a rotation would do now: rows per table not under the first key (plaintext
     included), and subject keys wrapped by another master key."""
     primary = cipher.primary_id or ""
+    subjects = _subjects(site, cipher)
     plan = dict.fromkeys(TABLES, 0)
     if present_tables(site.engine, site.prefix):
         with site.engine.connect() as conn:
             for name in TABLES:
                 if name == "memory" and site.settings.memory_driver != "sql":
                     continue
-                plan[name] = sql.count_behind(conn, site.prefix, name, primary)
+                plan[name] = sql.count_behind(conn, site.prefix, name, primary, subjects)
     driver = _stored_driver(site)
     if driver is not None:
         plan["memory"] = sum(
-            _behind(text, primary)
+            _entry_behind(site, cipher, namespace, text)
             for namespace in driver.namespaces()
             for _, text, _ in driver.stored_texts(namespace)
         )
@@ -156,11 +172,12 @@ def _table_batches(
     site: Site, cipher: Cipher, name: str, batch_size: int, rotated: Rotated
 ) -> Iterator[RotationBatch]:
     primary = cipher.primary_id or ""
+    subjects = _subjects(site, cipher)
     columns = sql.ROTATED[name]
     after = ""
     while True:
         with site.engine.connect() as conn:
-            rows = sql.rows_behind(conn, site.prefix, name, primary, after, batch_size)
+            rows = sql.rows_behind(conn, site.prefix, name, primary, after, batch_size, subjects)
         if not rows:
             return
         after = rows[-1].row_id
@@ -180,10 +197,13 @@ def _driver_batches(site: Site, cipher: Cipher, batch_size: int, rotated: Rotate
     driver = _stored_driver(site)
     if driver is None:
         return
-    primary = cipher.primary_id or ""
     for namespace in driver.namespaces():
         subject = subject_of_namespace(namespace, site.settings.subject_namespace)
-        behind = [entry for entry in driver.stored_texts(namespace) if _behind(entry[1], primary)]
+        behind = [
+            entry
+            for entry in driver.stored_texts(namespace)
+            if _entry_behind(site, cipher, namespace, entry[1])
+        ]
         for start in range(0, len(behind), batch_size):
             changes = []
             for key, text, raw in behind[start : start + batch_size]:

@@ -198,3 +198,31 @@ def test_status_counts_subject_keys_per_master_key(world: dict[str, Any]) -> Non
     text = CliRunner().invoke(ClawGroup("clawmem", lambda: site), ["keys", "status"]).output
     assert "2 subject keys wrapped by site1" in text and "under subjects' data keys" in text
     assert KEYS.partition(":")[2] not in done.output + text
+
+
+def test_rotation_moves_rows_from_before_the_key_store_under_the_subjects_key(world: dict[str, Any]) -> None:
+    site: Site = world["site"]
+    before = Site(world["settings"].replace(keystore_url=""), FakeClock(1_800_000_000.0))
+    conversation = write_subject(before, GONE)
+    before.memory.set("policy", "30 days", "default")  # nobody's: stays under the site key
+    group = ClawGroup("clawmem", lambda: site)
+    dry = CliRunner().invoke(group, ["keys", "rotate", "--dry-run"])
+    assert "1 row of conversations, 2 rows of messages, 1 row of memory" in dry.output, dry.output
+    done = CliRunner().invoke(group, ["keys", "rotate"])
+    assert done.exit_code == 0 and "1 conversations, 2 messages, 1 memory" in done.output, done.output
+    schema = tables(site.prefix)
+    with site.engine.connect() as conn:
+        title = conn.execute(sa.select(schema.conversations.c.title)).scalar()
+        values = dict(conn.execute(sa.select(schema.memory.c.namespace, schema.memory.c.value)).all())
+    assert DATA_KEY_ID.fullmatch(key_id_of(title) or "") and DATA_KEY_ID.fullmatch(
+        key_id_of(values[f"user:{GONE}"]) or ""
+    )
+    assert key_id_of(values["default"]) == "site1"
+    again = CliRunner().invoke(group, ["keys", "rotate"])
+    assert "in 0 batches" in again.output, again.output
+    # And so the erasure now reaches a backup of them too.
+    restore = world["backup"]()
+    assert CliRunner().invoke(group, ["erase", "--user-id", GONE, "--yes"]).exit_code == 0
+    restore()
+    with pytest.raises(Undecryptable):
+        Site(world["settings"], FakeClock(1_800_000_200.0)).conversations.load(conversation)

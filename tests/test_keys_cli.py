@@ -419,3 +419,24 @@ def test_rotation_reaches_redis_and_file_memory_and_keeps_expiry(driver_sites: A
         ttl = alone.driver.client.ttl(alone.driver.entry_key("expiring", "default"))
         assert 0 < ttl <= 3600
     no_key_in(done.output)
+
+
+def test_the_keys_group_is_mounted_as_flask_claw_keys(tmp_path: Path, prefix: str) -> None:
+    from dashboard import create_app
+
+    app = create_app(
+        {
+            "TESTING": True,
+            "DATABASE_URL": sql_url("sqlite", tmp_path),
+            "TABLE_PREFIX": prefix,
+            "ENCRYPTION_KEYS": OLD,
+        },
+        instance_path=str(tmp_path / "instance"),
+    )
+    runner = app.test_cli_runner()
+    generated = runner.invoke(args=["claw", "keys", "generate", "--id", "k7"])
+    assert generated.exit_code == 0 and generated.output.startswith("k7:")
+    create_tables(create_engine(sql_url("sqlite", tmp_path)), prefix)
+    status = runner.invoke(args=["claw", "keys", "status"])
+    assert status.exit_code == 0 and "new values are sealed under old1" in status.output
+    no_key_in(status.output)

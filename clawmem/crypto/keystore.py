@@ -373,6 +373,31 @@ class KeyStore:
             yield Rewrapped(changed)
 
 
+class CachedKeys:
+    """A key store's keys remembered for one run, such as a rotation that seals thousands of a
+    few subjects' rows: each subject's key is looked up once. Never kept beyond the run, so an
+    erasure elsewhere is not outlived for long."""
+
+    def __init__(self, store: KeyStore) -> None:
+        self.store = store
+        self._subjects: dict[str, DataKey] = {}
+        self._ids: dict[str, bytes | None] = {}
+
+    def subject_key(self, subject: str) -> DataKey:
+        """Return :meth:`KeyStore.subject_key`, looked up once per subject."""
+        found = self._subjects.get(subject)
+        if found is None:
+            found = self._subjects[subject] = self.store.subject_key(subject)
+            self._ids[found.key_id] = found.secret
+        return found
+
+    def key_by_id(self, key_id: str) -> bytes | None:
+        """Return :meth:`KeyStore.key_by_id`, looked up once per key id."""
+        if key_id not in self._ids:
+            self._ids[key_id] = self.store.key_by_id(key_id)
+        return self._ids[key_id]
+
+
 # -- opening the key store of the settings ------------------------------------------------------
 
 

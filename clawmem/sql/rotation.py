@@ -54,25 +54,66 @@ def _behind(column: sa.Column[str], primary: str) -> sa.ColumnElement[bool]:
     )
 
 
-def _needs_rotation(table: sa.Table, name: str, primary: str) -> sa.ColumnElement[bool]:
-    return sa.or_(*(_behind(table.c[column], primary) for column in ROTATED[name]))
+def _like_literal(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def count_behind(conn: Connection, prefix: str, name: str, primary: str) -> int:
-    """Return how many rows of table ``name`` hold a value not under the key id ``primary``."""
+def _a_subjects(prefix: str, table: sa.Table, name: str, template: str) -> sa.ColumnElement[bool]:
+    # Rows that belong to a subject, whose data key seals them once a key store is set: a
+    # conversation with a user id, its messages, and entries of a subject namespace whose id
+    # can be read back (not one held there only as its hash, ".:…").
+    if name == "conversations":
+        return table.c.user_id != ""
+    if name == "messages":
+        conversations = _table(prefix, "conversations")
+        owned = sa.select(conversations.c.id).where(conversations.c.user_id != "")
+        return table.c.conversation_id.in_(owned)
+    head, _, tail = template.partition("{user_id}")
+    return sa.and_(
+        table.c.namespace.like(_like_literal(head) + "%" + _like_literal(tail), escape="\\"),
+        sa.not_(table.c.namespace.like(_like_literal(head + ".:") + "%", escape="\\")),
+    )
+
+
+def _needs_rotation(
+    prefix: str, table: sa.Table, name: str, primary: str, subjects: str | None
+) -> sa.ColumnElement[bool]:
+    behind = sa.or_(*(_behind(table.c[column], primary) for column in ROTATED[name]))
+    if subjects is None:
+        return behind
+    # With a key store, a subject's row still under a master key moves to the subject's data key.
+    unkeyed = sa.or_(
+        *(
+            sa.and_(table.c[column].is_not(None), sa.not_(table.c[column].like(DATA_KEY_PATTERN)))
+            for column in ROTATED[name]
+        )
+    )
+    return sa.or_(behind, sa.and_(_a_subjects(prefix, table, name, subjects), unkeyed))
+
+
+def count_behind(conn: Connection, prefix: str, name: str, primary: str, subjects: str | None = None) -> int:
+    """Return how many rows of table ``name`` hold a value not under the key id ``primary`` (and,
+    with ``subjects`` the subject namespace template of a site with a key store, a subject's
+    value not under a data key)."""
     table = _table(prefix, name)
-    where = _needs_rotation(table, name, primary)
+    where = _needs_rotation(prefix, table, name, primary, subjects)
     return int(conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar() or 0)
 
 
 def rows_behind(
-    conn: Connection, prefix: str, name: str, primary: str, after: str, limit: int
+    conn: Connection,
+    prefix: str,
+    name: str,
+    primary: str,
+    after: str,
+    limit: int,
+    subjects: str | None = None,
 ) -> list[StoredRow]:
-    """Return up to ``limit`` rows of table ``name`` with an id above ``after`` that hold a value
-    not under ``primary``, by id (a message with its conversation's user id)."""
+    """Return up to ``limit`` rows of table ``name`` with an id above ``after`` that
+    :func:`count_behind` counts, by id (a message with its conversation's user id)."""
     table = _table(prefix, name)
     texts = [table.c[column] for column in ROTATED[name]]
-    where = sa.and_(table.c.id > after, _needs_rotation(table, name, primary))
+    where = sa.and_(table.c.id > after, _needs_rotation(prefix, table, name, primary, subjects))
     if name == "memory":
         query = sa.select(table.c.id, *texts, table.c.namespace, table.c.lookup_key)
     elif name == "messages":
