@@ -229,7 +229,7 @@ class ConversationLog:
         return sealing.open_message(self.cipher, self.prefix, message, raising)
 
     def _messages(self, messages: Iterable[StoredMessage], raising: bool = False) -> list[StoredMessage]:
-        return [self._message(message, raising) for message in messages]
+        return sealing.open_messages(self.cipher, self.prefix, list(messages), raising)
 
     def opened(self, conversation: Conversation) -> Conversation:
         """Return a conversation read as stored (an export's, see :mod:`clawmem.erasure`) with

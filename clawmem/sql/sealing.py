@@ -18,7 +18,8 @@ import dataclasses
 import json
 from typing import Any
 
-from clawmem.crypto import Cipher, Context, is_sealed, largest_plaintext
+from clawmem.crypto import PREFIX, Cipher, Context, is_sealed, largest_plaintext
+from clawmem.crypto.cipher import row_data
 from clawmem.errors import Undecryptable, ValueTooLarge
 from clawmem.sql.lenient import Sealed, read_json, reasons
 
@@ -104,18 +105,64 @@ def needs_opening(cipher: Cipher, *texts: Any) -> bool:
 def open_message(cipher: Cipher, prefix: str, message: Any, raising: bool = False) -> Any:
     """Return a :class:`~clawmem.sql.conversations.StoredMessage` with its content and tool input
     opened (or, without ``raising``, marked unreadable where they cannot be)."""
-    if not needs_opening(cipher, message.content, message.tool_input):
-        return message
+    content, tool_input = message.content, message.tool_input
+    if not cipher.strict and not isinstance(tool_input, Sealed):
+        # The common case of a turn's history, kept cheap: a sealed content and nothing else.
+        if not is_sealed(content):
+            return message
+        try:
+            opened = cipher.open_sealed(
+                content,
+                row_data(prefix, MESSAGES, message.id, "content"),
+                lambda: Context.row(prefix, MESSAGES, message.id, "content").describe(),
+            )
+        except Undecryptable:
+            if raising:
+                raise
+        else:
+            return _with(message, content=opened)
     problems: list[str] = []
-    content = message.content
     if content is not None and (cipher.strict or is_sealed(content)):
         context = Context.row(prefix, MESSAGES, message.id, "content")
         content = _open_text(cipher, context, content, raising, problems)
     context = Context.row(prefix, MESSAGES, message.id, "tool_input")
-    tool_input = _open_json(cipher, context, message.tool_input, raising, problems)
-    return dataclasses.replace(
-        message, content=content, tool_input=tool_input, unreadable=reasons(message.unreadable, *problems)
-    )
+    tool_input = _open_json(cipher, context, tool_input, raising, problems)
+    unreadable = reasons(message.unreadable, *problems)
+    return _with(message, content=content, tool_input=tool_input, unreadable=unreadable)
+
+
+def open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: bool = False) -> list[Any]:
+    """Return :func:`open_message` of each of ``messages``, in order. A turn opens its whole
+    history here, so the common row (sealed content, no tool input) takes a short path."""
+    plain = not any(is_sealed(m.content) or isinstance(m.tool_input, Sealed) for m in messages)
+    if not cipher.enabled and not cipher.key_source and plain:
+        return messages
+    if cipher.strict:
+        return [open_message(cipher, prefix, message, raising) for message in messages]
+    opened = []
+    open_fast = cipher.fast_opener()
+    head = f"row|{len(prefix)}:{prefix}|{len(MESSAGES)}:{MESSAGES}|"
+    for message in messages:
+        content = message.content
+        if message.tool_input is None and content is not None and content.startswith(PREFIX):
+            row_id = message.id
+            associated = f"{head}{len(row_id)}:{row_id}|7:content".encode("utf-8", "surrogatepass")
+            text = open_fast(content, associated)
+            if text is not None:
+                copy = object.__new__(type(message))
+                copy.__dict__.update(message.__dict__)
+                copy.__dict__["content"] = text
+                opened.append(copy)
+                continue
+        opened.append(open_message(cipher, prefix, message, raising))  # names a failure, or marks it
+    return opened
+
+
+def _with(record: Any, **changes: Any) -> Any:
+    # dataclasses.replace, without its per-field walk: a turn opens a whole history of rows.
+    copy = object.__new__(type(record))
+    copy.__dict__.update(record.__dict__, **changes)
+    return copy
 
 
 def open_fields(cipher: Cipher, prefix: str, fields: dict[str, Any], raising: bool = False) -> dict[str, Any]:
