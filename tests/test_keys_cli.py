@@ -440,3 +440,12 @@ def test_the_keys_group_is_mounted_as_flask_claw_keys(tmp_path: Path, prefix: st
     status = runner.invoke(args=["claw", "keys", "status"])
     assert status.exit_code == 0 and "new values are sealed under old1" in status.output
     no_key_in(status.output)
+
+
+def test_a_key_store_in_the_tables_database_is_refused_in_one_line(sqlite_sites: Any) -> None:
+    site = sqlite_sites(OLD, keystore_url=sqlite_sites().settings.database_url)
+    for args in (["keys", "status"], ["keys", "rotate"], ["erase", "--user-id", "cust-1", "--yes"]):
+        done = cli(site, *args)
+        assert done.exit_code == 1, (args, done.output)
+        assert "CLAW_KEYSTORE_URL names the database of CLAW_DATABASE_URL" in done.output
+        assert "Traceback" not in done.output and len(done.output.strip().splitlines()) == 1
