@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from clawmem.clock import FakeClock
 from clawmem.crypto import Cipher, Context, Keyring, generate_key
 from clawmem.crypto.keystore import (
     DATA_KEY_ID,
+    KEY_CACHE_SECONDS,
     KeyStore,
     RedisKeyBackend,
     WrappedKey,
@@ -98,6 +100,20 @@ def test_erasing_the_key_leaves_the_subject_unreadable_and_others_readable(backe
         reader.open(gone, PLACE)
     assert "erase me" not in str(raised.value) and "messages row" in str(raised.value)
     assert reader.open(kept, PLACE) == "keep me"
+
+
+def test_another_process_stops_reading_an_erased_subject_once_its_keys_lapse(backend: Any) -> None:
+    keyring = Keyring.from_text(K1)
+    sealed = Cipher(keyring, store(backend)).seal("erase me", PLACE, "user:gone")
+    clock = FakeClock(1_000.0)
+    reader = Cipher(keyring, KeyStore(backend, keyring, site="wp_", clock=clock))
+    assert reader.open(sealed, PLACE) == "erase me"
+    store(backend).erase("user:gone")  # by another process
+    clock.advance(KEY_CACHE_SECONDS - 1)
+    assert reader.open(sealed, PLACE) == "erase me"  # the key it read lasts this long at most
+    clock.advance(2)
+    with pytest.raises(Undecryptable):
+        reader.open(sealed, PLACE)
 
 
 def test_a_wrapped_key_copied_to_another_subject_does_not_unwrap(backend: Any) -> None:

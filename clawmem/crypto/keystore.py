@@ -44,6 +44,9 @@ KEYSTORE_VARIABLE = "CLAW_KEYSTORE_URL"
 # so an envelope's key id always says which of the two it is.
 DATA_KEY_ID = re.compile(r"s-[0-9A-HJKMNP-TV-Z]{26}")
 _WRAP_FORMAT = "clawmem-subject-key/1"
+# How long a process keeps a data key it has read: a subject erased by another process stops
+# reading in this one at most this long after (the erasing process forgets it at once).
+KEY_CACHE_SECONDS = 30.0
 _NONCE_BYTES = 12
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", ""}
@@ -270,7 +273,8 @@ class KeyStore:
     :class:`clawmem.crypto.Cipher` (``subject_key`` / ``key_by_id``).
 
     A subject is a user id, as a conversation's ``user_id`` and a subject namespace name it.
-    Every failure of the store itself raises :class:`KeyStoreError`, never a key.
+    A key read is kept for :data:`KEY_CACHE_SECONDS` on ``clock``, and forgotten at once by
+    :meth:`erase`. Every failure of the store itself raises :class:`KeyStoreError`, never a key.
     """
 
     def __init__(
@@ -286,6 +290,15 @@ class KeyStore:
         self.keyring = keyring
         self.site = site
         self.clock = clock
+        self._by_subject: dict[str, tuple[float, DataKey]] = {}
+        self._by_id: dict[str, tuple[float, bytes]] = {}
+
+    def _remember(self, subject: str | None, key: DataKey) -> DataKey:
+        until = self.clock() + KEY_CACHE_SECONDS
+        if subject is not None:
+            self._by_subject[subject] = (until, key)
+        self._by_id[key.key_id] = (until, key.secret)
+        return key
 
     @property
     def where(self) -> str:
@@ -312,6 +325,9 @@ class KeyStore:
         Two processes making a subject's first key at once agree on one (the store keeps the
         first). Raises :class:`KeyStoreError`.
         """
+        held = self._by_subject.get(subject)
+        if held is not None and held[0] > self.clock():
+            return held[1]
         hashed = subject_hash(self.site, subject)
         found = self._guarded("read", lambda: self.backend.by_subject(hashed))
         if found is None:
@@ -322,8 +338,8 @@ class KeyStore:
             assert master is not None
             found = self._guarded("store", lambda: self.backend.add(wrap(self.site, draft, master, secret)))
             if found.key_id == draft.key_id:
-                return DataKey(found.key_id, secret)
-        return DataKey(found.key_id, unwrap(self.site, found, self.keyring))
+                return self._remember(subject, DataKey(found.key_id, secret))
+        return self._remember(subject, DataKey(found.key_id, unwrap(self.site, found, self.keyring)))
 
     def key_by_id(self, key_id: str) -> bytes | None:
         """Return the data key of ``key_id``, or ``None`` when the store does not hold it (it was
@@ -331,8 +347,13 @@ class KeyStore:
         is held but cannot be unwrapped."""
         if not DATA_KEY_ID.fullmatch(key_id):
             return None
+        held = self._by_id.get(key_id)
+        if held is not None and held[0] > self.clock():
+            return held[1]
         found = self._guarded("read", lambda: self.backend.by_id(key_id))
-        return None if found is None else unwrap(self.site, found, self.keyring)
+        if found is None:
+            return None
+        return self._remember(None, DataKey(key_id, unwrap(self.site, found, self.keyring))).secret
 
     def has_key(self, subject: str) -> bool:
         """Return whether ``subject`` has a data key in the store (reads only)."""
@@ -343,7 +364,11 @@ class KeyStore:
         """Delete ``subject``'s data key; return the ids deleted (none when it had none). Every
         row sealed under it, in this database and in every copy of it, is unreadable from now on."""
         hashed = subject_hash(self.site, subject)
-        return self._guarded("erase", lambda: self.backend.delete_subject(hashed))
+        erased = self._guarded("erase", lambda: self.backend.delete_subject(hashed))
+        self._by_subject.pop(subject, None)
+        for key_id in erased:
+            self._by_id.pop(key_id, None)
+        return erased
 
     def counts(self) -> dict[str, int]:
         """Return how many data keys each master key id wraps."""
