@@ -158,6 +158,17 @@ def test_reading_an_empty_sql_store_creates_no_table(tmp_path: Path) -> None:
     engine.dispose()
 
 
+def test_a_sqlite_key_store_that_does_not_exist_is_read_as_empty_and_made_on_first_key(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keys" / "keys.db"
+    keys = KeyStore(SqlKeyBackend.from_url(f"sqlite:///{path}", "", "keys.db"), Keyring.from_text(K1))
+    assert keys.counts() == {} and keys.key_by_id("s-" + "0" * 26) is None and not keys.has_key("cust-1")
+    assert not path.exists() and not path.parent.exists()
+    keys.subject_key("cust-1")
+    assert path.is_file() and (path.stat().st_mode & 0o077) == 0 and keys.counts() == {"k1": 1}
+
+
 def test_an_unreachable_store_is_a_key_store_error_without_the_password() -> None:
     import redis
 
