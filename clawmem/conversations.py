@@ -249,6 +249,12 @@ class ConversationLog:
             messages=tuple(self._messages(conversation.messages)),
         )
 
+    def _job_opener(self) -> Any:
+        # A job's messages are found by the job id in their metadata, sealed with the rest.
+        if not self.encrypted:
+            return None
+        return lambda messages: self._messages(messages, raising=True)
+
     def _fields(self, row: Any, raising: bool = False) -> dict[str, Any]:
         return sealing.open_fields(self.cipher, self.prefix, sql.conversation_fields(row), raising)
 
@@ -383,7 +389,8 @@ class ConversationLog:
                 elif job_id is not None and self.stores_metadata:
                     # The touch locked the conversation's row, so a second run of the job waits
                     # here; finding its turn stored, it rolls its touch back.
-                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+                    opener = self._job_opener()
+                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id, opener)
                     if stored:
                         raise _JobStored([message.id for message in stored])
                 written = records
@@ -475,7 +482,8 @@ class ConversationLog:
         if not self.stores_metadata:
             return []
         with self.engine.connect() as conn:
-            return self._messages(sql.messages_of_job(conn, self.prefix, conversation_id, job_id), True)
+            found = sql.messages_of_job(conn, self.prefix, conversation_id, job_id, self._job_opener())
+        return self._messages(found, raising=True)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""

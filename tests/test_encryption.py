@@ -34,7 +34,7 @@ from clawmem.site import Site
 from clawmem.sql.engine import create_engine, engine_for
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from clawmem.subjects import Subject
-from tests.conftest import sql_url
+from tests.conftest import backend_url, sql_url
 
 SECRET = "Zanzibar-Quokka-7731"  # distinctive: found in raw storage only if something leaked
 KEY_ONE = generate_key("k1")
@@ -379,3 +379,45 @@ def test_the_encryption_state_counts_rows_per_key_id(sqlite_site: Site, clock: F
     assert key_id_of(rotated.driver.values.seal("default", "x", '"y"')) == "k2"
     shown = repr(state) + repr(rotated.settings)
     assert KEY_ONE.partition(":")[2] not in shown and KEY_TWO.partition(":")[2] not in shown
+
+
+@pytest.mark.parametrize("driver", ["file", "redis"])
+def test_the_configured_file_and_redis_drivers_seal_what_they_store(
+    driver: str, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest
+) -> None:
+    more: dict[str, Any] = {"memory_driver": driver, "table_prefix": f"t{uuid.uuid4().hex[:8]}_"}
+    if driver == "redis":
+        client = request.getfixturevalue("redis_client")
+        more["redis_url"] = backend_url("redis")
+    settings = settings_for(tmp_path, **more)
+    site = Site(settings, clock)
+    try:
+        site.memory.set("fact", f"{SECRET} drinks tea", namespace="user:ada")
+        if driver == "file":
+            stored = b"".join(p.read_bytes() for p in Path(settings.file_dir).rglob("*") if p.is_file())
+        else:
+            keys = list(client.scan_iter(match=f"{settings.table_prefix}phpclaw:*"))
+            stored = b"".join([*keys, *(client.dump(key) or b"" for key in keys)])
+        assert SECRET.encode() not in stored and b"cm1$k1$" in stored
+        assert site.memory.get("fact", namespace="user:ada") == f"{SECRET} drinks tea"
+        assert Site(settings.replace(encryption_keys=""), clock).driver.records("user:ada")[0].unreadable
+    finally:
+        if driver == "redis":
+            for key in client.scan_iter(match=f"{settings.table_prefix}phpclaw:*"):
+                client.delete(key)
+
+
+def test_message_metadata_is_sealed_and_a_retried_job_still_stores_its_turn_once(
+    sqlite_site: Site,
+) -> None:
+    log = sqlite_site.conversations
+    turn = [
+        {"role": "user", "content": "hi", "metadata": {"job_id": "job-1", "agents_item": {"text": SECRET}}},
+        {"role": "assistant", "content": "hello", "metadata": {"job_id": "job-1"}},
+    ]
+    first = log.append("c1", turn, job_id="job-1")
+    again = log.append("c1", turn, job_id="job-1")  # the job ran twice: nothing new is stored
+    assert again == first and log.counts()["messages"] == 2
+    assert SECRET not in raw_rows(sqlite_site.engine, "") and "job-1" not in raw_rows(sqlite_site.engine, "")
+    assert [m.id for m in log.job_messages("c1", "job-1")] == first
+    assert log.load("c1").messages[0].metadata["agents_item"] == {"text": SECRET}

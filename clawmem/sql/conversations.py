@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 
+from clawmem.crypto.envelope import like_pattern as sealed_pattern
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
 from clawmem.paging import decode_moment, decode_sorted_cursor, decode_time_cursor, moment_key
@@ -180,8 +181,10 @@ def insert_messages(
     for message in messages:
         row_id = new_id()
         content, tool_input = message.content, json_text(message.tool_input)
+        metadata = json_text(message.metadata)
         if seal is not None:  # bound to the row id, which is why ids are made here first
             content, tool_input = seal(row_id, "content", content), seal(row_id, "tool_input", tool_input)
+            metadata = seal(row_id, "metadata", metadata)
         rows.append({
             "id": row_id,
             "conversation_id": conversation_id,
@@ -190,7 +193,7 @@ def insert_messages(
             "tool_name": message.tool_name,
             "tool_input": tool_input,
             "created_at": created_at,
-            **({"metadata": json_text(message.metadata)} if own_metadata else {}),
+            **({"metadata": metadata} if own_metadata else {}),
         })
     if rows:
         conn.execute(sa.insert(tables(prefix).messages), rows)
@@ -306,19 +309,25 @@ def turn(
     return [_message(before), *found] if before is not None and before.role == "recall" else found
 
 
-def messages_of_job(conn: Connection, prefix: str, conversation_id: str, job_id: str) -> list[StoredMessage]:
+def messages_of_job(
+    conn: Connection, prefix: str, conversation_id: str, job_id: str, opened: Any = None
+) -> list[StoredMessage]:
     """Return the messages of one conversation whose metadata names ``job_id`` as its
-    ``job_id``, in (created_at, id) order (the text match narrows, the parsed metadata decides)."""
+    ``job_id``, in (created_at, id) order (the text match narrows, the parsed metadata decides).
+    With ``opened`` (a function opening a list of messages), sealed metadata is a candidate too,
+    decided once opened: SQL cannot match text inside an envelope."""
     table = tables(prefix).messages
+    matched = table.c.metadata.like(like_pattern(job_id), escape="\\")
+    if opened is not None:
+        matched = sa.or_(matched, table.c.metadata.like(sealed_pattern(), escape="\\"))
     rows = conn.execute(
         sa.select(table)
-        .where(
-            table.c.conversation_id == conversation_id,
-            table.c.metadata.like(like_pattern(job_id), escape="\\"),
-        )
+        .where(table.c.conversation_id == conversation_id, matched)
         .order_by(table.c.created_at, table.c.id)
     )
     found = [_message(row) for row in rows]
+    if opened is not None:
+        found = opened(found)
     return [m for m in found if isinstance(m.metadata, dict) and m.metadata.get("job_id") == job_id]
 
 

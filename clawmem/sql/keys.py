@@ -20,6 +20,7 @@ SEALED_COLUMNS = (
     ("conversations", "metadata", "updated_at"),
     ("messages", "content", "created_at"),
     ("messages", "tool_input", "created_at"),
+    ("messages", "metadata", "created_at"),
     ("memory", "value", "updated_at"),
     ("memory", "metadata", "updated_at"),
 )

@@ -1,8 +1,8 @@
 """Sealing and opening the encrypted columns of the conversations and messages tables (SPEC 13).
 
-Encrypted: a conversation's ``title`` and ``metadata``, a message's ``content`` and
-``tool_input``. Everything else (ids, namespaces, user ids, roles, tool names, times, token
-counts, a message's own ``metadata``) stays plain, so SQL can filter, order and count by it.
+Encrypted: a conversation's ``title`` and ``metadata``, a message's ``content``, ``tool_input``
+and own ``metadata`` (a framework's item is kept there). Everything else (ids, namespaces, user
+ids, roles, tool names, times, token counts) stays plain, so SQL can filter, order and count by it.
 Each value is sealed for its site (table prefix), table, row id and column.
 
 The row mappers of :mod:`clawmem.sql.conversations` read sealed columns as they are stored
@@ -105,8 +105,8 @@ def needs_opening(cipher: Cipher, *texts: Any) -> bool:
 def open_message(cipher: Cipher, prefix: str, message: Any, raising: bool = False) -> Any:
     """Return a :class:`~clawmem.sql.conversations.StoredMessage` with its content and tool input
     opened (or, without ``raising``, marked unreadable where they cannot be)."""
-    content, tool_input = message.content, message.tool_input
-    if not cipher.strict and not isinstance(tool_input, Sealed):
+    content, tool_input, metadata = message.content, message.tool_input, message.metadata
+    if not cipher.strict and not isinstance(tool_input, Sealed) and not isinstance(metadata, Sealed):
         # The common case of a turn's history, kept cheap: a sealed content and nothing else.
         if not is_sealed(content):
             return message
@@ -127,8 +127,11 @@ def open_message(cipher: Cipher, prefix: str, message: Any, raising: bool = Fals
         content = _open_text(cipher, context, content, raising, problems)
     context = Context.row(prefix, MESSAGES, message.id, "tool_input")
     tool_input = _open_json(cipher, context, tool_input, raising, problems)
+    if metadata is not None and (isinstance(metadata, Sealed) or cipher.strict):
+        context = Context.row(prefix, MESSAGES, message.id, "metadata")
+        metadata = _open_json(cipher, context, metadata, raising, problems)
     unreadable = reasons(message.unreadable, *problems)
-    return _with(message, content=content, tool_input=tool_input, unreadable=unreadable)
+    return _with(message, content=content, tool_input=tool_input, metadata=metadata, unreadable=unreadable)
 
 
 def open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: bool = False) -> list[Any]:
@@ -144,7 +147,12 @@ def open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: boo
     head = f"row|{len(prefix)}:{prefix}|{len(MESSAGES)}:{MESSAGES}|"
     for message in messages:
         content = message.content
-        if message.tool_input is None and content is not None and content.startswith(PREFIX):
+        if (
+            message.tool_input is None
+            and not isinstance(message.metadata, Sealed)
+            and content is not None
+            and content.startswith(PREFIX)
+        ):
             row_id = message.id
             associated = f"{head}{len(row_id)}:{row_id}|7:content".encode("utf-8", "surrogatepass")
             text = open_fast(content, associated)
