@@ -27,6 +27,7 @@ from clawmem.ids import new_id
 from clawmem.keystores import cipher_for, keystore_of
 from clawmem.settings import Settings
 from clawmem.site import Site
+from clawmem.sql import rotation as sql_rotation
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from tests.conftest import backend_url
@@ -56,11 +57,8 @@ def raw_text(site: Site) -> str:
     schema = tables(site.prefix)
     found = []
     with site.engine.connect() as conn:
-        for table, columns in (
-            (schema.conversations, ("title", "metadata")),
-            (schema.messages, ("content", "tool_input")),
-            (schema.memory, ("value", "metadata")),
-        ):
+        for name, columns in sql_rotation.ROTATED.items():
+            table = getattr(schema, name)
             for column in columns:
                 found += [text for (text,) in conn.execute(sa.select(table.c[column])) if text]
     return "\n".join(found)

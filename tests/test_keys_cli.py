@@ -100,11 +100,8 @@ def stored_key_ids(site: Site) -> set[str | None]:
     schema = tables(site.prefix)
     found: set[str | None] = set()
     with site.engine.connect() as conn:
-        for table, columns in (
-            (schema.conversations, ("title", "metadata")),
-            (schema.messages, ("content", "tool_input")),
-            (schema.memory, ("value", "metadata")),
-        ):
+        for name, columns in sql_rotation.ROTATED.items():
+            table = getattr(schema, name)
             for column in columns:
                 for (text,) in conn.execute(sa.select(table.c[column]).where(table.c[column].is_not(None))):
                     found.add(key_id_of(text))

@@ -17,14 +17,13 @@ from sqlalchemy.engine import Connection, Engine
 
 from clawmem.crypto.envelope import like_pattern
 from clawmem.sql.engine import write_transaction
+from clawmem.sql.keys import SEALED_COLUMNS
 from clawmem.sql.schema import tables
 
-# The encrypted columns of each table, in the order a row's texts are held.
-ROTATED = {
-    "conversations": ("title", "metadata"),
-    "messages": ("content", "tool_input"),
-    "memory": ("value", "metadata"),
-}
+# The encrypted columns of each table (those of clawmem.sql.keys), in the order a row's texts are held.
+ROTATED: dict[str, tuple[str, ...]] = {}
+for _table_name, _column, _ in SEALED_COLUMNS:
+    ROTATED[_table_name] = (*ROTATED.get(_table_name, ()), _column)
 DATA_KEY_PATTERN = "cm1$s-%"  # sealed under a subject's data key (see clawmem.crypto.keystore)
 
 
