@@ -21,13 +21,8 @@ from clawmem.crypto import generate_key
 from clawmem.errors import ConfigError
 from clawmem.keystores import cipher_for, keystore_of
 from clawmem.sql.keys import column_keys
+from clawmem.sql.schema import tables
 from clawmem.sql.sizes import present_tables
-
-TABLE_NAMES = {
-    "conversations": "phpclaw_conversations",
-    "messages": "phpclaw_messages",
-    "memory": "phpclaw_memory",
-}
 
 
 @click.group("keys")
@@ -72,7 +67,7 @@ def _status(site: Any) -> dict[str, Any]:
                 continue
             document["tables"].append(
                 {
-                    "table": f"{site.prefix}{TABLE_NAMES[column.table]}",
+                    "table": getattr(tables(site.prefix), column.table).name,
                     "column": column.column,
                     "rows_per_key_id": dict(sorted(column.per_key.items())),
                     "plaintext_rows": column.plaintext,
@@ -185,7 +180,7 @@ def rotate(entry: AuditEntry, batch_size: int, dry_run: bool) -> None:
     plan = rotation.rotation_plan(site, cipher)
     total = sum(plan.values())
     summary = ", ".join(
-        f"{plural(count, 'row' if name != rotation.SUBJECT_KEYS else 'key')} of {name}"
+        plural(count, "subject key") if name == rotation.SUBJECT_KEYS else f"{plural(count, 'row')} of {name}"
         for name, count in plan.items()
     )
     if dry_run:
