@@ -406,6 +406,7 @@ def erase_subject(
             # As stored: another program's row under a name today's rules refuse goes too.
             site.driver.delete_stored(namespace, [key])
         after_erasure(site.engine)
+        site.cipher.forget_opened()  # no opened text of the erased rows stays in this process
     keys = erase_subject_key(site, subject, dry_run)
     return Deleted(dry_run, found.conversations, found.messages, entries, found.batches, left, keys)
 

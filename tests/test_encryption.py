@@ -421,3 +421,41 @@ def test_message_metadata_is_sealed_and_a_retried_job_still_stores_its_turn_once
     assert SECRET not in raw_rows(sqlite_site.engine, "") and "job-1" not in raw_rows(sqlite_site.engine, "")
     assert [m.id for m in log.job_messages("c1", "job-1")] == first
     assert log.load("c1").messages[0].metadata["agents_item"] == {"text": SECRET}
+
+
+def test_strict_mode_never_returns_a_plaintext_tool_input_or_metadata(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    plain = Settings(instance_path=str(tmp_path))
+    create_tables(engine_for(plain.database_url))
+    Site(plain, clock).conversations.append(
+        "c1",
+        [
+            {
+                "role": "tool",
+                "content": "",
+                "tool_name": "t",
+                "tool_input": {"q": SECRET},
+                "metadata": {"k": 1},
+            }
+        ],
+    )
+    message = (
+        Site(settings_for(tmp_path, encryption_strict=True), clock).conversations.messages("c1").items[0]
+    )
+    assert message.tool_input is None and message.metadata is None and message.content is None
+    assert message.unreadable.count("plaintext") == 3
+
+
+def test_a_history_opened_before_still_refuses_a_ciphertext_moved_since(sqlite_site: Site) -> None:
+    log = sqlite_site.conversations
+    log.append("c1", [{"role": "user", "content": SECRET}, {"role": "assistant", "content": "fine"}])
+    assert [m.content for m in log.load("c1").messages] == [SECRET, "fine"]  # opened, and kept
+    messages = tables("").messages
+    with sqlite_site.engine.begin() as conn:
+        first, second = conn.execute(
+            sa.select(messages.c.id, messages.c.content).order_by(messages.c.id)
+        ).all()
+        conn.execute(sa.update(messages).where(messages.c.id == second.id).values(content=first.content))
+    with pytest.raises(Undecryptable, match=f"messages row '{second.id}'"):
+        log.load("c1")

@@ -22,6 +22,9 @@ from clawmem.crypto.envelope import (
 from clawmem.crypto.keys import Keyring
 from clawmem.errors import EncryptionUnavailable, PlaintextRefused, Undecryptable
 
+# How many opened history rows a cipher keeps (about their text's size each), then starts again.
+OPENED_KEPT = 20_000
+
 # Which kind of place a Context names: a row of a table, or a memory entry (which Redis and the
 # file driver store without a row id, and whose row id an upsert does not know).
 ROW = "row"
@@ -135,6 +138,9 @@ class Cipher:
         self.key_source = key_source
         self.strict = strict and keyring is not None
         self._aeads: dict[str, Any] = {}
+        # Histories a turn reloads, opened once: the plaintext of an envelope at its place (the
+        # same envelope elsewhere is another place and is opened, and fails, on its own).
+        self._opened: dict[tuple[bytes, str], str] = {}
         if keyring is not None:
             self._aead_for(keyring.primary_id)  # fail now, not at the first write, without the extra
 
@@ -239,8 +245,13 @@ class Cipher:
             for key_id in self.keyring.key_ids:
                 self._aead_for(key_id)
         a2b = binascii.a2b_base64
+        opened = self._opened
 
         def open_fast(text: str, associated_data: bytes) -> str | None:
+            place = (associated_data, text)
+            found = opened.get(place)
+            if found is not None:
+                return found
             _, _, rest = text.partition(SEPARATOR)
             key_id, separator, body = rest.partition(SEPARATOR)
             aead = aeads.get(key_id)
@@ -248,11 +259,19 @@ class Cipher:
                 return None
             try:
                 raw = a2b(body + "=" * (-len(body) % 4))
-                return aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated_data).decode("utf-8")
+                plain = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated_data).decode("utf-8")
             except Exception:  # any failure: the careful path opens it again and names it
                 return None
+            if len(opened) >= OPENED_KEPT:
+                opened.clear()
+            opened[place] = plain
+            return plain
 
         return open_fast
+
+    def forget_opened(self) -> None:
+        """Drop the plaintexts :meth:`fast_opener` keeps (after an erasure, or a key removed)."""
+        self._opened.clear()
 
     def open_optional(self, text: str | None, context: Context) -> str | None:
         """Return :meth:`open` of ``text``, or ``None`` when ``text`` is ``None`` (a NULL column)."""
@@ -263,9 +282,10 @@ class Cipher:
         return None if text is None else self.seal(text, context, subject)
 
     def forget_key(self, key_id: str) -> None:
-        """Drop the cached key of ``key_id``, so the next open asks the key source again (after a
-        subject's data key is erased)."""
+        """Drop the cached key of ``key_id`` and every plaintext kept, so the next open asks the
+        key source again (after a subject's data key is erased)."""
         self._aeads.pop(key_id, None)
+        self._opened.clear()
 
     def __repr__(self) -> str:
         ids = None if self.keyring is None else list(self.keyring.key_ids)
