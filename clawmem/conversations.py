@@ -24,6 +24,7 @@ from clawmem import events
 from clawmem.clock import Clock, utc_datetime
 from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import ConfigError, InvalidKey, Undecryptable
+from clawmem.keystores import cipher_for
 from clawmem.paging import Page, check_limit, moment_key, page_of
 from clawmem.php import json_encode as php_json_encode
 from clawmem.rules import (
@@ -289,7 +290,7 @@ class ConversationLog:
             settings.store_messages,
             settings.max_value_bytes,
             shape,
-            Cipher.from_settings(settings) if cipher is None else cipher,
+            cipher_for(settings) if cipher is None else cipher,
         )
 
     # -- writing ----------------------------------------------------------------------------

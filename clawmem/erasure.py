@@ -20,6 +20,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 
 from clawmem.deletion import Deleted, OnBatch, delete_conversations
+from clawmem.keystores import cipher_for, keystore_of, subject_of_user
 from clawmem.memory.base import contains_text
 from clawmem.records import MemoryRow
 from clawmem.rules import is_expired
@@ -390,7 +391,9 @@ def erase_subject(
 
     ``plan`` (default: :func:`subject_plan` now) names exactly the entries that go, so a run
     deletes only what its plan listed. ``mentions_left`` of the result counts the mentions
-    listed but kept. Raises ``ValueError`` for a bad ``batch_size``.
+    listed but kept. With a key store (``CLAW_KEYSTORE_URL``), a user id's data key goes last,
+    after their rows (``subject_keys`` counts it), so that every older copy of those rows can no
+    longer be read. Raises ``ValueError`` for a bad ``batch_size``.
     """
     plan = plan if plan is not None else subject_plan(site, subject)
     mentioned = tuple((mention.namespace, mention.key) for mention in plan.mentions)
@@ -404,4 +407,29 @@ def erase_subject(
             site.driver.delete_stored(namespace, [key])
         after_erasure(site.engine)
         site.cipher.forget_opened()  # no opened text of the erased rows stays in this process
-    return Deleted(dry_run, found.conversations, found.messages, entries, found.batches, left)
+    keys = erase_subject_key(site, subject, dry_run)
+    return Deleted(dry_run, found.conversations, found.messages, entries, found.batches, left, keys)
+
+
+def subject_key_held(site: Site, subject: Subject) -> bool:
+    """Return whether the key store holds a data key of ``subject`` (a user id); ``False``
+    without a key store. Reads only."""
+    keystore = keystore_of(cipher_for(site.settings))
+    owner = subject_of_user(subject.user_id)
+    return keystore is not None and owner is not None and keystore.has_key(owner)
+
+
+def erase_subject_key(site: Site, subject: Subject, dry_run: bool = False) -> int:
+    """Delete the data key of ``subject`` (a user id) from the key store, and from this process's
+    cipher; return how many keys went (with ``dry_run``, would go). Nothing without a key store."""
+    if dry_run:
+        return int(subject_key_held(site, subject))
+    cipher = cipher_for(site.settings)
+    keystore = keystore_of(cipher)
+    owner = subject_of_user(subject.user_id)
+    if keystore is None or owner is None:
+        return 0
+    erased = keystore.erase(owner)
+    for key_id in erased:
+        cipher.forget_key(key_id)
+    return len(erased)

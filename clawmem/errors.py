@@ -42,6 +42,14 @@ class CorruptEntryError(Exception):
     """
 
 
+class KeyStoreError(StorageError):
+    """The key store of per-subject data keys (``CLAW_KEYSTORE_URL``) failed or holds a key that
+    cannot be unwrapped. The message names the data key's id and its master key's id, never a key."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__("key store", operation, detail)
+
+
 class InvalidCursor(ValueError):
     """A pagination cursor was not one this API issued."""
 

@@ -32,10 +32,10 @@ from clawmem.conversations import (
     validate_conversation_id,
     wordpress_user_id,
 )
-from clawmem.crypto import Cipher
 from clawmem.encryption import check_keys
 from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
+from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter
@@ -206,7 +206,7 @@ class Claw:
         With encryption keys set, the newest rows under each key id are decrypted first: raises
         :class:`clawmem.errors.Undecryptable` for a missing or wrong key (SPEC 13).
         """
-        cipher = Cipher.from_settings(settings)
+        cipher = cipher_for(settings)
         memory = open_memory(settings, clock, cipher=cipher)
         augmenter = MessageAugmenter(
             memory,

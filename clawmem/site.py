@@ -14,6 +14,7 @@ from clawmem.clock import Clock
 from clawmem.conversations import ConversationLog
 from clawmem.crypto import Cipher
 from clawmem.errors import ConfigError, redact
+from clawmem.keystores import cipher_for
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.registry import open_memory
 from clawmem.memory.wrappers import PrivacyAwareMemory
@@ -49,7 +50,7 @@ class Site:
     def cipher(self) -> Cipher:
         """Return the site's cipher (SPEC 13), shared by its memory and conversation log: off
         without keys. Raises :class:`ConfigError` for a malformed key list or key file."""
-        return Cipher.from_settings(self.settings)
+        return cipher_for(self.settings)
 
     @cached_property
     def memory(self) -> PrivacyAwareMemory:

@@ -168,7 +168,10 @@ class Cipher:
         if aead is None:
             key = self.keyring.key(key_id) if self.keyring is not None else None
             if key is None and self.key_source is not None:
+                # Not kept here: the key source decides how long a data key outlives its erasure
+                # by another process (see clawmem.crypto.keystore).
                 key = self.key_source.key_by_id(key_id)
+                return None if key is None else _aead(key)
             if key is None:
                 return None
             aead = self._aeads[key_id] = _aead(key)
@@ -185,7 +188,7 @@ class Cipher:
             data_key = self.key_source.subject_key(subject)
             if data_key is not None:
                 key_id = data_key.key_id
-                aead = self._aeads.get(key_id) or self._aeads.setdefault(key_id, _aead(data_key.secret))
+                aead = _aead(data_key.secret)
         if aead is None:
             aead = self._aead_for(key_id)
         nonce = os.urandom(NONCE_BYTES)

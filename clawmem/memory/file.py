@@ -455,6 +455,36 @@ class FileMemory(FeedingMemory):
         emit_write(self.name, namespace, key, encoded, ttl)
         return value
 
+    # -- stored text, for a key rotation (SPEC 13) --------------------------------------------
+
+    def stored_texts(self, namespace: str) -> list[tuple[str, str, str]]:
+        """Return ``(key, text, text)`` of every entry of ``namespace``, expired ones included:
+        ``text`` is a sealed entry's envelope, or a plain entry's value as JSON. Opens nothing."""
+        store = self._read(self.path_for(namespace))
+        return [(key, _stored_text(entry), _stored_text(entry)) for key, entry in store.items()]
+
+    def replace_texts(self, namespace: str, changes: list[tuple[str, str, str]]) -> int:
+        """Store each ``(key, text read, new envelope)`` as the entry's sealed value, keeping its
+        expiry, only where the entry still holds that text; one write of the file under its
+        lock. Return how many changed."""
+        path = self.path_for(namespace)
+        changed = 0
+        with self._locked(path):
+            store = self._read(path)
+            for key, text, sealed in changes:
+                entry = store.get(key)
+                if entry is not None and _stored_text(entry) == text:
+                    store[key] = {"value": None, "sealed": sealed, "expires_at": entry["expires_at"]}
+                    changed += 1
+            if changed:
+                self._write(path, store)
+        return changed
+
+
+def _stored_text(entry: dict[str, Any]) -> str:
+    sealed = entry.get("sealed")
+    return sealed if isinstance(sealed, str) else json.dumps(entry["value"], ensure_ascii=False)
+
 
 # -- one site's directory as a whole (uninstall --files) -------------------------------------
 

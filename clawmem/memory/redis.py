@@ -391,3 +391,40 @@ class RedisMemory(FeedingMemory):
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return self._stored_keys(namespace, sorted(keys))
+
+    # -- stored text, for a key rotation (SPEC 13) --------------------------------------------
+
+    def stored_texts(self, namespace: str) -> list[tuple[str, str, str]]:
+        """Return ``(key, text, raw)`` of every entry of ``namespace`` Redis holds, expired ones
+        included: ``text`` is a sealed entry's envelope, or a plain entry's value as JSON; ``raw``
+        is what the key holds. Opens nothing. Raises :class:`CorruptEntryError` for a damaged entry."""
+        members = [_text(member) for member in self.client.zrange(self.index_key(namespace), 0, -1)]
+        found = []
+        for batch in _batches(members):
+            for key, raw in zip(
+                batch, self.client.mget([self.entry_key(key, namespace) for key in batch]), strict=True
+            ):
+                if raw is None:
+                    continue
+                data = json.loads(_text(raw))
+                text = data[2] if len(data) == 3 else json.dumps(data[1], ensure_ascii=False)
+                found.append((key, text, _text(raw)))
+        return found
+
+    def replace_texts(self, namespace: str, changes: list[tuple[str, str, str]]) -> int:
+        """Store each ``(key, raw read, new envelope)`` as the entry's sealed value, keeping its
+        expiry and TTL, only where the key still holds ``raw``; return how many changed."""
+        pipe = self.client.pipeline(transaction=False)
+        for key, raw, sealed in changes:
+            expires_at = json.loads(raw)[0]
+            pipe.eval(_REPLACE_LUA, 1, self.entry_key(key, namespace), raw, encode_sealed(sealed, expires_at))
+        return sum(int(done) for done in pipe.execute())
+
+
+_REPLACE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  return 1
+end
+return 0
+"""

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from clawmem.clock import Clock
 from clawmem.crypto import Cipher
 from clawmem.errors import ConfigError
+from clawmem.keystores import cipher_for
 from clawmem.memory.base import BaseMemory, MemoryInterface
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import PHPCLAW_SCHEMA, Settings, refuse_phpclaw_encryption
@@ -123,7 +124,7 @@ def open_memory(
     behind the privacy switch, sealing values at rest with ``cipher`` (default: the one the
     settings' keys make; SPEC 13). Conversations are not key/value entries: see
     :class:`clawmem.ConversationLog`. Raises :class:`ConfigError` for a bad key setting."""
-    cipher = Cipher.from_settings(settings) if cipher is None else cipher
+    cipher = cipher_for(settings) if cipher is None else cipher
     driver = (drivers or registry).build(settings.memory_driver, settings, clock)
     if isinstance(driver, BaseMemory) and driver.at_rest and (cipher.enabled or cipher.key_source):
         template = settings.subject_namespace
