@@ -40,6 +40,22 @@ def _daily(added: list[int], days: list[str], total: int | None = None) -> dict[
             "rows": list(zip(days, values, strict=True)), "top": max(values, default=0)}
 
 
+NOT_REPORTED = "not reported"
+
+
+def _tokens_daily(tokens: list[int | None] | None, days: list[str]) -> dict[str, Any] | None:
+    # A day no provider reported tokens for draws no bar and reads "not reported", never 0;
+    # with no reported day at all there is no chart to draw (None).
+    if tokens is None or all(value is None for value in tokens):
+        return None
+    heights = [value or 0 for value in tokens]
+    return {"bars": charts.columns(days, heights), "top": max(heights),
+            "rows": [(day, NOT_REPORTED if value is None else value)
+                     for day, value in zip(days, tokens, strict=True)],
+            "reported_days": sum(1 for value in tokens if value is not None),
+            "sum": sum(heights)}
+
+
 def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
     activity = operations.activity(state.site(), CHART_DAYS)
     days = [charts.day_label(day) for day in activity.days]
@@ -49,6 +65,10 @@ def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
         "messages": _daily(activity.messages, days),
         "conversations": _daily(activity.conversations, days, activity.conversations_now),
         "memory": None if memory_added is None else _daily(memory_added, days, memory_total),
+        "tokens": _tokens_daily(activity.tokens, days),
+        "total_tokens": activity.total_tokens,  # None: not reported
+        "tokens_stored": activity.tokens is not None,  # False: phpClaw's tables keep no usage
+        "by_tokens": url_for("conversations.index", sort="tokens"),
     }
 
 
