@@ -218,8 +218,8 @@ def test_a_key_cursor_of_another_order_is_refused(make_driver: Callable[[str], A
 def test_init_db_adds_the_sort_indexes_to_existing_tables(engine: sa.engine.Engine, prefix: str) -> None:
     schema = tables(prefix)
     added = {index.name for table in (schema.conversations, schema.memory) for index in table.indexes}
-    wanted = {f"{prefix}phpclaw_{name}" for name in ("conv_updated", "conv_title", "mem_ns_updated_key",
-                                                     "mem_ns_expires_key")}
+    wanted = {f"{prefix}phpclaw_{name}" for name in ("conv_updated", "conv_title", "conv_tokens",
+                                                     "mem_ns_updated_key", "mem_ns_expires_key")}
     assert wanted <= added
     with engine.begin() as conn:
         for name in wanted:

@@ -156,6 +156,7 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Index(f"{prefix}phpclaw_conv_created", "created_at", "id"),
         sa.Index(f"{prefix}phpclaw_conv_updated", "updated_at", "id"),
         sa.Index(f"{prefix}phpclaw_conv_title", "title", "id"),
+        sa.Index(f"{prefix}phpclaw_conv_tokens", "total_tokens", "id"),
         sa.Index(f"{prefix}phpclaw_conv_user_ns_updated", "user_id", "namespace", "updated_at"),
         **options,
     )
