@@ -188,7 +188,8 @@ def test_a_filtered_list_downloads_as_csv_and_json_safe_for_spreadsheets(
     _fits(tab, width)
     with tab.expect_download() as started:
         tab.locator("p.downloads a", has_text="CSV").click()
-    rows = list(csv.DictReader(io.StringIO(Path(started.value.path()).read_text(encoding="utf-8"), newline="")))
+    text = Path(started.value.path()).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     assert [(row["title"], row["user_id"], row["total_tokens"]) for row in rows] == [
         ("'" + FORMULA_TITLE, f"cust-{XSS}", "900001")]
     with tab.expect_download() as started:
