@@ -83,6 +83,7 @@ def test_the_live_check_finds_every_other_site_apart_on_each_driver(
         driver = beta.settings.memory_driver
     body = _text(client.get("/sites/"))
     assert "No: this site's stores saw none of the other sites' entries or conversations." in body
+    assert "the first 25 keys of each of its first 20 namespaces and its 50 newest conversations" in body
     checks = _checks(body)
     assert set(checks) == {"beta"}
     assert checks["beta"][2:4] == [str(entries), str(conversations)]

@@ -191,9 +191,10 @@ def index() -> str:
     totals = _totals()
     found = totals.tables
     init_db = shell_command("flask", "claw", "init-db")
+    # A missing table has neither rows nor a size: it says so in its own cell, not as a "Size".
     table_rows = [
-        {"name": t.name, "rows": t.rows,
-         "size": format_bytes(t.bytes) if t.exists else f"missing: run {init_db}"}
+        {"name": t.name, "rows": t.rows, "missing": not t.exists,
+         "size": format_bytes(t.bytes) if t.exists and t.bytes is not None else None}
         for t in found
     ]
     schema = tables(settings.table_prefix)
@@ -214,6 +215,7 @@ def index() -> str:
         "overview/index.html",
         {},
         tables=table_rows,
+        init_db=init_db,
         roles=totals.roles,
         counted={"at": format_time(utc_datetime(lambda: totals.counted_at)),
                  "max_age": format_duration(TOTALS_MAX_AGE)},

@@ -83,6 +83,7 @@ def index() -> str:
         other_driver=None if driver in DRIVER_RULES else driver,
         checks=checks,
         all_apart=all(check["apart"] for check in checks),
-        sample={"namespaces": SAMPLE_NAMESPACES, "keys": SAMPLE_KEYS, "conversations": SAMPLE_CONVERSATIONS},
+        sample={"namespaces": SAMPLE_NAMESPACES, "per_namespace": SAMPLE_KEYS,
+                "conversations": SAMPLE_CONVERSATIONS},
         init_db=shell_command("flask", "claw", "init-db"),
     )
