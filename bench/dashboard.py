@@ -3,7 +3,9 @@
 Loads 1,000,000 messages in 50,000 conversations and 100,000 memory entries (``--scale`` shrinks
 all three) with bulk inserts into the three tables of a prefix of its own, then times, with the
 Flask test client and a signed-in session: the conversations list (first page and a page deep
-in the keyset), one conversation, a namespace's memory list, and the injection preview. Prints
+in the keyset; sorted by tokens both ways and by messages), one conversation, a namespace's
+memory list, the injection preview, and the subject page of a subject with 1,000 conversations
+and 100,000 messages (``--pages subject,tokens`` for just those two). Prints
 the median and p95 milliseconds of each, and of one conversation of 500 turns that carry
 recall records. Memory entries spread over 20 namespaces, so the
 preview's namespace (``default``) holds a twentieth of them.
@@ -81,9 +83,11 @@ def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> 
     def conversation_rows() -> Iterator[dict[str, Any]]:
         for number in range(conversations):
             created = start + timedelta(seconds=number * 600 + chooser.randint(0, 300))
+            # Every seventh provider reports no usage: the NULLs the tokens order lists last.
+            tokens = None if number % 7 == 0 else chooser.randint(200, 90_000)
             yield {"id": new_id(), "namespace": "default", "user_id": f"cust-{number % 4000}",
                    "title": _sentence(chooser, 4), "metadata": None, "created_at": created,
-                   "updated_at": created + timedelta(minutes=30)}
+                   "updated_at": created + timedelta(minutes=30), "total_tokens": tokens}
 
     ids: list[tuple[str, datetime]] = []
     with engine.begin() as conn:
@@ -144,6 +148,41 @@ def load_long_conversation(engine: sa.engine.Engine, prefix: str, turns: int, no
         for batch in _batches(iter(rows)):
             conn.execute(sa.insert(schema.messages), batch)
     return conversation_id
+
+
+SUBJECT, SUBJECT_CONVERSATIONS, SUBJECT_MESSAGES = "cust-bench", 1000, 100
+
+
+def load_subject(engine: sa.engine.Engine, prefix: str, now: datetime) -> None:
+    """Insert one subject with 1,000 conversations of 100 messages each (100,000 messages, a
+    recall record before each user message as Claw.send stores them) and a namespace of theirs."""
+    schema = tables(prefix)
+    chooser = random.Random(23)
+    start = now - timedelta(days=200)
+    conversations = [{"id": new_id(), "namespace": "default", "user_id": SUBJECT,
+                      "title": _sentence(chooser, 4), "metadata": None,
+                      "created_at": start + timedelta(hours=number * 4),
+                      "updated_at": start + timedelta(hours=number * 4, minutes=40),
+                      "total_tokens": None if number % 9 == 0 else chooser.randint(500, 40_000)}
+                     for number in range(SUBJECT_CONVERSATIONS)]
+
+    def message_rows() -> Iterator[dict[str, Any]]:
+        for conversation in conversations:
+            for position in range(SUBJECT_MESSAGES):
+                role = ("recall", "user", "assistant", "assistant")[position % 4]
+                content = "[]" if role == "recall" else _sentence(chooser, chooser.randint(8, 30))
+                yield {"id": new_id(), "conversation_id": conversation["id"], "role": role,
+                       "content": content, "tool_name": None, "tool_input": None,
+                       "created_at": conversation["created_at"] + timedelta(seconds=position * 20)}
+
+    facts = [{"id": new_id(), "namespace": f"user:{SUBJECT}", "lookup_key": f"fact_{number:03}",
+              "value": encode_value(f"fact_{number:03}", _sentence(chooser, 8)), "metadata": None,
+              "expires_at": None, "created_at": now, "updated_at": now} for number in range(40)]
+    with engine.begin() as conn:
+        conn.execute(sa.insert(schema.conversations), conversations)
+        for batch in _batches(message_rows()):
+            conn.execute(sa.insert(schema.messages), batch)
+        conn.execute(sa.insert(schema.memory), facts)
 
 
 def _signed_in(app: Flask) -> FlaskClient:
@@ -234,7 +273,7 @@ def loaded(backend: str, scale: float, report: Callable[[str], None]) -> Iterato
 
 PAGE_NAMES = (
     "overview", "list", "deep", "conversation", "long", "long-compacting", "memory", "preview", "cold",
-    "unmatched",
+    "unmatched", "tokens", "tokens-asc", "tokens-deep", "messages-sort", "subject", "sites",
 )
 COLD_NAMESPACE, COLD_MESSAGES = "coldbench", 1000
 
@@ -268,6 +307,10 @@ def run(
         assert first_conversation
         deep = follow_more(client, "/conversations/", depth if "deep" in only else 0)[0]
         long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
+        if "subject" in only:
+            load_subject(engine, prefix, now)
+        by_tokens = "/conversations/?sort=tokens"
+        tokens_deep = follow_more(client, by_tokens, depth if "tokens-deep" in only else 0)[0]
         if {"cold", "unmatched"} & set(only):
             load_cold_namespace(engine, prefix, cold_entries, now)
         pages = {
@@ -285,6 +328,13 @@ def run(
                      f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
             "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
                           f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
+            "tokens": ("conversations sorted by tokens, most first", by_tokens),
+            "tokens-asc": ("conversations sorted by tokens, fewest first", f"{by_tokens}&order=asc"),
+            "tokens-deep": (f"conversations by tokens, page {depth + 1} (keyset)", tokens_deep),
+            "messages-sort": ("conversations by messages, most first", "/conversations/?sort=messages"),
+            "subject": (f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
+                        f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages", f"/subjects/{SUBJECT}"),
+            "sites": ("sites page (one site: prefixes and drivers)", "/sites/"),
         }
         for name, page in (pages[name] for name in only):
             median, p95 = _time(client, page, runs)

@@ -38,6 +38,7 @@ from clawmem.erasure import (
 )
 from clawmem.memory.file import remove_store_files, store_files
 from clawmem.memory.file import site_directory as file_site_directory
+from clawmem.pipeline import billed_tokens
 from clawmem.site import Site
 from clawmem.sql import activity as sql_activity
 from clawmem.sql import sizes
@@ -175,11 +176,12 @@ def init_db(site: Site) -> tuple[list[str], list[str]]:
 
 
 def activity(site: Site, days: int = 30) -> Activity:
-    """Return the messages written and conversations begun on each of the last ``days`` UTC
-    days, today (on the site's clock) last, with the conversations stored now. Raises
-    ``ValueError`` for days outside 1..366."""
+    """Return the messages written, conversations begun and tokens billed on each of the last
+    ``days`` UTC days, today (on the site's clock) last, with the conversations stored now and
+    their tokens. Raises ``ValueError`` for days outside 1..366."""
     with site.engine.connect() as conn:
-        return sql_activity.activity(conn, site.prefix, utc_datetime(site.clock), days)
+        return sql_activity.activity(conn, site.prefix, utc_datetime(site.clock), days,
+                                     site.conversations.shape, billed_tokens)
 
 
 def table_stats(site: Site) -> list[sizes.TableStats]:

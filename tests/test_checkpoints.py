@@ -504,7 +504,7 @@ def test_the_analysis_names_the_threshold_exceeded_first_and_the_other(
     ) in text
     assert "leaves out the 2 checkpoint and recall rows" in text
     # What the agent did comes first, apart from the what-if.
-    did, what_if = text.split("What the agent did", 1)[1].split("What if: the dashboard's tried thresholds")
+    did, what_if = text.split("What the agent did", 1)[1].split("What if: the dashboard's trial thresholds")
     assert "The agent compacted this conversation 1 time" in did and "would" not in did
     assert "Worked out here from the stored messages, not what the agent ran with" in what_if
     rows = re.findall(r'<li class="message role-(\w+)(?: (\w+))?" id="m-([0-9A-Z]{26})">', body)

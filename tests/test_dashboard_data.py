@@ -192,16 +192,16 @@ def test_ttl_state_follows_the_fake_clock(
     assert ("<dt>Created</dt>" in detail) == (memory_driver == "sql")
     index = page_text(driver_client.get("/memory/"))
     assert re.search(
-        r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">2</td>"
-        r"\s*<td class=\"num\">1</td>",
+        r"<code>ttl</code></a></td>\s*<td class=\"num\"[^>]*>3</td>\s*<td class=\"num\"[^>]*>2</td>"
+        r"\s*<td class=\"num\"[^>]*>1</td>",
         index,
     )
     assert "read through the memory contract" not in index
     clock.advance(7100)
     assert "expired 20 s ago (not yet swept)" in page_text(driver_client.get("/memory/ttl/entry?key=soon"))
     assert re.search(
-        r"<code>ttl</code></a></td>\s*<td class=\"num\">3</td>\s*<td class=\"num\">1</td>"
-        r"\s*<td class=\"num\">2</td>",
+        r"<code>ttl</code></a></td>\s*<td class=\"num\"[^>]*>3</td>\s*<td class=\"num\"[^>]*>1</td>"
+        r"\s*<td class=\"num\"[^>]*>2</td>",
         page_text(driver_client.get("/memory/")),
     )
 
@@ -427,7 +427,7 @@ def test_demo_on_the_file_driver_fills_the_memory_index(make_app: Callable[..., 
     client = app.test_client()
     sign_in(client)
     index = page_text(client.get("/memory/"))
-    number = r'\s*<td class="num">(\d+)</td>'
+    number = r'\s*<td class="num"[^>]*>(\d+)</td>'
     listed = re.findall(
         r'<code>([^<]+)</code></a>(?: <span class="subject">subject <a [^>]+><bdi>([^<]+)</bdi></a></span>)?'
         r"</td>" + number * 3,

@@ -50,17 +50,20 @@ def example_urls(app: Flask) -> dict[str, str]:
         "conversations.index": "/conversations/",
         "conversations.detail": f"/conversations/{conversation}",
         "conversations.turn": f"/conversations/{conversation}/turns/{turn}",
+        "conversations.download": "/conversations/export.csv?user_id=cust-1001",
         "subjects.index": "/subjects/",
         "subjects.detail": "/subjects/cust-1001",
         "subjects.export": "/subjects/cust-1001/export.json",
         "memory.index": "/memory/",
         "memory.namespace": "/memory/default/",
         "memory.entry": "/memory/default/entry?key=shipping_policy",
+        "memory.download": "/memory/default/export.json?state=live",
         "memory.stored_namespace": f"/memory/~/{stored_token('a/b')}/",
         "recall.preview": "/preview?message=where+is+my+order",
         "recall.unmatched": "/preview/unmatched?message=where+is+my+order",
         "recall.cold": "/cold",
         "jobs.index": "/jobs",
+        "sites.index": "/sites/",
         "settings.index": "/settings",
         "health.healthz": "/healthz",
         "health.readyz": "/readyz",
@@ -79,16 +82,19 @@ GATED = [
     "conversations.index",
     "conversations.detail",
     "conversations.turn",
+    "conversations.download",
     "subjects.index",
     "subjects.detail",
     "subjects.export",
     "memory.index",
     "memory.namespace",
     "memory.entry",
+    "memory.download",
     "recall.preview",
     "recall.unmatched",
     "recall.cold",
     "jobs.index",
+    "sites.index",
     "settings.index",
 ]
 
@@ -103,7 +109,9 @@ def test_every_rule_has_an_example(app: Flask, demo: None) -> None:
 def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClient, endpoint: str) -> None:
     response = signed_in.get(example_urls(app)[endpoint])
     assert response.status_code == 200
-    assert response.mimetype == ("application/json" if endpoint == "subjects.export" else "text/html")
+    mimetypes = {"subjects.export": "application/json", "memory.download": "application/json",
+                 "conversations.download": "text/csv"}
+    assert response.mimetype == mimetypes.get(endpoint, "text/html")
 
 
 @pytest.mark.parametrize("endpoint", GATED)

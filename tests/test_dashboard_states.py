@@ -210,7 +210,7 @@ def test_day_edges_are_utc_midnights_ending_tomorrow() -> None:
 
 
 def _message_rows(body: str, prefix: str) -> int:
-    found = re.search(rf'<code>{prefix}phpclaw_messages</code></td>\s*<td class="num">(\d+)</td>', body)
+    found = re.search(rf'<code>{prefix}phpclaw_messages</code></td>\s*<td class="num"[^>]*>(\d+)</td>', body)
     assert found, "the Tables section lists the messages table"
     return int(found.group(1))
 

@@ -217,19 +217,21 @@ def test_a_key_cursor_of_another_order_is_refused(make_driver: Callable[[str], A
 
 def test_init_db_adds_the_sort_indexes_to_existing_tables(engine: sa.engine.Engine, prefix: str) -> None:
     schema = tables(prefix)
-    added = {index.name for table in (schema.conversations, schema.memory) for index in table.indexes}
-    wanted = {f"{prefix}phpclaw_{name}" for name in ("conv_updated", "conv_title", "mem_ns_updated_key",
-                                                     "mem_ns_expires_key")}
+    three = (schema.conversations, schema.messages, schema.memory)
+    added = {index.name for table in three for index in table.indexes}
+    names = ("conv_updated", "conv_title", "conv_tokens", "msg_conv_role", "mem_ns_updated_key",
+             "mem_ns_expires_key")
+    wanted = {f"{prefix}phpclaw_{name}" for name in names}
     assert wanted <= added
     with engine.begin() as conn:
         for name in wanted:
-            # Tables an earlier version made: without the indexes of the sorts.
-            table = schema.conversations if "_conv_" in name else schema.memory
+            # Tables an earlier version made: without the indexes of the sorts and counts.
+            table = next(table for table in three if any(index.name == name for index in table.indexes))
             next(index for index in table.indexes if index.name == name).drop(conn)
-    create_tables(engine, prefix)
+    changes = create_tables(engine, prefix)
+    assert sorted(changes) == sorted(f"added index {name}" for name in wanted)
     inspector = sa.inspect(engine)
-    present = {index["name"] for table in (schema.conversations, schema.memory)
-               for index in inspector.get_indexes(table.name)}
+    present = {index["name"] for table in three for index in inspector.get_indexes(table.name)}
     assert wanted <= present
 
 

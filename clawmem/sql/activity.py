@@ -7,8 +7,10 @@ day costs only the index entries of that day, never a pass over the whole table.
 
 from __future__ import annotations
 
+import bisect
 import functools
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from itertools import pairwise
@@ -25,13 +27,16 @@ MAX_DAYS = 366
 
 @dataclass(frozen=True)
 class Activity:
-    """Messages written and conversations begun on each UTC day, oldest day first, and how
-    many conversations are stored now."""
+    """Messages written and conversations begun on each UTC day, oldest day first, how many
+    conversations are stored now, and the tokens they were billed (``None``: no turn reported
+    any, or phpClaw's tables, which hold none) in all and on each day (``tokens``, when asked)."""
 
     days: list[date]
     messages: list[int]
     conversations: list[int]
     conversations_now: int
+    total_tokens: int | None = None
+    tokens: list[int | None] | None = None
 
 
 def day_edges(now: datetime, days: int) -> list[datetime]:
@@ -84,13 +89,68 @@ def memory_rows_per_day(
     return counts_between(conn, tables(prefix, shape).memory.c.created_at, edges)
 
 
-def activity(conn: Connection, prefix: str, now: datetime, days: int) -> Activity:
-    """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``."""
+def tokens_per_day(
+    conn: Connection,
+    prefix: str,
+    edges: Sequence[datetime],
+    billed: Callable[[Mapping[str, Any] | None], int | None],
+) -> list[int | None]:
+    """Return the tokens billed in each interval of ``edges``: the sum of ``billed(usage)`` over
+    the assistant rows written then whose metadata holds a usage, ``None`` for an interval where
+    no row reported one ("not reported", never 0). One range read on the messages' time index."""
+    if len(edges) < 2:
+        return []
+    messages = tables(prefix).messages
+    rows = conn.execute(
+        sa.select(messages.c.created_at, messages.c.metadata).where(
+            messages.c.created_at >= edges[0], messages.c.created_at < edges[-1],
+            messages.c.role == "assistant", messages.c.metadata.is_not(None),
+        )
+    )
+    found: list[int | None] = [None] * (len(edges) - 1)
+    for created_at, metadata in rows:
+        tokens = billed(_usage(metadata))
+        if tokens is None or not isinstance(created_at, datetime):
+            continue
+        day = bisect.bisect_right(edges, created_at) - 1
+        if 0 <= day < len(found):
+            found[day] = (found[day] or 0) + tokens
+    return found
+
+
+def _usage(metadata: Any) -> Mapping[str, Any] | None:
+    # Another program may have written anything into the column: what is no JSON object holding
+    # a usage object reports nothing.
+    try:
+        decoded = json.loads(metadata) if isinstance(metadata, str) else None
+    except ValueError:
+        return None
+    usage = decoded.get("usage") if isinstance(decoded, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def activity(
+    conn: Connection,
+    prefix: str,
+    now: datetime,
+    days: int,
+    shape: str = CLAWMEM_SCHEMA,
+    billed: Callable[[Mapping[str, Any] | None], int | None] | None = None,
+) -> Activity:
+    """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``,
+    with the conversations stored now and their tokens (counted in the same statement), and,
+    given ``billed``, the tokens of each day (see :func:`tokens_per_day`; none on phpClaw's
+    tables, whose messages keep no usage)."""
     edges = day_edges(now, days)
+    ours = shape == CLAWMEM_SCHEMA
     table = tables(prefix).conversations
+    tokens = sa.func.sum(table.c.total_tokens) if ours else sa.null()
+    stored, total_tokens = conn.execute(sa.select(sa.func.count(), tokens).select_from(table)).one()
     return Activity(
         [edge.date() for edge in edges[:-1]],
         messages_per_day(conn, prefix, edges),
         conversations_per_day(conn, prefix, edges),
-        int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() or 0),
+        int(stored or 0),
+        None if total_tokens is None else int(total_tokens),
+        tokens_per_day(conn, prefix, edges, billed) if ours and billed is not None else None,
     )

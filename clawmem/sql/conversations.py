@@ -584,26 +584,51 @@ def summaries(
     name, own_direction = SORTS[check_sort(sort)]
     if sort == "tokens" and shape != CLAWMEM_SCHEMA:
         raise ValueError("phpClaw's tables hold no tokens to sort by")
-    counts = role_counts_of(prefix)
-    select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
     start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
-    column = counts[0].element if sort == "messages" else table.c[name]
-    rows = sorted_rows(
-        conn, select, [column, table.c.id], limit, start,
-        descending=own_direction if descending is None else descending,
-        nullable=name in ("title", "total_tokens"),
-    )
+    direction = own_direction if descending is None else descending
+    if sort == "messages":
+        # The order is the count itself: every matching conversation is counted.
+        counts = role_counts_of(prefix)
+        select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
+        rows = sorted_rows(conn, select, [counts[0].element, table.c.id], limit, start, descending=direction)
+        counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+    else:
+        # Page first, then count the page's messages only: a database that computes a row's
+        # columns before it sorts would otherwise count every matching conversation.
+        select = _filtered(sa.select(*row_columns(table, shape)), prefix, **filters)
+        rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
+                           nullable=name in ("title", "total_tokens"))
+        counted = page_role_counts(conn, prefix, [row.id for row in rows])
     return [
         ConversationSummary(
             **conversation_fields(row),
-            message_count=int(row.message_count or 0),
-            recall_count=int(row.recall_count or 0),
-            checkpoint_count=int(row.checkpoint_count or 0),
+            message_count=int(counted.get(row.id, (0, 0, 0))[0] or 0),
+            recall_count=int(counted.get(row.id, (0, 0, 0))[1] or 0),
+            checkpoint_count=int(counted.get(row.id, (0, 0, 0))[2] or 0),
             raw_created_at=raw_moment(row.created_at),
             raw_updated_at=raw_moment(row.updated_at),
         )
         for row in rows
     ]
+
+
+def page_role_counts(
+    conn: Connection, prefix: str, conversation_ids: Sequence[str]
+) -> dict[str, tuple[int, int, int]]:
+    """Return, for each of ``conversation_ids`` that has messages, its messages said, recall
+    records and checkpoints, in one grouped statement over the messages' conversation index."""
+    if not conversation_ids:
+        return {}
+    messages = tables(prefix).messages
+    said = sa.func.sum(sa.case((messages.c.role.not_in(NOT_SAID), 1), else_=0))
+    recall = sa.func.sum(sa.case((messages.c.role == "recall", 1), else_=0))
+    summary = sa.func.sum(sa.case((messages.c.role == "summary", 1), else_=0))
+    found = conn.execute(
+        sa.select(messages.c.conversation_id, said, recall, summary)
+        .where(messages.c.conversation_id.in_(list(conversation_ids)))
+        .group_by(messages.c.conversation_id)
+    )
+    return {conversation_id: (int(a or 0), int(b or 0), int(c or 0)) for conversation_id, a, b, c in found}
 
 
 NOT_SAID = ("recall", "summary")  # the rows a turn stores that nobody said: counted apart
@@ -645,14 +670,16 @@ def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLA
     schema = tables(prefix)
     table, messages = schema.conversations, schema.messages
     theirs = sa.select(table.c.id).where(equals_exactly(table.c.user_id, user_id))
-    said = sa.case((messages.c.role.not_in(NOT_SAID), 1), else_=0)
-    recall = sa.case((messages.c.role == "recall", 1), else_=0)
-    summary = sa.case((messages.c.role == "summary", 1), else_=0)
-    counted = conn.execute(
-        sa.select(sa.func.sum(said), sa.func.sum(recall), sa.func.sum(summary)).where(
-            messages.c.conversation_id.in_(theirs)
-        )
+
+    def count(*where: Any) -> Any:
+        # Each a range count on (conversation_id, role): no message row is read.
+        found = sa.select(sa.func.count()).where(messages.c.conversation_id.in_(theirs), *where)
+        return found.scalar_subquery()
+
+    every, recalls, summaries = conn.execute(
+        sa.select(count(), count(messages.c.role == "recall"), count(messages.c.role == "summary"))
     ).one()
+    counted = (int(every or 0) - int(recalls or 0) - int(summaries or 0), recalls, summaries)
     tokens = sa.func.sum(table.c.total_tokens) if shape == CLAWMEM_SCHEMA else sa.null()
     conversations, total_tokens = conn.execute(
         sa.select(sa.func.count(), tokens).where(equals_exactly(table.c.user_id, user_id))

@@ -156,6 +156,7 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Index(f"{prefix}phpclaw_conv_created", "created_at", "id"),
         sa.Index(f"{prefix}phpclaw_conv_updated", "updated_at", "id"),
         sa.Index(f"{prefix}phpclaw_conv_title", "title", "id"),
+        sa.Index(f"{prefix}phpclaw_conv_tokens", "total_tokens", "id"),
         sa.Index(f"{prefix}phpclaw_conv_user_ns_updated", "user_id", "namespace", "updated_at"),
         **options,
     )
@@ -171,6 +172,8 @@ def tables(prefix: str = "", shape: str = CLAWMEM_SCHEMA) -> Tables:
         sa.Column("metadata", sa.Text, nullable=True),
         sa.Column("created_at", _datetime(), nullable=False),
         sa.Index(f"{prefix}phpclaw_msg_conv_created", "conversation_id", "created_at"),
+        # Counts a conversation's (or a subject's) messages by role from the index alone.
+        sa.Index(f"{prefix}phpclaw_msg_conv_role", "conversation_id", "role"),
         # Serves the Overview's messages per day and the newest user messages (cold memory).
         sa.Index(f"{prefix}phpclaw_msg_created", "created_at", "id"),
         **options,

@@ -152,3 +152,17 @@ def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:
     drop_tables(engine, prefix)
     drop_vector_table(engine, prefix)
     return present
+
+
+TABLE_SUFFIXES = ("phpclaw_conversations", "phpclaw_messages", "phpclaw_memory")
+
+
+def prefixes_found(engine: Engine) -> dict[str, list[str]]:
+    """Return every table prefix that has one of the three tables in the database, sorted, with
+    the names of those of its tables that exist: the sites this database holds, configured or not."""
+    found: dict[str, list[str]] = {}
+    for name in sorted(sa.inspect(engine).get_table_names()):
+        for suffix in TABLE_SUFFIXES:
+            if name.endswith(suffix):
+                found.setdefault(name[: -len(suffix)], []).append(name)
+    return dict(sorted(found.items()))

@@ -22,6 +22,7 @@ from dashboard.views import (
     recall,
     rendering,
     settings,
+    sites,
     subjects,
 )
 from dashboard.views.rendering import shell_command
@@ -34,6 +35,7 @@ BLUEPRINTS = (
     memory.bp,
     recall.bp,
     jobs.bp,
+    sites.bp,
     settings.bp,
 )
 HTMX_FILE = "vendor/htmx.min.js"

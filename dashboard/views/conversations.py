@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, abort, request, url_for
+from flask import Blueprint, Response, abort, request, url_for
 
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
 from clawmem.conversations import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
@@ -16,6 +17,8 @@ from clawmem.integrations.openai_agents import session_id_of
 from clawmem.pipeline import billed_tokens, provider_history
 from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
 from dashboard import state
+from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT
+from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
     int_arg,
@@ -33,6 +36,7 @@ from dashboard.views.turns import recall_rows, turn_preview
 bp = Blueprint("conversations", __name__, url_prefix="/conversations")
 
 PAGE_SIZE = 50
+DOWNLOAD_PAGE = 500  # rows read per query while a download streams
 MESSAGE_PAGE_SIZE = 100
 ANALYSIS_LIMIT = 5000  # messages read for the compaction analysis of one conversation
 NOT_SAID = ("summary", "recall")  # rows the analysis leaves out: not part of what the model said
@@ -93,6 +97,16 @@ def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
     }
 
 
+def _chosen(filters: dict[str, str], since: datetime | None, until: datetime | None) -> dict[str, Any]:
+    return {
+        "user_id": filters.get("user_id"),
+        "namespace": filters.get("namespace"),
+        "since": since,
+        "until": until,
+        "query": filters.get("q"),
+    }
+
+
 def _list_page(
     filters: dict[str, str], sort: str, since: datetime | None, until: datetime | None,
     descending: bool | None = None,
@@ -100,13 +114,7 @@ def _list_page(
     """Return the page of the list the request asks for, its rows, and (unless only more rows
     are asked for) how many conversations match in all."""
     store = state.conversations()
-    chosen = {
-        "user_id": filters.get("user_id"),
-        "namespace": filters.get("namespace"),
-        "since": since,
-        "until": until,
-        "query": filters.get("q"),
-    }
+    chosen = _chosen(filters, since, until)
     page = store.list(
         limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending, **chosen
     )
@@ -128,25 +136,75 @@ def _list_page(
         "more_url": url_for("conversations.index", **filters, sort=sort, **order, cursor=page.next_cursor)
         if page.next_cursor
         else None,
+        "downloads": {format: url_for("conversations.download", format=format, **filters, sort=sort, **order)
+                      for format in DOWNLOAD_FORMATS},
+        "download_limit": DOWNLOAD_LIMIT,
     }
+
+
+TITLES_SEALED = "Titles are encrypted, so the database cannot sort by them: sorted by last activity instead."
+
+
+def _titles_unsortable(sort: str) -> bool:
+    # The database holds sealed titles: an order by them would be an order by ciphertext.
+    return sort == "title" and state.conversations().encrypted
+
+
+def _list_arguments() -> tuple[dict[str, str], str, bool | None, datetime | None, datetime | None, list[str]]:
+    filters = _filters()
+    sort = sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)
+    descending = order_arg()
+    if sort == "tokens" and not state.conversations().stores_metadata:
+        abort(400, description="phpClaw's tables hold no token counts to sort by.")
+    if _titles_unsortable(sort):
+        sort, descending = DEFAULT_SORT, None
+    (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
+    errors = [error for error in (since_error, until_error) if error]
+    return filters, sort, descending, since, until, errors
+
+
+DOWNLOAD_COLUMNS = ("id", "title", "user_id", "namespace", "created_at", "updated_at", "messages",
+                    "recall_records", "checkpoints", "total_tokens")
+
+
+def _moment(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(sep=" ", timespec="seconds")
+
+
+def _download_row(conversation: ConversationSummary) -> dict[str, Any]:
+    return {
+        "id": conversation.id, "title": conversation.title, "user_id": conversation.user_id,
+        "namespace": conversation.namespace, "created_at": _moment(conversation.created_at),
+        "updated_at": _moment(conversation.updated_at), "messages": conversation.message_count,
+        "recall_records": conversation.recall_count, "checkpoints": conversation.checkpoint_count,
+        "total_tokens": conversation.total_tokens,  # None: not reported (an empty CSV cell)
+    }
+
+
+@bp.get("/export.<any(csv, json):format>")
+def download(format: str) -> Response:
+    """The filtered list in its order as CSV or JSON, streamed, at most ``DOWNLOAD_LIMIT`` rows
+    (times in UTC; no tokens reported is an empty cell or ``null``, never 0)."""
+    filters, sort, descending, since, until, errors = _list_arguments()
+    if errors:
+        abort(400, description=" ".join(errors))
+    store, chosen = state.conversations(), _chosen(filters, since, until)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        fetch = functools.partial(store.list, limit=DOWNLOAD_PAGE, sort=sort, descending=descending, **chosen)
+        for conversation in state.every_item(lambda cursor: fetch(cursor=cursor)):
+            yield _download_row(conversation)
+
+    order = "" if descending is None else ("desc" if descending else "asc")
+    about = {"filters": filters, "sort": sort, "order": order, "times": "UTC"}
+    return download_response(format, "conversations", DOWNLOAD_COLUMNS, rows, about)
 
 
 @bp.get("/")
 def index() -> str | tuple[str, int]:
     """Conversations, the most recently active first unless another ``sort`` is asked for,
     filtered by search text, subject, namespace and date, with how many match."""
-    filters = _filters()
-    sort = sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)
-    descending = order_arg()
-    if sort == "tokens" and not state.conversations().stores_metadata:
-        abort(400, description="phpClaw's tables hold no token counts to sort by.")
-    notice = None
-    if sort == "title" and state.conversations().encrypted:
-        # The database holds sealed titles: an order by them would be an order by ciphertext.
-        notice = "Titles are encrypted, so the database cannot sort by them: sorted by last activity instead."
-        sort, descending = DEFAULT_SORT, None
-    (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
-    errors = [error for error in (since_error, until_error) if error]
+    filters, sort, descending, since, until, errors = _list_arguments()
     # Said on the page beside the filters, instead of silently listing everything.
     nothing = {"rows": [], "total": 0, "bound": None, "scanned": None, "more_url": None}
     listed = nothing if errors else _list_page(filters, sort, since, until, descending)
@@ -159,7 +217,7 @@ def index() -> str | tuple[str, int]:
         sort=sort,
         order="" if descending is None else ("desc" if descending else "asc"),
         sorts=sort_links(SORT_DIRECTIONS, sort, "conversations.index", descending, **filters),
-        notice=notice,
+        notice=TITLES_SEALED if _titles_unsortable(sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)) else None,
         **listed,
     )
     return (body, 400) if errors else body

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import itertools
+import json
+from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, abort, request, url_for
+from flask import Blueprint, Response, abort, request, url_for
 
 from clawmem.clock import now_seconds
 from clawmem.errors import InvalidKey, InvalidNamespace
@@ -18,6 +21,8 @@ from clawmem.records import MemoryRow
 from clawmem.rules import ttl_state, validate_namespace
 from clawmem.subjects import subject_of_namespace
 from dashboard import state
+from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT
+from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
     format_bytes,
@@ -34,6 +39,8 @@ from dashboard.views.rendering import (
 bp = Blueprint("memory", __name__, url_prefix="/memory")
 
 PAGE_SIZE = 50
+SEARCH_LIMIT = 200  # entries a search across namespaces lists
+DOWNLOAD_PAGE = 500  # entries read per page while a download streams
 MORE_TARGET = "memory-more"
 STATE_LABELS = {
     "": "every state",
@@ -77,8 +84,28 @@ def index() -> str:
         rows.append(row)
     totals = {name: sum(getattr(n, name) for n in counts) for name in ("total", "live", "expired")}
     return render_page(
-        "memory/index.html", {}, rows=rows, totals=totals, driver=state.settings().memory_driver
+        "memory/index.html", {}, rows=rows, totals=totals, driver=state.settings().memory_driver,
+        search=_search(text_arg("q")),
     )
+
+
+def _search(query: str) -> dict[str, Any]:
+    """Return the entries of every namespace whose key or value holds ``query`` exactly (the
+    match export and erase use), at most ``SEARCH_LIMIT`` of them, by namespace then key."""
+    if not query:
+        return {"q": "", "rows": [], "more": False, "limit": SEARCH_LIMIT}
+    now = now_seconds(state.clock())
+    found = list(itertools.islice(state.driver().find(query), SEARCH_LIMIT + 1))
+    rows = []
+    for row in found[:SEARCH_LIMIT]:
+        listed = entry_row(row, now)
+        try:
+            validate_namespace(row.namespace)
+        except InvalidNamespace:
+            # Another program's row under a name today's rule refuses: its list is read-only.
+            listed["url"] = url_for("memory.stored_namespace", token=stored_token(row.namespace))
+        rows.append(listed)
+    return {"q": query, "rows": rows, "more": len(found) > SEARCH_LIMIT, "limit": SEARCH_LIMIT}
 
 
 def _subject_url(subject: str | None) -> str | None:
@@ -120,6 +147,8 @@ def namespace(namespace: str) -> str:
     listed = {"state": status or None, "query": query or None}
     page = driver.entries(namespace, **listed, limit=PAGE_SIZE, cursor=cursor or None, sort=sort)
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
+    downloads = {format: url_for("memory.download", namespace=namespace, format=format, **filters, sort=sort)
+                 for format in DOWNLOAD_FORMATS}
     more_url = (
         url_for("memory.namespace", namespace=namespace, **filters, sort=sort, cursor=page.next_cursor)
         if page.next_cursor
@@ -140,6 +169,8 @@ def namespace(namespace: str) -> str:
         total=None if wants_fragment(MORE_TARGET) else _totals(driver, namespace, listed),
         more_url=more_url,
         scanned=_scanned(driver, namespace, status or None, query),
+        downloads=downloads,
+        download_limit=DOWNLOAD_LIMIT,
     )
 
 
@@ -150,6 +181,44 @@ def _scanned(driver: BaseMemory, namespace: str, status: str | None, query: str)
         return None
     _, read, complete = driver.scanned(namespace, status, query)
     return {"read": read, "complete": complete, "limit": SQL_SCAN_LIMIT}
+
+
+KEY_COLUMNS = ("namespace", "key", "state", "expires_at", "value", "bytes", "created_at", "updated_at")
+
+
+def _moment(value: Any) -> str | None:
+    return value.isoformat(sep=" ", timespec="seconds") if hasattr(value, "isoformat") else None
+
+
+@bp.get("/<namespace>/export.<any(csv, json):format>")
+def download(namespace: str, format: str) -> Response:
+    """The namespace's keys under the list's filters and order as CSV or JSON, streamed, at
+    most ``DOWNLOAD_LIMIT`` rows: the value as its JSON text, expiry as Unix seconds (UTC)."""
+    namespace = validate_namespace(namespace)
+    status = text_arg("state", 20)
+    try:
+        check_filter(status or None)
+    except ValueError as exc:
+        abort(400, description=str(exc))
+    sort = sort_arg(SORTS, "key")
+    query = text_arg("q")
+    driver, now = state.driver(), now_seconds(state.clock())
+    listed = {"state": status or None, "query": query or None}
+
+    def rows() -> Iterator[dict[str, Any]]:
+        def fetch(cursor: str | None) -> Any:
+            return driver.entries(namespace, **listed, limit=DOWNLOAD_PAGE, cursor=cursor, sort=sort)
+
+        for row in state.every_item(fetch):
+            yield {"namespace": row.namespace, "key": row.key, "state": ttl_state(row.expires_at, now)[0],
+                   "expires_at": row.expires_at,
+                   "value": row.value if row.raw_value else json.dumps(row.value, ensure_ascii=False),
+                   "bytes": row.bytes, "created_at": _moment(row.created_at),
+                   "updated_at": _moment(row.updated_at)}
+
+    filters = {name: value for name, value in (("q", query), ("state", status)) if value}
+    about = {"namespace": namespace, "filters": filters, "sort": sort, "times": "UTC"}
+    return download_response(format, f"memory-{namespace}", KEY_COLUMNS, rows, about)
 
 
 def _totals(driver: BaseMemory, namespace: str, listed: dict[str, str | None]) -> dict[str, int]:

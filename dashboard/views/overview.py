@@ -46,6 +46,20 @@ def _encryption_line() -> dict[str, Any]:
     cipher = state.site().cipher
     return {"on": cipher.enabled, "primary": cipher.primary_id, "problem": state.key_problem(),
             "keys": len(cipher.keyring.key_ids) if cipher.keyring else 0, "strict": cipher.strict}
+NOT_REPORTED = "not reported"
+
+
+def _tokens_daily(tokens: list[int | None] | None, days: list[str]) -> dict[str, Any] | None:
+    # A day no provider reported tokens for draws no bar and reads "not reported", never 0;
+    # with no reported day at all there is no chart to draw (None).
+    if tokens is None or all(value is None for value in tokens):
+        return None
+    heights = [value or 0 for value in tokens]
+    return {"bars": charts.columns(days, heights), "top": max(heights),
+            "rows": [(day, NOT_REPORTED if value is None else value)
+                     for day, value in zip(days, tokens, strict=True)],
+            "reported_days": sum(1 for value in tokens if value is not None),
+            "sum": sum(heights)}
 
 
 def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
@@ -57,6 +71,10 @@ def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
         "messages": _daily(activity.messages, days),
         "conversations": _daily(activity.conversations, days, activity.conversations_now),
         "memory": None if memory_added is None else _daily(memory_added, days, memory_total),
+        "tokens": _tokens_daily(activity.tokens, days),
+        "total_tokens": activity.total_tokens,  # None: not reported
+        "tokens_stored": activity.tokens is not None,  # False: phpClaw's tables keep no usage
+        "by_tokens": url_for("conversations.index", sort="tokens"),
     }
 
 
@@ -179,9 +197,10 @@ def index() -> str:
     totals = _totals()
     found = totals.tables
     init_db = shell_command("flask", "claw", "init-db")
+    # A missing table has neither rows nor a size: it says so in its own cell, not as a "Size".
     table_rows = [
-        {"name": t.name, "rows": t.rows,
-         "size": format_bytes(t.bytes) if t.exists else f"missing: run {init_db}"}
+        {"name": t.name, "rows": t.rows, "missing": not t.exists,
+         "size": format_bytes(t.bytes) if t.exists and t.bytes is not None else None}
         for t in found
     ]
     schema = tables(settings.table_prefix)
@@ -202,6 +221,7 @@ def index() -> str:
         "overview/index.html",
         {},
         tables=table_rows,
+        init_db=init_db,
         roles=totals.roles,
         counted={"at": format_time(utc_datetime(lambda: totals.counted_at)),
                  "max_age": format_duration(TOTALS_MAX_AGE)},

@@ -54,11 +54,13 @@ def hostile(app: Flask) -> dict[str, str]:
         "long-subject": f"/subjects/{'u' * 150}",
         "by-tokens": "/conversations/?sort=tokens",
         "memory": "/memory/",
+        "memory-search": "/memory/?q=refund_",
         "namespace": "/memory/default/",
         "long-namespace": f"/memory/{LONG_NAMESPACE}/",
         "entry": f"/memory/default/entry?key={quote(LONG_KEY)}",
         "preview": f"/preview?message=my+parcel+{LONG_WORD}",
         "cold": "/cold",
+        "sites": "/sites/",
         "settings": "/settings",
         "not-found": "/no-such-page",
     }
@@ -115,7 +117,8 @@ def test_the_charts_say_everything_without_javascript(browser: Any, server: str)
     expect(tab.locator("details.chart-data").first.locator("tbody tr")).to_have_count(30)
     labels = tab.locator("svg.plot[role=img]").evaluate_all(
         "svgs => svgs.map(svg => svg.getAttribute('aria-label'))")
-    assert len(labels) == 3 and all("the table below has every day" in label for label in labels)
+    # Messages, conversations, memory rows and the tokens billed (the demo's providers report usage).
+    assert len(labels) == 4 and all("the table below has every day" in label for label in labels)
     tab.context.close()
 
 
