@@ -119,7 +119,7 @@ def test_postings_stay_in_ascending_slot_order() -> None:
         index.put(f"k{number:04d}", f"coffee w{number % 5}", None)
     for number in range(2000):
         index.put(f"new{number:04d}", f"tea w{number % 3}", None)
-    for word in list(index.postings) + list(index.pending):
+    for word in index.words():
         postings = index.postings_of(word)
         assert postings is not None and bool(np.all(np.diff(postings) > 0)), word
 

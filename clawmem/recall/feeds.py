@@ -9,12 +9,15 @@ call. A driver without a feed is not indexed: recall scans it (:class:`ChangeFee
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from clawmem.recall.index import WordIndex
+from clawmem.recall.sources import conforms, serving_driver
 from clawmem.records import Changes, MemoryRow
 
 
@@ -41,6 +44,23 @@ class _Followed:
 # Per driver (gone with it) and namespace.
 _FOLLOWED: weakref.WeakKeyDictionary[Any, dict[str, _Followed]] = weakref.WeakKeyDictionary()
 _FOLLOWED_LOCK = threading.Lock()
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    return trim  # glibc's; other C libraries hand freed memory back on their own, or never
+
+
+_TRIM = _libc_trim()
+
+
+def release_scratch() -> None:
+    """Hand the memory a full load used and freed back to the system. glibc keeps freed heap
+    for reuse, and a load of a million entries frees a few hundred megabytes of scratch (the
+    decoded batch, the word numbers, the sort): without this the process keeps them resident."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def apply(index: WordIndex, batch: Changes) -> None:
@@ -70,5 +90,22 @@ def fresh_index(
         batch = (changes or driver.changes)(namespace, followed.cursor)
         if not batch.empty:
             apply(followed.index, batch)
-        followed.cursor = batch.cursor
+        followed.cursor, reset = batch.cursor, batch.reset
+        del batch
+        if reset:
+            release_scratch()
         return followed.index
+
+
+def warm(memory: Any, namespaces: Sequence[str] | None = None) -> int:
+    """Bring the index of each of ``namespaces`` (every namespace ``memory`` lists, by default)
+    up to date, and return how many entries they hold. Called before gunicorn forks its workers
+    (``--preload``), it builds one index that every worker shares: a worker starts with it and
+    its cursor, and catches up from there on its first turn. Namespaces served by a driver
+    without a feed are skipped (recall scans them). Raises what the drivers raise."""
+    held = 0
+    for namespace in memory.namespaces() if namespaces is None else namespaces:
+        driver = serving_driver(memory, namespace)[0]
+        if conforms(driver, ChangeFeed):
+            held += len(fresh_index(driver, namespace))
+    return held

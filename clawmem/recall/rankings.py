@@ -24,7 +24,7 @@ from clawmem.recall.candidates import Candidate, Ranker, Ranking
 from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import Candidates, WordIndex
 from clawmem.recall.injection import line_bytes
-from clawmem.recall.sources import Readable, serving_driver
+from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.words import DEFAULT_TOP_K, entry_words, keywords, text_of
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class IndexRanking:
             if not keys:
                 continue
             rows = driver.fetch(namespace, keys)
-            if not self._candidates[namespace].index.confirm(keys, rows, self.now):
+            if not self._candidates[namespace].confirm(keys, rows, self.now):
                 raise StaleIndex()
             texts.update(((namespace, key), text_of(rows[key].value)) for key in keys)
         return [texts[c.namespace, c.key] for c in candidates]
@@ -139,7 +139,7 @@ def indexed_sources(
     """Return ``(namespace, driver, index)`` for each namespace, each index up to date with its
     driver, or ``None`` when a namespace's driver publishes no change feed (recall then scans)."""
     drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if not all(isinstance(driver, ChangeFeed) for driver in drivers):
+    if not all(conforms(driver, ChangeFeed) for driver in drivers):
         return None
     return [
         (namespace, driver, fresh_index(driver, namespace))  # type: ignore[arg-type]
@@ -164,7 +164,7 @@ def rank_each(
     is brought up to date once for them all (as the backend stands at this call), not once a
     message: a survey of a thousand messages costs one catch-up, not a thousand."""
     driver = serving_driver(memory, namespace)[0]
-    if ranker is not word_overlap or not isinstance(driver, ChangeFeed):
+    if ranker is not word_overlap or not conforms(driver, ChangeFeed):
         return (ranker(memory, message, [namespace], now) for message in messages)
     source = [(namespace, driver, fresh_index(driver, namespace))]
     return (IndexRanking(keywords(message), source, now) for message in messages)
