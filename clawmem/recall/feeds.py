@@ -83,9 +83,12 @@ def fresh_index(
     committed to the backend so far. Raises what the driver's ``changes`` raises; a driver
     answering its own search passes its unwrapped feed as ``changes``."""
     with _FOLLOWED_LOCK:
-        followed = _FOLLOWED.setdefault(driver, {}).get(namespace)
+        of_driver = _FOLLOWED.get(driver)
+        if of_driver is None:
+            of_driver = _FOLLOWED[driver] = {}
+        followed = of_driver.get(namespace)
         if followed is None:
-            followed = _FOLLOWED[driver][namespace] = _Followed(namespace)
+            followed = of_driver[namespace] = _Followed(namespace)
     with followed.lock:
         batch = (changes or driver.changes)(namespace, followed.cursor)
         if not batch.empty:

@@ -381,9 +381,11 @@ class WordIndex:
         """Return the live entries sharing at least one of ``words`` with their scores, and
         how many live entries share none."""
         with self.lock:
-            found = {
-                word: postings for word in set(words) if (postings := self.postings_of(word)) is not None
-            }
+            wanted = set(words)
+            for word in wanted.intersection(self.pending):
+                self._merge(word)
+            found = {word: self.postings[word] for word in wanted.intersection(self.postings)}
+            found.update(self.frozen.get_many(wanted.difference(found)))
             live, live_count = self._live(now)
             # A word's postings hold a slot once: one small add per posting, no sort, no cast.
             counts = np.zeros(self.size, dtype=np.uint8 if len(found) < 256 else np.uint16)
@@ -393,7 +395,7 @@ class WordIndex:
                     counts[postings] += 1
                 else:
                     counts[: marks.size] += marks
-            if found:
+            if found and live_count < self.size:  # dead or expired slots: their scores go
                 np.multiply(counts, live, out=counts)
             candidate_count = int(np.count_nonzero(counts))
             return Candidates(

@@ -90,7 +90,11 @@ class KeyTable:
         return PackedKeys(self._blob, self._ends)
 
     def __getitem__(self, slot: int) -> str:
-        return self.view()[slot]
+        return self.encoded(slot).decode("utf-8")
+
+    def encoded(self, slot: int) -> bytes:
+        """Return the UTF-8 bytes of the key of ``slot``."""
+        return bytes(self._blob[int(self._ends[slot]) : int(self._ends[slot + 1])])
 
     # -- finding --------------------------------------------------------------------------------
 

@@ -79,6 +79,24 @@ class FrozenPostings:
             return None
         return self._flat[int(self._starts[position]) : int(self._starts[position + 1])]
 
+    def get_many(self, words: Collection[str]) -> dict[str, np.ndarray]:
+        """Return the slots holding each of ``words`` that is held, by word: one binary search
+        for them all."""
+        if not words or not len(self):
+            return {}
+        words = list(words)
+        wanted = _hashes(words)
+        positions = self._hashes.searchsorted(wanted).tolist()
+        found = {}
+        size = int(self._hashes.size)
+        for word, hashed, position in zip(words, wanted.tolist(), positions, strict=True):
+            while position < size and int(self._hashes[position]) == hashed:
+                if self._word(position) == word:
+                    found[word] = self._flat[int(self._starts[position]) : int(self._starts[position + 1])]
+                    break
+                position += 1
+        return found
+
     def words(self) -> Iterator[str]:
         """Yield every word held."""
         return (self._word(position) for position in range(len(self)))

@@ -99,6 +99,9 @@ class IndexRanking:
         }
         self.candidate_count = sum(len(found) for found in self._candidates.values())
         self.zero_overlap = sum(found.zero_overlap for found in self._candidates.values())
+        # The words of the entries read back, confirmed to be the indexed ones: what they matched
+        # is read off them, without searching a posting list per word.
+        self._held: dict[tuple[str, str], set[str]] = {}
 
     def first(self, count: int) -> list[Candidate]:
         if count <= 0:
@@ -111,8 +114,12 @@ class IndexRanking:
 
     def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
         found: dict[tuple[str, str], tuple[str, ...]] = {}
+        for candidate in candidates:
+            held = self._held.get((candidate.namespace, candidate.key))
+            if held is not None:
+                found[candidate.namespace, candidate.key] = tuple(word for word in self.words if word in held)
         for namespace, candidates_of in self._candidates.items():
-            keys = [c.key for c in candidates if c.namespace == namespace]
+            keys = [c.key for c in candidates if c.namespace == namespace and (namespace, c.key) not in found]
             if keys:
                 for key, words in candidates_of.matched(keys, self.words).items():
                     found[namespace, key] = words
@@ -129,7 +136,9 @@ class IndexRanking:
             rows = driver.fetch(namespace, keys)
             if not self._candidates[namespace].confirm(keys, rows, self.now):
                 raise StaleIndex()
-            texts.update(((namespace, key), text_of(rows[key].value)) for key in keys)
+            for key in keys:
+                text = texts[namespace, key] = text_of(rows[key].value)
+                self._held[namespace, key] = set(entry_words(key, text))
         return [texts[c.namespace, c.key] for c in candidates]
 
 
