@@ -76,7 +76,8 @@ def test_a_forked_worker_starts_from_its_parents_index_and_sees_every_later_comm
     def worker() -> list[str]:
         loads: list[int] = []
         original = WordIndex.load
-        monkeypatch.setattr(WordIndex, "load", lambda self, entries: loads.append(1) or original(self, entries))
+        counted = lambda self, entries: loads.append(1) or original(self, entries)  # noqa: E731
+        monkeypatch.setattr(WordIndex, "load", counted)
         seen = recalled(driver, "written after build")
         keys = fresh_index(driver, "notes").live_sizes(int(clock()))
         assert not loads, "the worker built its own index instead of sharing its parent's"
@@ -104,3 +105,41 @@ def test_warm_skips_namespaces_a_driver_cannot_feed(tmp_path: Any, clock: FakeCl
     fed.set("b", "black tea", "notes")
     router = RouterMemory(fed, {"scanned": Unfed()})  # type: ignore[dict-item]
     assert warm(router, ["notes", "scanned"]) == 2
+
+
+def test_an_erasure_reaches_the_index_a_worker_shares_with_its_parent(
+    tmp_path: Any, clock: FakeClock
+) -> None:
+    from clawmem.erasure import erase_subject
+    from clawmem.settings import Settings
+    from clawmem.site import Site
+    from clawmem.sql.engine import create_engine
+    from clawmem.sql.schema import create_tables, drop_tables
+    from clawmem.subjects import Subject
+
+    url = f"sqlite:///{tmp_path / 'site.db'}"
+    engine = create_engine(url)
+    create_tables(engine, "")
+    site = Site(Settings(instance_path=str(tmp_path / "instance"), database_url=url), clock)
+    try:
+        site.memory.set("ticket-9", "customer cust-100042 wants a refund of marmalade", "support")
+        site.memory.set("tea", "cust-100042 likes marmalade", "user:cust-100042")
+        site.memory.set("jam", "marmalade is in aisle three", "support")
+        assert warm(site.memory) == 3
+
+        def injected(namespace: str) -> list[str]:
+            augmenter = MessageAugmenter(site.memory, namespace=namespace, announce=False)
+            result = augmenter.augment("marmalade cust-100042", subject_namespace="user:cust-100042")
+            return sorted(decision.key for decision in result.decisions if decision.status == "injected")
+
+        assert injected("support") == ["jam", "tea", "ticket-9"]
+
+        def worker() -> list[str]:
+            erase_subject(site, Subject(user_id="cust-100042"), mentions=True)
+            return injected("support")
+
+        assert in_a_forked_worker(worker) == ["jam"]  # the worker erased, and its index followed
+        assert injected("support") == ["jam"]  # so did its parent's, through the feed
+    finally:
+        drop_tables(engine, "")
+        engine.dispose()
