@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from clawmem.recall.injection import line_bytes
-from clawmem.recall.keys import KeyTable, PackedKeys
+from clawmem.recall.keys import KeyTable, PackedKeys, with_room
 from clawmem.recall.postings import FrozenPostings
 from clawmem.recall.words import entry_words, text_of
 
@@ -252,7 +252,7 @@ class WordIndex:
             count = len(keys)
             self.table.reset(keys)
             del keys
-            self._ensure(count)
+            self._ensure(count, with_room(count))
             self.prints[:count] = np.asarray(prints, dtype=np.int64)
             self.expires[:count] = np.asarray(expires, dtype=np.int64)
             self.line_size[:count] = np.asarray(sizes, dtype=np.int64)
@@ -263,14 +263,17 @@ class WordIndex:
                 del word_ids
                 self.frozen = FrozenPostings.grouped(list(vocabulary), numbers, slot_ids)
 
-    def _ensure(self, needed: int) -> None:
+    def _ensure(self, needed: int, grown: int = 0) -> None:
         capacity = self.expires.size
         if needed <= capacity:
             return
-        grown = max(needed, capacity * _GROWTH, 1024)
-        self.prints = np.resize(self.prints, grown)
-        self.expires = np.resize(self.expires, grown)
-        self.line_size = np.resize(self.line_size, grown)
+        grown = max(needed, capacity * _GROWTH, 1024, grown)
+        # Zeroed, then copied: the room past ``needed`` stays untouched (and not resident).
+        for name in ("prints", "expires", "line_size"):
+            column = getattr(self, name)
+            larger = np.zeros(grown, dtype=column.dtype)
+            larger[:capacity] = column
+            setattr(self, name, larger)
 
     def _add(self, key: str, text: str, expires_at: int | None, print_: int, replaced: int | None) -> None:
         slot = self.table.add(key, replaced)

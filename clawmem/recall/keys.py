@@ -24,6 +24,13 @@ _RECENT_SHARE = 4  # keys outside the sorted base past a 1/4 of the table trigge
 _RECENT_FROM = 4096
 
 
+def with_room(count: int) -> int:
+    """Return the capacity of a per-slot array for ``count`` slots, with room for an eighth more:
+    the first writes after a load (in a forked worker, say) fill untouched zero pages rather than
+    copying every array."""
+    return count + max(1024, count // 8)
+
+
 class PackedKeys:
     """A read-only view of a table's keys by slot, as they were when the view was taken."""
 
@@ -69,7 +76,7 @@ class KeyTable:
         self.count = count  # slots used, live or dead
         self.live = count
         self._blob = bytearray(b"".join(encoded))
-        self._ends = np.zeros(max(count, 1024) + 1, dtype=np.int64)
+        self._ends = np.zeros(with_room(count) + 1, dtype=np.int64)
         self._ends[1 : count + 1] = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=count))
         del encoded
         self.alive = np.zeros(self._ends.size - 1, dtype=bool)
@@ -212,7 +219,7 @@ class KeyTable:
         del packed  # the old bytearray may not grow while a view of it is exported
         count = int(kept.size)
         self._blob = blob
-        self._ends = np.zeros(max(count, 1024) + 1, dtype=np.int64)
+        self._ends = np.zeros(with_room(count) + 1, dtype=np.int64)
         self._ends[1 : count + 1] = np.cumsum(lengths[kept])
         self.alive = np.zeros(self._ends.size - 1, dtype=bool)
         self.alive[:count] = True
