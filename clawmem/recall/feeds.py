@@ -48,8 +48,11 @@ _FOLLOWED_LOCK = threading.Lock()
 
 def _libc_trim() -> Callable[[int], int] | None:
     name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    return trim  # glibc's; other C libraries hand freed memory back on their own, or never
+    try:
+        library = ctypes.CDLL(name) if name else None
+    except OSError:  # a C library that cannot be loaded by name: nothing to trim with
+        return None
+    return getattr(library, "malloc_trim", None)  # glibc's; others return freed memory, or never
 
 
 _TRIM = _libc_trim()
