@@ -59,7 +59,7 @@ def main() -> None:
     scorer = SemanticScorer(encoder, embed_on_read=False)
     gc.collect()
     before = rss_bytes()
-    store = scorer.store
+    store = scorer.store_for(memory)
     for key, value in memory.all("bench").items():
         vector = rng.standard_normal(512).astype(np.float32)
         store.put("bench", key, value, vector, encoder.model_id)

@@ -9,9 +9,11 @@ Every statement lives in :mod:`clawmem.sql.conversations`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +22,9 @@ from sqlalchemy.engine import Engine
 
 from clawmem import events
 from clawmem.clock import Clock, utc_datetime
-from clawmem.errors import InvalidKey
+from clawmem.crypto import PLAIN, Cipher, Context
+from clawmem.errors import ConfigError, InvalidKey, Undecryptable
+from clawmem.keystores import cipher_for
 from clawmem.paging import Page, check_limit, moment_key, page_of
 from clawmem.php import json_encode as php_json_encode
 from clawmem.rules import (
@@ -30,8 +34,9 @@ from clawmem.rules import (
     validate_namespace,
     validate_prefix,
 )
-from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
+from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings, refuse_phpclaw_encryption
 from clawmem.sql import conversations as sql
+from clawmem.sql import sealing
 from clawmem.sql.conversations import (
     Conversation,
     ConversationRow,
@@ -49,6 +54,10 @@ _WORDPRESS_USER = re.compile(r"[0-9]{1,20}")
 DEFAULT_CONVERSATION_NAMESPACE = "default"
 _CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
 _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
+
+# How many of the newest conversations (titles) and messages a search of sealed text decrypts
+# and scans: SQL cannot match text it cannot read. Export and erasure scan everything instead.
+SCAN_LIMIT = 10_000
 
 ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
 Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input, metadata
@@ -162,6 +171,18 @@ def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMes
     return page_of(rows, limit, lambda m: [moment_key(m.created_at, m.raw_created_at), m.id])
 
 
+@dataclass(frozen=True)
+class TextScan:
+    """What a search of sealed text found and how far it looked: the matching conversations
+    with the start of their newest matching message (``None`` when only the title matched),
+    how many titles and messages were decrypted, and whether that was every one of them."""
+
+    matches: dict[str, str | None]
+    conversations_read: int
+    messages_read: int
+    complete: bool
+
+
 class ConversationLog:
     """The conversations and messages tables of one site (``prefix``), for writing and reading.
 
@@ -185,6 +206,7 @@ class ConversationLog:
         store_messages: bool = True,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         shape: str = CLAWMEM_SCHEMA,
+        cipher: Cipher = PLAIN,
     ) -> None:
         self.engine = engine
         self.prefix = validate_prefix(prefix)
@@ -192,6 +214,49 @@ class ConversationLog:
         self.store_messages = store_messages
         self.max_value_bytes = max_value_bytes
         self.shape = shape
+        if cipher.enabled and shape == PHPCLAW_SCHEMA:
+            raise ConfigError(refuse_phpclaw_encryption())
+        # Seals titles, metadata, contents and tool input (SPEC 13); PLAIN seals nothing.
+        self.cipher = cipher
+        self._last_scan: tuple[Any, TextScan] | None = None
+
+    @property
+    def encrypted(self) -> bool:
+        """Return whether this log seals what it writes."""
+        return self.cipher.enabled
+
+    def _message(self, message: StoredMessage, raising: bool = False) -> StoredMessage:
+        return sealing.open_message(self.cipher, self.prefix, message, raising)
+
+    def _messages(self, messages: Iterable[StoredMessage], raising: bool = False) -> list[StoredMessage]:
+        return sealing.open_messages(self.cipher, self.prefix, list(messages), raising)
+
+    def opened(self, conversation: Conversation) -> Conversation:
+        """Return a conversation read as stored (an export's, see :mod:`clawmem.erasure`) with
+        its sealed columns opened; what cannot be opened is marked unreadable, never dropped."""
+        parts = [conversation.title, conversation.metadata]
+        parts += [part for message in conversation.messages for part in (message.content, message.tool_input)]
+        if not sealing.needs_opening(self.cipher, *parts):
+            return conversation
+        names = ("id", "title", "metadata", "unreadable")
+        fields = {name: getattr(conversation, name) for name in names}
+        fields = sealing.open_fields(self.cipher, self.prefix, fields)
+        return dataclasses.replace(
+            conversation,
+            title=fields["title"],
+            metadata=fields["metadata"],
+            unreadable=fields["unreadable"],
+            messages=tuple(self._messages(conversation.messages)),
+        )
+
+    def _job_opener(self) -> Any:
+        # A job's messages are found by the job id in their metadata, sealed with the rest.
+        if not self.encrypted:
+            return None
+        return lambda messages: self._messages(messages, raising=True)
+
+    def _fields(self, row: Any, raising: bool = False) -> dict[str, Any]:
+        return sealing.open_fields(self.cipher, self.prefix, sql.conversation_fields(row), raising)
 
     @property
     def stores_metadata(self) -> bool:
@@ -205,13 +270,19 @@ class ConversationLog:
         return PHPCLAW_ROLES if self.shape == PHPCLAW_SCHEMA else ROLES
 
     @classmethod
-    def from_settings(cls, settings: Settings, clock: Clock = time.time) -> ConversationLog:
-        """Return the log of the settings' database and site, behind their privacy switch.
-        Raises :class:`clawmem.ConfigError` when the tables have the other shape (SPEC 4.8)."""
+    def from_settings(
+        cls, settings: Settings, clock: Clock = time.time, cipher: Cipher | None = None
+    ) -> ConversationLog:
+        """Return the log of the settings' database and site, behind their privacy switch,
+        sealing with ``cipher`` (default: the one the settings' keys make).
+        Raises :class:`clawmem.ConfigError` when the tables have the other shape (SPEC 4.8), or
+        for encryption on phpClaw's shape."""
         from clawmem.sql.schema import check_shape
 
         engine = engine_for(settings.database_url)
         shape = check_shape(engine, settings.table_prefix, settings.schema)
+        if shape == PHPCLAW_SCHEMA and settings.encrypts:
+            raise ConfigError(refuse_phpclaw_encryption())
         return cls(
             engine,
             settings.table_prefix,
@@ -219,6 +290,7 @@ class ConversationLog:
             settings.store_messages,
             settings.max_value_bytes,
             shape,
+            cipher_for(settings) if cipher is None else cipher,
         )
 
     # -- writing ----------------------------------------------------------------------------
@@ -287,6 +359,21 @@ class ConversationLog:
         if not self.store_messages:
             self._saved(conversation_id, namespace, records, gated=True)
             return []
+        seal = None
+        if self.encrypted:
+            subject, dialect = fields["user_id"], self.engine.dialect.name
+            if fields["title"] is not None:
+                fields["title"] = sealing.clip_title(fields["title"], self.cipher)
+            for column in ("title", "metadata"):
+                fields[column] = sealing.seal_column(
+                    self.cipher, self.prefix, sealing.CONVERSATIONS, conversation_id, column,
+                    fields[column], subject, dialect,
+                )
+
+            def seal(row_id: str, column: str, text: str | None) -> str | None:
+                return sealing.seal_column(
+                    self.cipher, self.prefix, sealing.MESSAGES, row_id, column, text, subject, dialect
+                )
         ids: list[str] = []
 
         def write() -> None:
@@ -302,7 +389,8 @@ class ConversationLog:
                 elif job_id is not None and self.stores_metadata:
                     # The touch locked the conversation's row, so a second run of the job waits
                     # here; finding its turn stored, it rolls its touch back.
-                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+                    opener = self._job_opener()
+                    stored = sql.messages_of_job(conn, self.prefix, conversation_id, job_id, opener)
                     if stored:
                         raise _JobStored([message.id for message in stored])
                 written = records
@@ -312,7 +400,9 @@ class ConversationLog:
                     newest = sql.newest_checkpoint_id(conn, self.prefix, conversation_id)
                     if newest != checkpoint_after:
                         written = [record for record in records if record.role != "summary"]
-                ids[:] = sql.insert_messages(conn, self.prefix, conversation_id, written, stamp, self.shape)
+                ids[:] = sql.insert_messages(
+                    conn, self.prefix, conversation_id, written, stamp, self.shape, seal
+                )
 
         try:
             try:
@@ -362,6 +452,9 @@ class ConversationLog:
             if row is None:
                 return None
             deleted = sql.pop_newest_message(conn, self.prefix, conversation_id, roles, "recall", self.shape)
+            # Opened inside the transaction: a message that cannot be decrypted raises, which
+            # rolls the delete back, so nothing is lost for a missing or wrong key.
+            deleted = self._messages(deleted, raising=True)
         if not deleted:
             return None
         self._forgotten(conversation_id, row.namespace, 0, len(deleted))
@@ -389,7 +482,8 @@ class ConversationLog:
         if not self.stores_metadata:
             return []
         with self.engine.connect() as conn:
-            return sql.messages_of_job(conn, self.prefix, conversation_id, job_id)
+            found = sql.messages_of_job(conn, self.prefix, conversation_id, job_id, self._job_opener())
+        return self._messages(found, raising=True)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
@@ -399,7 +493,8 @@ class ConversationLog:
             if row is None:
                 return None
             messages = sql.messages_since_checkpoint(conn, self.prefix, conversation_id, self.shape)
-        return Conversation(**sql.conversation_fields(row), messages=tuple(messages))
+        # One conversation read for a turn: what cannot be decrypted raises, never reads as empty.
+        return Conversation(**self._fields(row, raising=True), messages=tuple(self._messages(messages, True)))
 
     # -- the read API -----------------------------------------------------------------------
 
@@ -428,12 +523,13 @@ class ConversationLog:
         """
         check_limit(limit)
         sql.check_sort(sort)
-        filters = self._filters(user_id, namespace, since, until, query)
+        filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with self.engine.connect() as conn:
             found = sql.summaries(
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
                 descending=descending, **filters,
             )
+        found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
         return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort, descending))
 
     def count(
@@ -450,9 +546,53 @@ class ConversationLog:
         or ``at_most`` when there are at least that many."""
         if at_most is not None:
             check_limit(at_most, 1_000_000)
-        filters = self._filters(user_id, namespace, since, until, query)
+        filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with self.engine.connect() as conn:
             return sql.count_summaries(conn, self.prefix, at_most, **filters)
+
+    def _scanned_filters(self, filters: dict[str, Any]) -> dict[str, Any]:
+        # Sealed titles and contents cannot be matched in SQL: the text search becomes the ids
+        # a bounded scan of the decrypted newest rows found (see :meth:`scan`).
+        if not self.encrypted or not filters.get("query"):
+            return filters
+        found = self.scan(filters["query"], **{k: v for k, v in filters.items() if k != "query"})
+        return {**filters, "query": None, "conversation_ids": list(found.matches)}
+
+    def scan(self, query: str, limit: int = SCAN_LIMIT, **filters: Any) -> TextScan:
+        """Return which conversations passing ``filters`` hold ``query`` (case-insensitive) in
+        their title or a message, decrypting the newest ``limit`` titles and messages: the
+        search of an encrypted site, bounded, saying how far it looked. The last scan is kept,
+        so a page's list, count and snippets cost one scan."""
+        # Kept for a moment only (one page's list, count and snippets), so a later search sees
+        # what was written since.
+        memo = (query, limit, tuple(sorted(filters.items(), key=lambda item: item[0])), int(time.monotonic()))
+        if self._last_scan is not None and self._last_scan[0] == memo:
+            return self._last_scan[1]
+        needle = query.casefold()
+        with self.engine.connect() as conn:
+            titles, contents = sql.scan_candidates(conn, self.prefix, limit + 1, **filters)
+        complete = len(titles) <= limit and len(contents) <= limit
+        titles, contents = titles[:limit], contents[:limit]
+        matches: dict[str, str | None] = {}
+        for conversation_id, message_id, content in reversed(contents):  # oldest first: the first match wins
+            text = self._opened_text(sealing.MESSAGES, message_id, "content", content)
+            if text is not None and needle in text.casefold() and matches.get(conversation_id) is None:
+                matches[conversation_id] = text
+        for conversation_id, title in titles:
+            text = self._opened_text(sealing.CONVERSATIONS, conversation_id, "title", title)
+            if text is not None and needle in text.casefold():
+                matches.setdefault(conversation_id, None)
+        found = TextScan(matches, len(titles), len(contents), complete)
+        self._last_scan = (memo, found)
+        return found
+
+    def _opened_text(self, table: str, row_id: str, column: str, text: Any) -> str | None:
+        if text is None:
+            return None
+        try:
+            return self.cipher.open(str(text), Context.row(self.prefix, table, row_id, column))
+        except Undecryptable:
+            return None  # an unreadable row matches nothing; its page marks it
 
     @staticmethod
     def _filters(
@@ -471,6 +611,13 @@ class ConversationLog:
     ) -> dict[str, str]:
         """Return, by conversation id, the start (``max_chars`` characters) of the first message
         of each of ``conversation_ids`` whose content holds ``query`` as :meth:`list` matches it."""
+        if self.encrypted and self._last_scan is not None and self._last_scan[0][0] == query:
+            matches = self._last_scan[1].matches
+            return {
+                conversation_id: (matches[conversation_id] or "")[:max_chars]
+                for conversation_id in conversation_ids
+                if matches.get(conversation_id) is not None
+            }
         with self.engine.connect() as conn:
             return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
@@ -481,7 +628,7 @@ class ConversationLog:
             row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
         if row is None:
             return None
-        fields = sql.conversation_fields(row)
+        fields = self._fields(row, raising=True)
         fields.pop("unreadable")
         return ConversationRow(**fields)
 
@@ -503,7 +650,7 @@ class ConversationLog:
             found = sql.summaries(
                 conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
             )
-        return found[0] if found else None
+        return sealing.open_summary(self.cipher, self.prefix, found[0]) if found else None
 
     def newest_messages(
         self, conversation_id: str, roles: Sequence[str] = ROLES, limit: int | None = None
@@ -514,7 +661,8 @@ class ConversationLog:
         if limit is not None:
             check_limit(limit, 1_000_000)
         with self.engine.connect() as conn:
-            return sql.newest_messages(conn, self.prefix, conversation_id, roles, limit, self.shape)
+            found = sql.newest_messages(conn, self.prefix, conversation_id, roles, limit, self.shape)
+        return self._messages(found, raising=True)  # a session's history: never silently shorter
 
     def messages(
         self, conversation_id: str, *, limit: int = 200, cursor: str | None = None
@@ -523,7 +671,7 @@ class ConversationLog:
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor, self.shape)
-        return message_page_of(rows, limit)
+        return message_page_of(self._messages(rows), limit)
 
     def message_sizes(self, conversation_id: str, limit: int = 5000) -> list[MessageSize]:
         """Return the id, role, content size and ``tool_input`` of up to ``limit`` of one
@@ -531,13 +679,22 @@ class ConversationLog:
         content (see :func:`clawmem.compaction.analyse_sizes`)."""
         check_limit(limit, 100_000)
         with self.engine.connect() as conn:
-            return sql.message_sizes(conn, self.prefix, conversation_id, limit)
+            if not self.encrypted:
+                return sql.message_sizes(conn, self.prefix, conversation_id, limit)
+            # An envelope's size is not its plaintext's: measure the opened messages instead.
+            stored = sql.message_page(conn, self.prefix, conversation_id, limit, None, self.shape)
+        rows = self._messages(stored)
+        return [
+            MessageSize(row.id, row.role, len((row.content or "").encode("utf-8")), row.tool_input)
+            for row in rows
+        ]
 
     def messages_with_ids(self, conversation_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
         """Return the messages of one conversation among ``message_ids``, by id; ids of no
         message of it are left out."""
         with self.engine.connect() as conn:
-            return sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids, self.shape)
+            found = sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids, self.shape)
+        return {message_id: self._message(message) for message_id, message in found.items()}
 
     def turn(
         self, conversation_id: str, message_id: str
@@ -545,7 +702,7 @@ class ConversationLog:
         """Return a user message of the conversation with its ``recall`` record (``None`` when the
         turn recorded none), or ``None`` when the conversation has no such user message."""
         with self.engine.connect() as conn:
-            found = sql.turn(conn, self.prefix, conversation_id, message_id, self.shape)
+            found = self._messages(sql.turn(conn, self.prefix, conversation_id, message_id, self.shape))
         if not found:
             return None
         return (found[0], found[1]) if len(found) == 2 else (None, found[0])
@@ -554,7 +711,7 @@ class ConversationLog:
         """Return the newest ``limit`` messages with role ``user``, newest first."""
         check_limit(limit, 1000)
         with self.engine.connect() as conn:
-            return sql.recent_messages(conn, self.prefix, "user", limit, self.shape)
+            return self._messages(sql.recent_messages(conn, self.prefix, "user", limit, self.shape))
 
     def counts(self) -> dict[str, int]:
         """Return ``{"conversations": n, "messages": n}``."""

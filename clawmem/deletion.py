@@ -27,6 +27,7 @@ class Deleted:
     entries: tuple[tuple[str, str], ...] = ()
     batches: int = 0
     mentions_left: int = 0  # mentions of the subject elsewhere, listed but not deleted
+    subject_keys: int = 0  # the subject's data keys deleted from the key store (crypto-erasure)
 
     def counts(self) -> dict[str, int]:
         """Return the counts for an audit line: conversations, messages and memory entries."""

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
+import sqlalchemy as sa
+
 from clawmem.deletion import Deleted, OnBatch, delete_conversations
+from clawmem.keystores import cipher_for, keystore_of, subject_of_user
 from clawmem.memory.base import contains_text
 from clawmem.records import MemoryRow
 from clawmem.rules import is_expired
@@ -26,6 +29,7 @@ from clawmem.sql.conversations import Conversation
 from clawmem.sql.engine import after_erasure
 from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.retention import count_conversations, iter_conversation_ids
+from clawmem.sql.schema import tables
 from clawmem.sql.subjects import conversations_where, iter_conversations
 from clawmem.subjects import (
     Subject,
@@ -85,9 +89,34 @@ class SubjectPlan:
 
 
 def _subject_where(site: Site, subject: Subject) -> Any:
+    if subject.match is not None and site.conversations.encrypted:
+        return _matched_by_scan(site, subject.match)
     return conversations_where(
         site.prefix, user_id=subject.user_id, conversation_id=subject.conversation_id, match=subject.match
     )
+
+
+def _matched_by_scan(site: Site, text: str) -> Any:
+    # Sealed columns cannot be matched in SQL: every conversation is opened and searched here,
+    # so an export or erasure by text stays complete (never bounded, unlike a dashboard search).
+    every = iter_conversations(site.engine, site.prefix, sa.true(), shape=site.conversations.shape)
+    log = site.conversations
+    found = [conversation.id for conversation in every if _holds(log.opened(conversation), text)]
+    return tables(site.prefix).conversations.c.id.in_(found)
+
+
+def _holds(conversation: Conversation, text: str) -> bool:
+    """Return whether a conversation's title, user id, metadata or any message holds ``text``."""
+    parts: list[Any] = [conversation.title, conversation.user_id, conversation.metadata]
+    for message in conversation.messages:
+        parts += [message.content, message.tool_name, message.tool_input]
+    for part in parts:
+        if part is None:
+            continue
+        shown = part if isinstance(part, str) else json.dumps(part, ensure_ascii=False)
+        if text in shown or (not isinstance(part, str) and text in json.dumps(part)):
+            return True
+    return False
 
 
 def own_namespace(site: Site, subject: Subject) -> str | None:
@@ -100,9 +129,9 @@ def own_namespace(site: Site, subject: Subject) -> str | None:
 def subject_conversations(site: Site, subject: Subject) -> Iterator[Conversation]:
     """Yield the subject's conversations, oldest first, each with all its messages (summaries
     and recall records included), one page at a time."""
-    return iter_conversations(
-        site.engine, site.prefix, _subject_where(site, subject), shape=site.conversations.shape
-    )
+    where = _subject_where(site, subject)
+    found = iter_conversations(site.engine, site.prefix, where, shape=site.conversations.shape)
+    return (site.conversations.opened(conversation) for conversation in found)
 
 
 def subject_entries(site: Site, subject: Subject) -> list[MemoryRow]:
@@ -362,7 +391,9 @@ def erase_subject(
 
     ``plan`` (default: :func:`subject_plan` now) names exactly the entries that go, so a run
     deletes only what its plan listed. ``mentions_left`` of the result counts the mentions
-    listed but kept. Raises ``ValueError`` for a bad ``batch_size``.
+    listed but kept. With a key store (``CLAW_KEYSTORE_URL``), a user id's data key goes last,
+    after their rows (``subject_keys`` counts it), so that every older copy of those rows can no
+    longer be read. Raises ``ValueError`` for a bad ``batch_size``.
     """
     plan = plan if plan is not None else subject_plan(site, subject)
     mentioned = tuple((mention.namespace, mention.key) for mention in plan.mentions)
@@ -375,4 +406,30 @@ def erase_subject(
             # As stored: another program's row under a name today's rules refuse goes too.
             site.driver.delete_stored(namespace, [key])
         after_erasure(site.engine)
-    return Deleted(dry_run, found.conversations, found.messages, entries, found.batches, left)
+        site.cipher.forget_opened()  # no opened text of the erased rows stays in this process
+    keys = erase_subject_key(site, subject, dry_run)
+    return Deleted(dry_run, found.conversations, found.messages, entries, found.batches, left, keys)
+
+
+def subject_key_held(site: Site, subject: Subject) -> bool:
+    """Return whether the key store holds a data key of ``subject`` (a user id); ``False``
+    without a key store. Reads only."""
+    keystore = keystore_of(cipher_for(site.settings))
+    owner = subject_of_user(subject.user_id)
+    return keystore is not None and owner is not None and keystore.has_key(owner)
+
+
+def erase_subject_key(site: Site, subject: Subject, dry_run: bool = False) -> int:
+    """Delete the data key of ``subject`` (a user id) from the key store, and from this process's
+    cipher; return how many keys went (with ``dry_run``, would go). Nothing without a key store."""
+    if dry_run:
+        return int(subject_key_held(site, subject))
+    cipher = cipher_for(site.settings)
+    keystore = keystore_of(cipher)
+    owner = subject_of_user(subject.user_id)
+    if keystore is None or owner is None:
+        return 0
+    erased = keystore.erase(owner)
+    for key_id in erased:
+        cipher.forget_key(key_id)
+    return len(erased)

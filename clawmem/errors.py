@@ -42,6 +42,14 @@ class CorruptEntryError(Exception):
     """
 
 
+class KeyStoreError(StorageError):
+    """The key store of per-subject data keys (``CLAW_KEYSTORE_URL``) failed or holds a key that
+    cannot be unwrapped. The message names the data key's id and its master key's id, never a key."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__("key store", operation, detail)
+
+
 class InvalidCursor(ValueError):
     """A pagination cursor was not one this API issued."""
 
@@ -92,3 +100,27 @@ class EvalFileError(ValueError):
 class JobRefused(ValueError):
     """A background turn could not be queued (message storage off, a bad message or id); the
     message says why, and nothing was queued."""
+
+
+class Undecryptable(StorageError):
+    """A sealed value could not be opened: its key is missing, the key is wrong, or the text was
+    altered or moved to another row or column. The message names where the value lives (table and
+    row id, or namespace and key, and column) and the key id, never the value."""
+
+    def __init__(self, where: str, key_id: str | None, reason: str) -> None:
+        self.where = where
+        self.key_id = key_id
+        self.reason = reason
+        self.driver = "encryption"
+        self.operation = "decrypt"
+        self.detail = redact(reason)
+        named = f" under key id {key_id!r}" if key_id else ""
+        RuntimeError.__init__(self, f"cannot decrypt {where}{named}: {self.detail}")
+
+
+class PlaintextRefused(Undecryptable):
+    """``CLAW_ENCRYPTION_STRICT`` is on and a value is stored as plaintext: it is never returned."""
+
+
+class EncryptionUnavailable(ConfigError):
+    """Encryption keys are set but the ``cryptography`` package (extra ``clawmem[encrypt]``) is missing."""

@@ -26,6 +26,7 @@ from clawmem.erasure import (
     conversation_document,
     entry_document,
     erase_subject,
+    erase_subject_key,
     export_subject,
     mentions_not_searched,
     subject_conversation_ids,
@@ -44,6 +45,7 @@ from clawmem.sql.activity import Activity
 from clawmem.sql.retention import iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import check_shape, create_tables
+from clawmem.sql.vectors import create_vector_table, vector_table
 
 # The subject operations live in clawmem.erasure and are offered here with the rest.
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "Deleted",
     "entry_document",
     "erase_subject",
+    "erase_subject_key",
     "EXPORT_FORMAT",
     "export_subject",
     "Exported",
@@ -160,11 +163,15 @@ def conversations_to_prune(
 def init_db(site: Site) -> tuple[list[str], list[str]]:
     """Create the site's three tables in the shape of ``CLAW_SCHEMA`` (unset: the existing
     tables' shape, ours for a new database) if they do not exist, and bring existing ones of our
-    shape up to date; return their names and what was added to them. Raises
+    shape up to date, and create the vectors table beside them (in either shape: the three
+    tables gain nothing); return their names and what was added. Raises
     :class:`clawmem.ConfigError` when tables of the other shape exist."""
     shape = check_shape(site.engine, site.prefix, site.settings.schema)
+    existed = bool(sizes.present_tables(site.engine, site.prefix))
     changes = create_tables(site.engine, site.prefix, shape)
-    return sizes.table_names(site.prefix), changes
+    if create_vector_table(site.engine, site.prefix) and existed:
+        changes.append(f"added table {vector_table(site.prefix).name}")
+    return [*sizes.table_names(site.prefix), vector_table(site.prefix).name], changes
 
 
 def activity(site: Site, days: int = 30) -> Activity:

@@ -32,8 +32,10 @@ from clawmem.conversations import (
     validate_conversation_id,
     wordpress_user_id,
 )
+from clawmem.encryption import check_keys
 from clawmem.guards import Guard, PiiGuard
 from clawmem.ids import new_id
+from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter
@@ -201,8 +203,11 @@ class Claw:
         compaction and the PII guard as configured, followed by any other ``guards``.
 
         Compaction summarises locally (:class:`ExtractiveSummarizer`), so no content leaves the host.
+        With encryption keys set, the newest rows under each key id are decrypted first: raises
+        :class:`clawmem.errors.Undecryptable` for a missing or wrong key (SPEC 13).
         """
-        memory = open_memory(settings, clock)
+        cipher = cipher_for(settings)
+        memory = open_memory(settings, clock, cipher=cipher)
         augmenter = MessageAugmenter(
             memory,
             settings.recall_top_k,
@@ -213,7 +218,10 @@ class Claw:
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens
         )
-        conversations = ConversationLog.from_settings(settings, clock)
+        conversations = ConversationLog.from_settings(settings, clock, cipher)
+        if cipher.enabled:
+            # A missing or wrong key fails here, at start-up, not at a customer's first turn.
+            check_keys(conversations.engine, settings.table_prefix, cipher)
         return cls(
             memory,
             conversations,

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -114,6 +114,14 @@ def parse_sites(raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs.items())
 
 
+def refuse_phpclaw_encryption() -> str:
+    """Return the one line that refuses encryption on phpClaw's own tables (SPEC 13)."""
+    return (
+        f"{ENV_PREFIX}ENCRYPTION_KEYS is refused on the {PHPCLAW_SCHEMA} shape: phpClaw could no longer "
+        f"read its own rows; unset {ENV_PREFIX}ENCRYPTION_KEYS and {ENV_PREFIX}ENCRYPTION_KEY_FILE"
+    )
+
+
 def display_zone(name: str) -> ZoneInfo:
     """Return the time zone ``CLAW_DISPLAY_TZ`` names (an IANA name such as ``Europe/Berlin``).
 
@@ -163,6 +171,11 @@ class Settings:
     provider_model: str = ""
     provider_factory: str = ""
     display_tz: str = "UTC"
+    # Encryption at rest (SPEC 13). The key list is never shown: not in repr, not on any page.
+    encryption_keys: str = field(default="", repr=False)
+    encryption_key_file: str = ""
+    encryption_strict: bool = False
+    keystore_url: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         validate_prefix(self.table_prefix)
@@ -184,6 +197,9 @@ class Settings:
         check_url("REDIS_URL", self.redis_url)
         check_url("QUEUE_URL", self.queue_url)
         check_url("PROVIDER_URL", self.provider_url)
+        check_url("KEYSTORE_URL", self.keystore_url)
+        if self.schema == PHPCLAW_SCHEMA and self.encrypts:
+            raise ConfigError(refuse_phpclaw_encryption())
         instance = Path(self.instance_path)
         if not self.queue_url:
             object.__setattr__(self, "queue_url", f"sqlite:///{instance.resolve() / QUEUE_FILE}")
@@ -191,6 +207,11 @@ class Settings:
             object.__setattr__(self, "database_url", f"sqlite:///{instance.resolve() / 'clawmem.db'}")
         if not self.file_dir:
             object.__setattr__(self, "file_dir", str(instance / "memory"))
+
+    @property
+    def encrypts(self) -> bool:
+        """Return whether encryption keys are configured (``CLAW_ENCRYPTION_KEYS`` or ``_KEY_FILE``)."""
+        return bool(self.encryption_keys.strip() or self.encryption_key_file.strip())
 
     @property
     def display_zone(self) -> ZoneInfo:
@@ -227,7 +248,7 @@ class Settings:
                 continue
             raw = values[name]
             attribute = name.lower()
-            if attribute in {"store_messages", "compact_persist", "record_recall"}:
+            if attribute in {"store_messages", "compact_persist", "record_recall", "encryption_strict"}:
                 parsed[attribute] = _parse_bool(name, raw)
             elif attribute in {"recall_top_k", "compact_max_messages", "compact_max_tokens"}:
                 parsed[attribute] = _parse_int(name, raw)

@@ -12,7 +12,9 @@ from sqlalchemy.engine import Engine, make_url
 
 from clawmem.clock import Clock
 from clawmem.conversations import ConversationLog
+from clawmem.crypto import Cipher
 from clawmem.errors import ConfigError, redact
+from clawmem.keystores import cipher_for
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.registry import open_memory
 from clawmem.memory.wrappers import PrivacyAwareMemory
@@ -45,9 +47,15 @@ class Site:
         return engine_for(self.settings.database_url)
 
     @cached_property
+    def cipher(self) -> Cipher:
+        """Return the site's cipher (SPEC 13), shared by its memory and conversation log: off
+        without keys. Raises :class:`ConfigError` for a malformed key list or key file."""
+        return cipher_for(self.settings)
+
+    @cached_property
     def memory(self) -> PrivacyAwareMemory:
         """Return the key/value memory an agent uses: the driver behind the privacy switch."""
-        return open_memory(self.settings, self.clock)
+        return open_memory(self.settings, self.clock, cipher=self.cipher)
 
     @property
     def driver(self) -> BaseMemory:
@@ -64,7 +72,7 @@ class Site:
     @cached_property
     def conversations(self) -> ConversationLog:
         """Return the site's conversation log."""
-        return ConversationLog.from_settings(self.settings, self.clock)
+        return ConversationLog.from_settings(self.settings, self.clock, self.cipher)
 
     @property
     def audit_path(self) -> Path:

@@ -35,18 +35,49 @@ def _check_schema(settings: Settings) -> None:
     checked when a page first opens the site."""
     import sqlalchemy as sa
 
+    from clawmem.settings import PHPCLAW_SCHEMA, refuse_phpclaw_encryption
     from clawmem.sql.engine import engine_for
     from clawmem.sql.schema import check_shape
 
     prefixes = dict.fromkeys([settings.table_prefix, *(prefix for _, prefix in settings.site_prefixes)])
     try:
         for prefix in prefixes:
-            check_shape(engine_for(settings.database_url), prefix, settings.schema)
+            shape = check_shape(engine_for(settings.database_url), prefix, settings.schema)
+            if shape == PHPCLAW_SCHEMA and settings.encrypts:
+                from clawmem.errors import ConfigError
+
+                raise ConfigError(refuse_phpclaw_encryption())
     except sa.exc.SQLAlchemyError as exc:
         log = logging.getLogger(__name__)
         # Said once a page or command reaches the database; a warning here would add a line
         # to every command's one-line error.
         log.info("could not check the tables' shape at start: %s", type(exc).__name__)
+
+
+def _check_keys(settings: Settings) -> dict[str, str]:
+    """Decrypt the newest rows under each key id on every site at start-up (SPEC 13); return the
+    error of each site whose rows a configured key cannot open, by table prefix. A malformed key
+    setting refuses to start (``ConfigError``); a wrong or missing key is logged and shown on
+    the pages, which still render and mark what they cannot read."""
+    import sqlalchemy as sa
+
+    from clawmem.crypto import Cipher
+    from clawmem.encryption import check_keys
+    from clawmem.errors import Undecryptable
+    from clawmem.sql.engine import engine_for
+
+    cipher = Cipher.from_settings(settings)
+    problems: dict[str, str] = {}
+    prefixes = dict.fromkeys([settings.table_prefix, *(prefix for _, prefix in settings.site_prefixes)])
+    for prefix in prefixes:
+        try:
+            check_keys(engine_for(settings.database_url), prefix, cipher)
+        except Undecryptable as exc:
+            logging.getLogger(__name__).error("encryption keys do not open this site's rows: %s", exc)
+            problems[prefix] = str(exc)
+        except sa.exc.SQLAlchemyError:
+            continue  # said once a page reaches the database
+    return problems
 
 
 def create_app(test_config: dict[str, Any] | None = None, instance_path: str | None = None) -> Flask:
@@ -75,6 +106,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
 
     settings = Settings.from_mapping(app.config, app.instance_path)
     _check_schema(settings)
+    app.extensions["clawmem.key_problems"] = _check_keys(settings)
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 

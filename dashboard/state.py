@@ -87,8 +87,14 @@ def setting_sources() -> dict[str, str]:
 DASHBOARD_ONLY = {"SITES", "DISPLAY_TZ"}
 
 
+# Named like a secret but only a path: a command needs it to read the encrypted rows.
+NOT_SECRET = {"ENCRYPTION_KEY_FILE"}
+
+
 def _secret(name: str, value: str) -> bool:
     # Never printed on a page: the operator's shell must hold these already.
+    if name in NOT_SECRET:
+        return redact(value) != value
     return any(word in name for word in ("KEY", "PASSWORD", "SECRET", "TOKEN")) or redact(value) != value
 
 
@@ -130,6 +136,12 @@ def command_environment(program: tuple[str, ...] | None = None) -> tuple[str, ..
     if prefix != site_of(app).prefix or sources.get("TABLE_PREFIX") in passed:
         words.append(f"CLAW_TABLE_PREFIX={prefix}")
     return tuple(words)
+
+
+def key_problem() -> str | None:
+    """Return what the start-up check of the encryption keys found wrong on the current site (a
+    row the configured keys cannot open, named by table, row and key id), or ``None``."""
+    return current_app.extensions.get("clawmem.key_problems", {}).get(site().prefix)
 
 
 def clock() -> Clock:

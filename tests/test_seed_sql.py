@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 
 from clawmem.clock import FakeClock
 from clawmem.conversations import ConversationLog
+from clawmem.crypto import PLAIN, Cipher, Keyring, generate_key
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
@@ -71,8 +72,17 @@ def wp_engine() -> Iterator[Any]:
     server.dispose()
 
 
-def test_inspection_query_returns_exactly_the_three_tables(wp_engine: Any) -> None:
-    SqlMemory(wp_engine, prefix="wp_").set("k", "v")
+# The article's SQL reads only plain columns (ids, times, table names), so it runs the same on a
+# database whose customer text is encrypted (SPEC 13).
+ENCRYPTED = Cipher(Keyring.from_text(generate_key("k1")))
+CIPHERS = pytest.mark.parametrize("cipher", [PLAIN, ENCRYPTED], ids=["plain", "encrypted"])
+
+
+@CIPHERS
+def test_inspection_query_returns_exactly_the_three_tables(wp_engine: Any, cipher: Cipher) -> None:
+    memory = SqlMemory(wp_engine, prefix="wp_")
+    memory.use_cipher(cipher, "wp_")
+    memory.set("k", "v")
     rows, _ = run_as_written(wp_engine, INSPECTION)
     assert sorted(row[0] for row in rows) == [
         "wp_phpclaw_conversations",
@@ -81,12 +91,13 @@ def test_inspection_query_returns_exactly_the_three_tables(wp_engine: Any) -> No
     ]
 
 
-def test_retention_deletes_remove_exactly_the_old_rows(wp_engine: Any) -> None:
+@CIPHERS
+def test_retention_deletes_remove_exactly_the_old_rows(wp_engine: Any, cipher: Cipher) -> None:
     with wp_engine.connect() as conn:
         now = conn.exec_driver_sql("SELECT NOW()").scalar()
     # The log stamps rows with its clock, read as UTC; set it to the server's NOW() minus the age.
     clock = FakeClock(now.replace(tzinfo=UTC).timestamp())
-    conversations = ConversationLog(wp_engine, prefix="wp_", clock=clock)
+    conversations = ConversationLog(wp_engine, prefix="wp_", clock=clock, cipher=cipher)
     ages = {"old1": 200, "old2": 91, "young1": 89, "young2": 1}
     for key, days in ages.items():
         clock.now = now.replace(tzinfo=UTC).timestamp() - days * 86_400
@@ -102,6 +113,10 @@ def test_retention_deletes_remove_exactly_the_old_rows(wp_engine: Any) -> None:
     deleted = [run_as_written(wp_engine, statement)[1] for statement in RETENTION]
     assert deleted == [4, 2]
     assert sorted(c.id for c in conversations.list().items) == ["young1", "young2"]
+    assert [m.content for m in conversations.load("young1").messages] == ["young1 question", "answer"]
+    with wp_engine.connect() as conn:
+        stored = conn.execute(sa.select(schema.messages.c.content)).scalars().all()
+    assert all(text.startswith("cm1$k1$") for text in stored) == (cipher is ENCRYPTED)
     with wp_engine.connect() as conn:
         remaining = conn.execute(sa.select(schema.messages.c.conversation_id).distinct()).scalars().all()
     assert sorted(remaining) == ["young1", "young2"]

@@ -23,6 +23,7 @@ from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited, existing_audit_key, running_audit_key, subject_hash
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
 from clawmem.cli.worker import cancel_queued_turns
+from clawmem.keystores import cipher_for, keystore_of
 from clawmem.site import Site
 from clawmem.subjects import Subject
 
@@ -227,10 +228,15 @@ def erase(
         f"and {plural(memory, 'memory entry')}"
     )
     plan_counts = plan.counts() | {"memory": memory, "mentions_kept": 0 if mentions else len(plan.mentions)}
+    keyed = user_id is not None and keystore_of(cipher_for(site.settings)) is not None
+    if keyed:  # the key store's part of the plan: the subject's data key, deleted last
+        plan_counts["subject_keys"] = operations.erase_subject_key(site, subject, dry_run=True)
     entry.counts = {"conversations": 0, "messages": 0}
     if dry_run:
         entry.counts = plan_counts
         click.echo(f"would delete {summary} (dry run: nothing deleted)")
+        if keyed:
+            click.echo(_key_line(plan_counts["subject_keys"], dry_run=True))
         if user_id is not None:
             cancel_queued_turns(site, user_id, dry_run=True)
         for line in _mention_lines(plan, mentions):
@@ -246,7 +252,8 @@ def erase(
         click.echo(line)
     if mentions:
         _list_mentions(plan)
-    confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=plan.conversations == 0 and memory == 0)
+    nothing = plan.conversations == 0 and memory == 0 and not plan_counts.get("subject_keys")
+    confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=nothing)
     if user_id is not None:  # before the conversations go, so no queued turn brings one back
         cancel_queued_turns(site, user_id, dry_run=False)
     previous = entry.start(plan_counts)
@@ -257,6 +264,8 @@ def erase(
             site, subject, batch_size, on_batch=on_batch, mentions=mentions, plan=plan
         )
     entry.counts = done.counts() | {"mentions_kept": done.mentions_left}
+    if keyed:
+        entry.counts["subject_keys"] = done.subject_keys
     if verbose:
         for namespace, key in done.entries:
             click.echo(f"  deleted memory {shown(namespace)}/{shown(key)}")
@@ -264,6 +273,19 @@ def erase(
     click.echo(
         f"deleted {plural(done.conversations, 'conversation')}, {plural(done.messages, 'message')} "
         f"and {plural(len(done.entries), 'memory entry')}{kept}"
+    )
+    if keyed:
+        click.echo(_key_line(done.subject_keys, dry_run=False))
+
+
+def _key_line(keys: int, dry_run: bool) -> str:
+    if not keys:
+        return "the key store (CLAW_KEYSTORE_URL) holds no data key of this subject"
+    if dry_run:
+        return "would delete the subject's data key from the key store (CLAW_KEYSTORE_URL), last"
+    return (
+        "deleted the subject's data key from the key store (CLAW_KEYSTORE_URL): their rows in any older "
+        "copy of the database can no longer be read"
     )
 
 

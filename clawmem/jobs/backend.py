@@ -3,8 +3,8 @@
 What clawmem keeps there beside Huey's tasks, all under the queue's name (one per site):
 
 - a queued turn's payload, ``clawmem.turn.<conversation id>.<n>`` for the conversation's n-th
-  queued turn, sealed by :class:`PayloadSeal` (the one place where encryption at rest will
-  encrypt it), deleted when the job ends: while it is there, the turn after it waits;
+  queued turn, sealed by :class:`PayloadSeal` (encrypted when encryption at rest is on),
+  deleted when the job ends: while it is there, the turn after it waits;
 - each conversation's turn counter ``clawmem.seq.<conversation id>``, which numbers its turns;
 - expiring locks (:class:`ExpiringLock`), whose expiry is read on the injected clock.
 
@@ -23,10 +23,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from clawmem.clock import Clock
-from clawmem.errors import ConfigError, redact
+from clawmem.crypto import PLAIN, Cipher, Context
+from clawmem.errors import ConfigError, Undecryptable, redact
 from clawmem.settings import ENV_PREFIX, Settings
 
 QUEUE_SCHEMES = ("sqlite", "redis", "rediss")
+QUEUE_NAMESPACE = "clawmem.queue"  # where a payload's associated data says it lives
 _NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
 
 _ACQUIRE_LUA = """
@@ -126,20 +128,36 @@ def open_huey(settings: Settings) -> Any:
 class PayloadSeal:
     """Turns a queued turn's payload into the bytes the queue stores, and back.
 
-    This is the seam for encryption at rest (SPEC 13, not built yet): with it on, :meth:`seal`
-    will encrypt and :meth:`open` decrypt, bound to the key the payload is stored under; today
-    the bytes are JSON.
+    With encryption on (a ``cipher`` with keys), the payload's JSON, which holds the customer's
+    message, is sealed as the tables' columns are, bound to the queue key it is stored under
+    (and the site), so the queue's storage never holds the message in plain and a payload moved
+    to another key does not open. Without keys the bytes are the JSON.
     """
 
+    def __init__(self, cipher: Cipher | None = None, site: str = "") -> None:
+        self.cipher = cipher if cipher is not None else PLAIN
+        self.site = site
+
+    def _context(self, key: str) -> Context:
+        return Context.entry(self.site, QUEUE_NAMESPACE, key, "payload")
+
     def seal(self, key: str, payload: dict[str, Any]) -> bytes:
-        """Return ``payload`` as the bytes stored under ``key``."""
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        """Return ``payload`` as the bytes stored under ``key`` (sealed when encryption is on)."""
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        return self.cipher.seal(text, self._context(key)).encode("utf-8")
 
     def open(self, key: str, sealed: bytes) -> dict[str, Any]:
-        """Return the payload :meth:`seal` made for ``key``; raises ``ValueError`` if damaged."""
+        """Return the payload :meth:`seal` made for ``key``; raises ``ValueError`` if damaged,
+        and :class:`clawmem.errors.Undecryptable` (naming the key, never the payload) when it is
+        sealed and cannot be opened."""
         try:
-            payload = json.loads(bytes(sealed).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            text = bytes(sealed).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{key}: the queued payload is damaged") from None
+        text = self.cipher.open(text, self._context(key))
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError:
             raise ValueError(f"{key}: the queued payload is damaged") from None
         if not isinstance(payload, dict):
             raise ValueError(f"{key}: the queued payload is not an object")
@@ -202,7 +220,7 @@ class QueueStore:
             if name.startswith("clawmem.turn."):
                 try:
                     found.append(self.seal.open(name, value))
-                except ValueError:
+                except (ValueError, Undecryptable):
                     continue
         return found
 

@@ -27,8 +27,9 @@ from clawmem.clock import Clock
 from clawmem.conversations import validate_conversation_id, wordpress_user_id
 from clawmem.errors import InvalidKey, JobRefused, ProviderError, StorageError
 from clawmem.ids import new_id
-from clawmem.jobs.backend import QueueStore, open_huey
+from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
 from clawmem.jobs.records import JobBook, JobRecord, one_line
+from clawmem.keystores import cipher_for
 from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
 from clawmem.site import Site
@@ -77,7 +78,7 @@ class TurnQueue:
         self.settings = site.settings
         self.clock: Clock = site.clock
         self.huey = huey
-        self.store = QueueStore(huey)
+        self.store = QueueStore(huey, PayloadSeal(cipher_for(site.settings), site.prefix))
         self.book = JobBook(site.driver, site.settings.job_ttl, site.clock)
         self.claw_factory = claw_factory
         self.lease_seconds = lease_seconds

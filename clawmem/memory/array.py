@@ -26,6 +26,7 @@ class ArrayMemory(FeedingMemory):
     """
 
     name = "array"
+    at_rest = False  # nothing outlives the process, so nothing is sealed
     backend_errors = ()
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:

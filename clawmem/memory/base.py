@@ -20,6 +20,8 @@ from typing import Any
 
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
+from clawmem.codecs import StoredValues, SubjectOf
+from clawmem.crypto import Cipher
 from clawmem.errors import StorageError
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
 from clawmem.recall.feeds import fresh_index
@@ -133,10 +135,26 @@ class BaseMemory(SearchableMemory):
 
     name = "base"
     backend_errors: tuple[type[BaseException], ...] = (OSError,)
+    # How values become stored text: plain JSON until :meth:`use_cipher` (SPEC 13).
+    values: StoredValues = StoredValues()
+    # Whether the driver keeps values at rest (a database, Redis, files), so they are sealed
+    # when keys are set; the in-process array driver keeps nothing beyond the process.
+    at_rest = True
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         self.clock = clock
         self.max_value_bytes = max_value_bytes
+
+    def use_cipher(self, cipher: Cipher, site: str = "", subject_of: SubjectOf | None = None) -> None:
+        """Seal every value written from now on with ``cipher`` for the site whose table prefix is
+        ``site``, and open sealed values with it (``subject_of`` names a namespace's subject)."""
+        extra = {} if subject_of is None else {"subject_of": subject_of}
+        self.values = StoredValues(self.values.codec, cipher, site, **extra)
+
+    @property
+    def encrypted(self) -> bool:
+        """Return whether this driver seals the values it writes."""
+        return self.values.cipher.enabled
 
     # -- primitives -----------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ Layout of ``directory`` (``CLAW_FILE_DIR``): one subdirectory per site, named by
 ``wp_2_``). In a site's directory, ``<stem>.json`` holds a namespace's entries as
 ``{key: {"value": <JSON>, "expires_at": <int | null>}}`` and ``<stem>.lock`` is the lock file that
 serialises writers. The stem encodes the namespace injectively (see :func:`namespace_file_stem`).
+With encryption on (SPEC 13) an entry is ``{"value": null, "sealed": <envelope>, "expires_at": …}``,
+the envelope holding the value's JSON.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.errors import CorruptStoreError, InvalidNamespace
+from clawmem.codecs import warn_undecryptable
+from clawmem.errors import CorruptStoreError, InvalidNamespace, Undecryptable
 from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import (
@@ -128,7 +131,8 @@ def parse_store(raw: bytes, path: Path) -> Store:
     for key, entry in data.items():
         expires_at = entry.get("expires_at", False) if isinstance(entry, dict) else False
         valid_expiry = expires_at is None or type(expires_at) is int
-        if not isinstance(entry, dict) or "value" not in entry or not valid_expiry:
+        sealed_ok = not isinstance(entry, dict) or isinstance(entry.get("sealed", ""), str)
+        if not isinstance(entry, dict) or "value" not in entry or not valid_expiry or not sealed_ok:
             raise CorruptStoreError(
                 f"{path} has a malformed entry for key {key!r} "
                 f'(expected {{"value": ..., "expires_at": int or null}}); {advice}'
@@ -283,14 +287,56 @@ class FileMemory(FeedingMemory):
 
     # -- primitives ------------------------------------------------------------------------
 
+    def _stored_entry(self, key: str, namespace: str, encoded: str, expires_at: int | None) -> dict[str, Any]:
+        """Return the entry a write stores: the value itself, or sealed when encryption is on."""
+        if self.encrypted:
+            sealed = self.values.seal(namespace, key, encoded)
+            return {"value": None, "sealed": sealed, "expires_at": expires_at}
+        return {"value": decode_value(encoded), "expires_at": expires_at}
+
+    def _opened(self, key: str, namespace: str, entry: dict[str, Any], raising: bool = False) -> Any:
+        """Return an entry's value, opening a sealed one. One that cannot be opened (or plaintext
+        in strict mode) raises with ``raising``, else reads as :data:`UNREADABLE`, skipped by
+        every list with a warning; :meth:`_opened_rows` marks it for the operator's pages."""
+        if "sealed" not in entry and not self.values.cipher.strict:
+            return entry["value"]
+        try:
+            return json.loads(self.values.open(namespace, key, entry.get("sealed", "")))
+        except Undecryptable as exc:
+            if raising:
+                raise
+            warn_undecryptable(exc)
+            return _Unreadable(f"value cannot be decrypted ({exc.reason})")
+
+    def _opened_rows(self, namespace: str, store: Store, keys: Any = None) -> list[MemoryRow]:
+        rows = []
+        for key in store if keys is None else keys:
+            if key not in store:
+                continue
+            entry = store[key]
+            value = self._opened(key, namespace, entry)
+            if isinstance(value, _Unreadable):
+                size = len(entry.get("sealed") or "")
+                expires_at = entry["expires_at"]
+                rows.append(
+                    MemoryRow(namespace, key, None, expires_at, size, unreadable=value.reason, raw_value=True)
+                )
+            else:
+                rows.append(MemoryRow(namespace, key, value, entry["expires_at"], _stored_bytes(value)))
+        return rows
+
+    def _fed(self, namespace: str, store: Store) -> list[tuple[str, Any, int | None]]:
+        rows = self._opened_rows(namespace, store)
+        return [(row.key, row.value, row.expires_at) for row in rows if not row.unreadable]
+
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         entry = self._read(self.path_for(namespace)).get(key)
         if entry is None or is_expired(entry["expires_at"], now):
             return False, None
-        return True, entry["value"]
+        return True, self._opened(key, namespace, entry, raising=True)
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
-        entry = {"value": decode_value(encoded), "expires_at": expires_at}
+        entry = self._stored_entry(key, namespace, encoded, expires_at)
 
         def put(store: Store) -> bool:
             store[key] = entry
@@ -314,16 +360,11 @@ class FileMemory(FeedingMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         store = self._read(self.path_for(namespace))
-        return {
-            key: entry["value"] for key, entry in store.items() if not is_expired(entry["expires_at"], now)
-        }
+        live = {key: entry for key, entry in store.items() if not is_expired(entry["expires_at"], now)}
+        return {row.key: row.value for row in self._opened_rows(namespace, live) if not row.unreadable}
 
     def _records(self, namespace: str) -> list[MemoryRow]:
-        store = self._read(self.path_for(namespace))
-        return [
-            MemoryRow(namespace, key, entry["value"], entry["expires_at"], _stored_bytes(entry["value"]))
-            for key, entry in store.items()
-        ]
+        return self._opened_rows(namespace, self._read(self.path_for(namespace)))
 
     def _current(self, namespace: str) -> tuple[tuple[int, int, int] | None, Store]:
         """Return the signature of the namespace's file and its store, read again only when the
@@ -345,26 +386,14 @@ class FileMemory(FeedingMemory):
             return Changes(cursor)
         fed = _FileCursor(signature, store)
         if not isinstance(cursor, _FileCursor):
-            entries = [(key, entry["value"], entry["expires_at"]) for key, entry in store.items()]
-            return Changes(fed, entries, reset=True)
+            return Changes(fed, self._fed(namespace, store), reset=True)
         # Every entry of the new store, however few changed: reading the file cost as much, and
         # an index stores again only those whose text, type or expiry differ.
-        entries = [(key, entry["value"], entry["expires_at"]) for key, entry in store.items()]
+        entries = self._fed(namespace, store)
         return Changes(fed, entries, [key for key in cursor.store if key not in store])
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
-        store = self._current(namespace)[1]
-        return [
-            MemoryRow(
-                namespace,
-                key,
-                store[key]["value"],
-                store[key]["expires_at"],
-                _stored_bytes(store[key]["value"]),
-            )
-            for key in keys
-            if key in store
-        ]
+        return self._opened_rows(namespace, self._current(namespace)[1], keys)
 
     def _namespaces(self) -> list[str]:
         try:
@@ -411,11 +440,13 @@ class FileMemory(FeedingMemory):
         def apply(store: Store) -> bool:
             entry = store.get(key)
             current = (
-                entry["value"] if entry is not None and not is_expired(entry["expires_at"], now) else None
+                self._opened(key, namespace, entry, raising=True)
+                if entry is not None and not is_expired(entry["expires_at"], now)
+                else None
             )
             encoded = self._encode(key, function(current))
             value = decode_value(encoded)
-            store[key] = {"value": value, "expires_at": expires_at}
+            store[key] = self._stored_entry(key, namespace, encoded, expires_at)
             written.append((encoded, value))
             return True
 
@@ -424,8 +455,45 @@ class FileMemory(FeedingMemory):
         emit_write(self.name, namespace, key, encoded, ttl)
         return value
 
+    # -- stored text, for a key rotation (SPEC 13) --------------------------------------------
+
+    def stored_texts(self, namespace: str) -> list[tuple[str, str, str]]:
+        """Return ``(key, text, text)`` of every entry of ``namespace``, expired ones included:
+        ``text`` is a sealed entry's envelope, or a plain entry's value as JSON. Opens nothing."""
+        store = self._read(self.path_for(namespace))
+        return [(key, _stored_text(entry), _stored_text(entry)) for key, entry in store.items()]
+
+    def replace_texts(self, namespace: str, changes: list[tuple[str, str, str]]) -> int:
+        """Store each ``(key, text read, new envelope)`` as the entry's sealed value, keeping its
+        expiry, only where the entry still holds that text; one write of the file under its
+        lock. Return how many changed."""
+        path = self.path_for(namespace)
+        changed = 0
+        with self._locked(path):
+            store = self._read(path)
+            for key, text, sealed in changes:
+                entry = store.get(key)
+                if entry is not None and _stored_text(entry) == text:
+                    store[key] = {"value": None, "sealed": sealed, "expires_at": entry["expires_at"]}
+                    changed += 1
+            if changed:
+                self._write(path, store)
+        return changed
+
+
+def _stored_text(entry: dict[str, Any]) -> str:
+    sealed = entry.get("sealed")
+    return sealed if isinstance(sealed, str) else json.dumps(entry["value"], ensure_ascii=False)
+
 
 # -- one site's directory as a whole (uninstall --files) -------------------------------------
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    """What an entry that cannot be decrypted reads as inside the driver: never a value."""
+
+    reason: str
 
 
 def _is_store_file(name: str) -> bool:

@@ -27,7 +27,8 @@ from typing import Any
 import redis
 
 from clawmem.clock import Clock
-from clawmem.errors import ConfigError, CorruptEntryError, redact
+from clawmem.codecs import StoredValues, warn_undecryptable
+from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
 from clawmem.memory.base import FeedingMemory
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
@@ -54,14 +55,34 @@ def encode_entry(encoded: str, expires_at: int | None) -> str:
     return f"[{'null' if expires_at is None else expires_at},{encoded}]"
 
 
-def decode_entry(raw: bytes | str, redis_key: str) -> tuple[int | None, Any]:
-    """Return ``(expires_at, value)`` of a stored entry; raise :class:`CorruptEntryError` if malformed."""
+def encode_sealed(sealed: str, expires_at: int | None) -> str:
+    """Return the stored form of a sealed entry: JSON ``[expires_at, null, envelope]``, three
+    items so it is never read as a plain ``[expires_at, value]`` whose value looks sealed."""
+    return f"[{'null' if expires_at is None else expires_at},null,{json.dumps(sealed)}]"
+
+
+def decode_entry(
+    raw: bytes | str, redis_key: str, values: StoredValues | None = None, place: tuple[str, str] = ("", "")
+) -> tuple[int | None, Any]:
+    """Return ``(expires_at, value)`` of a stored entry; raise :class:`CorruptEntryError` if
+    malformed, and :class:`~clawmem.errors.Undecryptable` when a sealed one (or, in strict mode,
+    a plain one) cannot be opened with ``values``' cipher for ``place`` (namespace, key)."""
     try:
         data = json.loads(_text(raw))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptEntryError(f"Redis key {redis_key!r} does not hold JSON ({exc})") from None
-    if not (isinstance(data, list) and len(data) == 2 and (data[0] is None or type(data[0]) is int)):
+    if not (isinstance(data, list) and len(data) in (2, 3) and (data[0] is None or type(data[0]) is int)):
         raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, value]")
+    if len(data) == 3:
+        if data[1] is not None or not isinstance(data[2], str):
+            raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, null, envelope]")
+        values = values or StoredValues()
+        try:
+            return data[0], json.loads(values.open(*place, data[2]))
+        except ValueError as exc:
+            raise CorruptEntryError(f"Redis key {redis_key!r}: its sealed value is not JSON") from exc
+    if values is not None and values.cipher.strict:
+        values.open(*place, "")  # strict mode refuses plaintext: raises PlaintextRefused
     return data[0], data[1]
 
 
@@ -137,7 +158,7 @@ class RedisMemory(FeedingMemory):
         raw = self.client.get(redis_key)
         if raw is None:
             return False, None
-        expires_at, value = decode_entry(raw, redis_key)
+        expires_at, value = decode_entry(raw, redis_key, self.values, (namespace, key))
         # Redis may not have dropped the key yet; the injected clock decides, as on every driver.
         return (True, value) if not is_expired(expires_at, now) else (False, None)
 
@@ -145,7 +166,11 @@ class RedisMemory(FeedingMemory):
         pipe = self.client.pipeline(transaction=True)
         # A plain SET (no EX) also clears a TTL left by an earlier set.
         ttl = None if expires_at is None else expires_at - now
-        pipe.set(self.entry_key(key, namespace), encode_entry(encoded, expires_at), ex=ttl)
+        if self.encrypted:
+            stored = encode_sealed(self.values.seal(namespace, key, encoded), expires_at)
+        else:
+            stored = encode_entry(encoded, expires_at)
+        pipe.set(self.entry_key(key, namespace), stored, ex=ttl)
         pipe.zadd(self.index_key(namespace), {key: math.inf if expires_at is None else expires_at})
         pipe.sadd(self.namespaces_key, namespace)
         self._log(pipe, namespace, k=key)
@@ -174,9 +199,23 @@ class RedisMemory(FeedingMemory):
         results = self.client.transaction(clear, index)
         return sum(results[:-3])
 
-    def _stored(self, namespace: str, low: str) -> list[tuple[str, int, int | None, Any]]:
-        """Return ``(key, value bytes, expires_at, value)`` of the indexed entries scored above
-        ``low`` that Redis still holds, dropping index members whose entry it already expired."""
+    def _entry(self, raw: bytes | str, key: str, namespace: str) -> tuple[int, int | None, Any, str | None]:
+        """Return ``(value bytes, expires_at, value, unreadable)`` of a stored entry: one that
+        cannot be decrypted has the value ``None`` and says why, so a list shows it marked."""
+        redis_key = self.entry_key(key, namespace)
+        try:
+            expires_at, value = decode_entry(raw, redis_key, self.values, (namespace, key))
+        except Undecryptable as exc:
+            warn_undecryptable(exc)
+            return len(_text(raw).encode("utf-8")), None, None, f"value cannot be decrypted ({exc.reason})"
+        # The stored form wraps the value's JSON in "[expires_at," and "]".
+        size = len(_text(raw).encode("utf-8")) - len(encode_entry("", expires_at))
+        return size, expires_at, value, None
+
+    def _stored(self, namespace: str, low: str) -> list[tuple[str, int, int | None, Any, str | None]]:
+        """Return ``(key, value bytes, expires_at, value, unreadable)`` of the indexed entries
+        scored above ``low`` that Redis still holds, dropping index members whose entry it
+        already expired."""
         members = [
             _text(member) for member in self.client.zrangebyscore(self.index_key(namespace), low, "+inf")
         ]
@@ -190,10 +229,7 @@ class RedisMemory(FeedingMemory):
             if raw is None:
                 vanished.append(key)
                 continue
-            expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
-            # The stored form wraps the value's JSON in "[expires_at," and "]".
-            wrapper = len(encode_entry("", expires_at))
-            found.append((key, len(_text(raw).encode("utf-8")) - wrapper, expires_at, value))
+            found.append((key, *self._entry(raw, key, namespace)))
         if vanished:
             self._drop_vanished(namespace, vanished)
         return found
@@ -214,14 +250,18 @@ class RedisMemory(FeedingMemory):
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         # Scored by expires_at, so "score > now" is exactly the live members.
         stored = self._stored(namespace, f"({now}")
-        return {key: value for key, _, expires_at, value in stored if not is_expired(expires_at, now)}
+        live = (entry for entry in stored if not entry[4] and not is_expired(entry[2], now))
+        return {key: value for key, _, _, value, _ in live}
 
     def _records(self, namespace: str) -> list[MemoryRow]:
         stored = self._stored(namespace, "-inf")
-        timed = self._redis_expiries(namespace, [key for key, _, expiry, _ in stored if expiry is None])
+        timed = self._redis_expiries(namespace, [key for key, _, expiry, _, _ in stored if expiry is None])
         return [
-            MemoryRow(namespace, key, value, expires_at if expires_at is not None else timed.get(key), size)
-            for key, size, expires_at, value in stored
+            MemoryRow(
+                namespace, key, value, expires_at if expires_at is not None else timed.get(key), size,
+                unreadable=bad, raw_value=bad is not None,
+            )
+            for key, size, expires_at, value, bad in stored
         ]
 
     def _drop_vanished(self, namespace: str, keys: list[str]) -> None:
@@ -327,7 +367,7 @@ class RedisMemory(FeedingMemory):
                 changed.add(change["k"])
             cursor = _text(change_id)
         found = {row.key: row for row in self._stored_keys(namespace, sorted(changed))}
-        entries = [(row.key, row.value, row.expires_at) for row in found.values()]
+        entries = [(row.key, row.value, row.expires_at) for row in found.values() if not row.unreadable]
         gone = [key for key in changed if key not in found]
         return Changes(cursor, entries, gone, reset=reset, swept_at=None if reset else swept_at)
 
@@ -335,7 +375,8 @@ class RedisMemory(FeedingMemory):
         newest = self.client.xrevrange(self.log_key(namespace), "+", "-", count=1)
         cursor = _text(newest[0][0]) if newest else "0-0"
         rows = self._records(namespace)
-        return Changes(cursor, [(row.key, row.value, row.expires_at) for row in rows], reset=True)
+        entries = [(row.key, row.value, row.expires_at) for row in rows if not row.unreadable]
+        return Changes(cursor, entries, reset=True)
 
     def _stored_keys(self, namespace: str, keys: list[str]) -> list[MemoryRow]:
         rows = []
@@ -343,10 +384,47 @@ class RedisMemory(FeedingMemory):
             raws = self.client.mget([self.entry_key(key, namespace) for key in batch])
             for key, raw in zip(batch, raws, strict=True):
                 if raw is not None:
-                    expires_at, value = decode_entry(raw, self.entry_key(key, namespace))
-                    size = len(_text(raw).encode("utf-8")) - len(encode_entry("", expires_at))
-                    rows.append(MemoryRow(namespace, key, value, expires_at, size))
+                    size, expires_at, value, bad = self._entry(raw, key, namespace)
+                    unread = {"unreadable": bad, "raw_value": bad is not None}
+                    rows.append(MemoryRow(namespace, key, value, expires_at, size, **unread))
         return rows
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return self._stored_keys(namespace, sorted(keys))
+
+    # -- stored text, for a key rotation (SPEC 13) --------------------------------------------
+
+    def stored_texts(self, namespace: str) -> list[tuple[str, str, str]]:
+        """Return ``(key, text, raw)`` of every entry of ``namespace`` Redis holds, expired ones
+        included: ``text`` is a sealed entry's envelope, or a plain entry's value as JSON; ``raw``
+        is what the key holds. Opens nothing. Raises :class:`CorruptEntryError` for a damaged entry."""
+        members = [_text(member) for member in self.client.zrange(self.index_key(namespace), 0, -1)]
+        found = []
+        for batch in _batches(members):
+            for key, raw in zip(
+                batch, self.client.mget([self.entry_key(key, namespace) for key in batch]), strict=True
+            ):
+                if raw is None:
+                    continue
+                data = json.loads(_text(raw))
+                text = data[2] if len(data) == 3 else json.dumps(data[1], ensure_ascii=False)
+                found.append((key, text, _text(raw)))
+        return found
+
+    def replace_texts(self, namespace: str, changes: list[tuple[str, str, str]]) -> int:
+        """Store each ``(key, raw read, new envelope)`` as the entry's sealed value, keeping its
+        expiry and TTL, only where the key still holds ``raw``; return how many changed."""
+        pipe = self.client.pipeline(transaction=False)
+        for key, raw, sealed in changes:
+            expires_at = json.loads(raw)[0]
+            pipe.eval(_REPLACE_LUA, 1, self.entry_key(key, namespace), raw, encode_sealed(sealed, expires_at))
+        return sum(int(done) for done in pipe.execute())
+
+
+_REPLACE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  return 1
+end
+return 0
+"""

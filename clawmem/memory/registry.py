@@ -6,10 +6,13 @@ import time
 from collections.abc import Callable
 
 from clawmem.clock import Clock
+from clawmem.crypto import Cipher
 from clawmem.errors import ConfigError
-from clawmem.memory.base import MemoryInterface
+from clawmem.keystores import cipher_for
+from clawmem.memory.base import BaseMemory, MemoryInterface
 from clawmem.memory.wrappers import PrivacyAwareMemory
-from clawmem.settings import Settings
+from clawmem.settings import PHPCLAW_SCHEMA, Settings, refuse_phpclaw_encryption
+from clawmem.subjects import subject_of_namespace
 
 DriverFactory = Callable[[Settings, Clock], MemoryInterface]
 
@@ -39,6 +42,8 @@ def _sql(settings: Settings, clock: Clock) -> MemoryInterface:
     engine = engine_for(settings.database_url)
     # Existing tables of the other shape refuse to open, in one line (SPEC 4.8).
     shape = check_shape(engine, settings.table_prefix, settings.schema)
+    if shape == PHPCLAW_SCHEMA and settings.encrypts:
+        raise ConfigError(refuse_phpclaw_encryption())
     return SqlMemory(
         engine,
         prefix=settings.table_prefix,
@@ -110,10 +115,20 @@ registry = MemoryRegistry()
 
 
 def open_memory(
-    settings: Settings, clock: Clock = time.time, drivers: MemoryRegistry | None = None
+    settings: Settings,
+    clock: Clock = time.time,
+    drivers: MemoryRegistry | None = None,
+    cipher: Cipher | None = None,
 ) -> PrivacyAwareMemory:
     """Return the key/value memory an app uses: the configured driver for the settings' site,
-    behind the privacy switch. Conversations are not key/value entries: see
-    :class:`clawmem.ConversationLog`."""
+    behind the privacy switch, sealing values at rest with ``cipher`` (default: the one the
+    settings' keys make; SPEC 13). Conversations are not key/value entries: see
+    :class:`clawmem.ConversationLog`. Raises :class:`ConfigError` for a bad key setting."""
+    cipher = cipher_for(settings) if cipher is None else cipher
     driver = (drivers or registry).build(settings.memory_driver, settings, clock)
+    if isinstance(driver, BaseMemory) and driver.at_rest and (cipher.enabled or cipher.key_source):
+        template = settings.subject_namespace
+        driver.use_cipher(
+            cipher, settings.table_prefix, lambda namespace: subject_of_namespace(namespace, template)
+        )
     return PrivacyAwareMemory(driver, settings.store_messages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
@@ -16,20 +17,23 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
-from clawmem.codecs import UndecodableValue, codec_for, readable_entries
+from clawmem.codecs import StoredValues, UndecodableValue, codec_for
 from clawmem.errors import StorageError
-from clawmem.memory.base import FeedingMemory, check_filter
+from clawmem.memory.base import FeedingMemory, check_filter, contains_text, passes_filter
 from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed
-from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start
+from clawmem.memory.sql_vectors import SqlVectorBacking
+from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
 from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.sql import activity, kv
+from clawmem.sql import activity, kv, vectors
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
+# How many of a namespace's newest rows a search of sealed values decrypts and scans.
+SCAN_LIMIT = 10_000
 _WATCHES = itertools.count(1)
 _INHERITED: list[Any] = []  # a parent's SQLite connections, held in a forked child so none closes
 
@@ -64,9 +68,12 @@ class SqlMemory(FeedingMemory):
         self.prefix = validate_prefix(prefix)
         self.shape = shape  # of the tables: clawmem, or phpclaw-wordpress (SPEC 4.8)
         self.codec = codec_for(shape)
+        self.values = StoredValues(self.codec)
         self._deleted = LocalDeletions()
         self._watch_lock = threading.Lock()
         self._watch: Any = None  # SQLite: a connection of its own, to read data_version
+        self._vectors: bool | None = None  # whether the prefix's vectors table exists
+        self._last_scan: Any = None
         # data_version is only comparable on one connection: a new one starts a new count.
         self._watch_number = next(_WATCHES)
         reference = weakref.ref(self)
@@ -97,33 +104,55 @@ class SqlMemory(FeedingMemory):
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
         with self.engine.connect() as conn:
             encoded = kv.get_entry(conn, self.prefix, namespace, key, now, self.shape)
-        return (False, None) if encoded is None else (True, self.codec.read(namespace, key, encoded))
+        return (False, None) if encoded is None else (True, self.values.read(namespace, key, encoded))
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
         def upsert() -> None:
             with write_transaction(self.engine) as conn:
-                kv.upsert_entry(
-                    conn, self.prefix, namespace, key, encoded, expires_at, self.clock, self.shape
-                )
+                kv.upsert_entry(conn, self.prefix, namespace, key, stored, expires_at, self.clock, self.shape)
+
+        stored = self.values.seal(namespace, key, encoded)
 
         retry_deadlocks(upsert)
 
+    def _has_vectors(self) -> bool:
+        """Return whether the prefix's vectors table exists (looked up once, then remembered:
+        a process started before ``init-db`` created it leaves its deletions to the feed)."""
+        if self._vectors is None:
+            self._vectors = vectors.has_vector_table(self.engine, self.prefix)
+        return self._vectors
+
+    def vector_backing(self) -> SqlVectorBacking | None:
+        """Return the prefix's vectors table as recall's persisted vectors keep it, or ``None``
+        when it does not exist (``init-db`` creates it)."""
+        return SqlVectorBacking(self.engine, self.prefix, self.values) if self._has_vectors() else None
+
     def _forget(self, key: str, namespace: str, now: int) -> None:
+        # The entry's vector goes with it: it would tell what the entry said.
+        with_vectors = self._has_vectors()
         with write_transaction(self.engine) as conn:
             kv.delete_entry(conn, self.prefix, namespace, key, self.shape)
+            if with_vectors:
+                vectors.delete_keys(conn, self.prefix, namespace, [key])
         self._deleted.add(namespace, key)
 
     def _flush(self, namespace: str) -> int:
+        with_vectors = self._has_vectors()
         with write_transaction(self.engine) as conn:
             count = kv.delete_namespace(conn, self.prefix, namespace, self.shape)
+            if with_vectors:
+                vectors.delete_namespace(conn, self.prefix, namespace)
         self._deleted.add(namespace, None)
         return count
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
             found = kv.live_entries(conn, self.prefix, namespace, now, self.shape)
-            return {key: self.codec.read(namespace, key, value) for key, value in found}
+            if not self.encrypted:
+                return {key: self.codec.read(namespace, key, value) for key, value in found}
+            # A value that cannot be decrypted is skipped with a warning, never given as a value.
+            return dict(self.values.readable(namespace, found))
 
     def entries_in_order(self, namespace: str = "default") -> list[tuple[str, Any]]:
         """Return every live ``(key, value)`` of ``namespace`` in insertion order (by row id), the
@@ -133,7 +162,7 @@ class SqlMemory(FeedingMemory):
         def read() -> list[tuple[str, Any]]:
             with self.engine.connect() as conn:
                 rows = kv.live_entries_in_order(conn, self.prefix, namespace, self._now(), self.shape)
-            return list(readable_entries(self.codec, namespace, rows))
+            return list(self.values.readable(namespace, rows))
 
         return self._call("all", read)
 
@@ -147,8 +176,12 @@ class SqlMemory(FeedingMemory):
         if dry_run:
             return counts
         deleted = {}
+        with_vectors = self._has_vectors()
         for namespace in counts:
             with write_transaction(self.engine) as conn:
+                if with_vectors:
+                    expired = kv.expired_keys(conn, self.prefix, namespace, now, self.shape)
+                    vectors.delete_keys(conn, self.prefix, namespace, expired)
                 count = kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
             if count:
                 deleted[namespace] = count
@@ -164,7 +197,7 @@ class SqlMemory(FeedingMemory):
         return self._call(operation, run)
 
     def _records(self, namespace: str) -> list[MemoryRow]:
-        return self._read("records", kv.namespace_rows, namespace, self._now())
+        return self._read("records", kv.namespace_rows, namespace, self._now(), values=self.values)
 
     def namespace_counts(self) -> list[NamespaceCount]:
         return self._read("namespace_counts", kv.namespace_counts, self._now())
@@ -193,6 +226,10 @@ class SqlMemory(FeedingMemory):
         check_filter(state)
         check_sort(sort)
         check_limit(limit)
+        if query and self.encrypted:
+            start = sort_start(cursor, sort) if cursor else None
+            found = sorted_page(self.scanned(namespace, state, query)[0], sort, start, limit + 1)
+            return page_of(found, limit, lambda row: cursor_key(row, sort))
         start = sort_start(cursor, sort, self.engine.dialect.name) if cursor else None
         rows = self._read(
             "entries",
@@ -204,26 +241,61 @@ class SqlMemory(FeedingMemory):
             sort=sort,
             start=start,
             limit=limit + 1,
+            values=self.values,
         )
         return page_of(rows, limit, lambda row: cursor_key(row, sort))
+
+    def scanned(self, namespace: str, state: str | None, query: str) -> tuple[list[MemoryRow], int, bool]:
+        """Return the rows among the newest :data:`SCAN_LIMIT` of ``namespace`` (passing
+        ``state``) whose key or decrypted value holds ``query`` (case-insensitive), how many rows
+        were read, and whether that was all of them: sealed values cannot be matched in SQL."""
+        # Kept for a moment only (one page's list, count and scope), so a later search sees
+        # what was written since.
+        memo = (namespace, state, query, int(time.monotonic()))
+        if self._last_scan is not None and self._last_scan[0] == memo:
+            return self._last_scan[1]
+        rows = self._read(
+            "entries", kv.newest_rows, namespace, self._now(), SCAN_LIMIT + 1, state=state, values=self.values
+        )
+        complete = len(rows) <= SCAN_LIMIT
+        rows = rows[:SCAN_LIMIT]
+        needle = query.casefold()
+        found = [
+            row
+            for row in rows
+            if not row.unreadable
+            and passes_filter(state, row.expires_at, self._now())
+            and (needle in row.key.casefold() or needle in _json(row.value).casefold())
+        ]
+        self._last_scan = (memo, (found, len(rows), complete))
+        return found, len(rows), complete
 
     def count_entries(
         self, namespace: str = "default", *, state: str | None = None, query: str | None = None
     ) -> int:
         validate_namespace(namespace)
         check_filter(state)
+        if query and self.encrypted:
+            return len(self.scanned(namespace, state, query)[0])
         return self._read("count_entries", kv.count_rows, namespace, self._now(), state=state, query=query)
 
     def entry(self, namespace: str, key: str) -> MemoryRow | None:
-        return self._read("entry", kv.one_row, validate_namespace(namespace), validate_key(key))
+        return self._read(
+            "entry", kv.one_row, validate_namespace(namespace), validate_key(key), values=self.values
+        )
 
     def find(self, text: str) -> Iterator[MemoryRow]:
         table = tables(self.prefix, self.shape).memory
-        select = sa.select(table).where(matching.memory_where(self.prefix, text, self.shape))
+        select = sa.select(table)
+        if not self.encrypted:
+            select = select.where(matching.memory_where(self.prefix, text, self.shape))
+        # Sealed values cannot be matched in SQL: every row is read, opened and matched here, so
+        # export and erase stay complete.
         pages = keyset_pages(self.engine, select, [table.c.namespace, table.c.lookup_key], 500)
         try:
             for rows in pages:
-                yield from (kv.memory_row(row, self.shape) for row in rows)
+                found = (kv.memory_row(row, self.shape, self.values) for row in rows)
+                yield from (row for row in found if not self.encrypted or contains_text(row, text))
         except self.backend_errors as exc:
             raise StorageError(self.name, "find", self._describe(exc)) from exc
         except UndecodableValue as exc:
@@ -261,7 +333,7 @@ class SqlMemory(FeedingMemory):
             marker = version if version is not None else kv.commit_marker(conn)
             if cursor is not None and marker is not None and marker == cursor.marker:
                 return Changes(cursor)
-            decode = partial(self.codec.read, namespace)
+            decode = partial(self.values.read, namespace)
             feed = SqlFeed(conn, self.prefix, self.shape, namespace, decode)
             if cursor is None:
                 cursor = SqlCursor(local=local)
@@ -282,4 +354,8 @@ class SqlMemory(FeedingMemory):
         return Changes(cursor, entries, gone)
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
-        return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys))
+        return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys), values=self.values)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -8,20 +8,24 @@ another model (:class:`~clawmem.errors.EmbeddingMismatch`).
 
 :class:`VectorStore` holds one unit vector per entry, keyed by namespace and key and tagged with
 the text it was computed from, so a changed entry is never scored by its old vector. It is kept
-in process: a restart or a second worker embeds again (persistence is still to come).
+in process; :mod:`clawmem.recall.persisted` keeps the vectors of the sql driver's entries in
+the database too, so that neither a restart nor a second worker embeds an entry again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from clawmem.errors import EmbedderUnavailable, EmbeddingMismatch
+from clawmem.errors import ConfigError, EmbedderUnavailable, EmbeddingMismatch
+from clawmem.recall.words import text_of
+from clawmem.records import Changes
 
 QUERY_CACHE = 1024  # message vectors kept (2 KB each), so scorings of one message embed it once
 
@@ -69,55 +73,138 @@ def unit(rows: np.ndarray) -> np.ndarray:
     return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
 
 
-def text_print(text: str) -> bytes:
-    """Return what tells the text a vector was computed from apart from any other."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).digest()
+def text_print(text: str) -> int:
+    """Return what tells the text a vector was computed from apart from any other (a signed
+    64-bit number, so a namespace keeps them in one array)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+_GROWTH = 1.25  # a namespace's matrix grows by a quarter: a doubling would hold up to 2x the RSS
 
 
 class _Space:
-    """One namespace's vectors: a float32 matrix, a row per key."""
+    """One namespace's vectors: a float32 matrix, a row per key, and each row's text print.
 
-    def __init__(self, dimension: int) -> None:
-        self.rows: dict[str, int] = {}
-        self.prints: list[bytes] = []
+    Keys are found by their ``hash()`` in a sorted array rather than a dict: a dict's entry and
+    its row number cost some 80 bytes an entry, a quarter of what the 2 KB vector may add. A
+    row found is checked against its key, so two keys of one hash can never share a vector (the
+    second is then not found, and embedded again each time: at 2^-64 a pair, never seen).
+    """
+
+    def __init__(self, dimension: int, capacity: int = 0) -> None:
         self.keys: list[str] = []
-        self.matrix = np.zeros((0, dimension), dtype=np.float32)
+        self.hashes = np.zeros(capacity, dtype=np.int64)
+        self.prints = np.zeros(capacity, dtype=np.int64)
+        self.matrix = np.zeros((capacity, dimension), dtype=np.float32)
         self.size = 0
+        self._lookup: tuple[np.ndarray, np.ndarray] | None = None  # sorted hashes, their rows
 
-    def put(self, key: str, printed: bytes, vector: np.ndarray) -> None:
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = self.size
-            self.size += 1
-            self.keys.append(key)
-            self.prints.append(printed)
-            if self.size > self.matrix.shape[0]:
-                grown = np.zeros(
-                    (max(1024, 2 * self.matrix.shape[0]), self.matrix.shape[1]), dtype=np.float32
-                )
-                grown[: self.matrix.shape[0]] = self.matrix
-                self.matrix = grown
-        else:
-            self.prints[row] = printed
-        self.matrix[row] = vector
+    def rows_of(self, keys: Sequence[str]) -> np.ndarray:
+        """Return the row of each of ``keys``, -1 for a key without a vector."""
+        if not self.size or not keys:
+            return np.full(len(keys), -1, dtype=np.int64)
+        if self._lookup is None:
+            order = np.argsort(self.hashes[: self.size], kind="stable")
+            self._lookup = (self.hashes[: self.size][order], order)
+        ordered, order = self._lookup
+        wanted = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+        positions = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
+        rows = np.where(ordered[positions] == wanted, order[positions], -1)
+        own = self.keys
+        for position in np.flatnonzero(rows >= 0).tolist():
+            if own[rows[position]] != keys[position]:
+                rows[position] = -1
+        return rows
+
+    def printed(self, key: str) -> int | None:
+        """Return the text print of ``key``'s vector, or ``None`` without one."""
+        row = int(self.rows_of([key])[0])
+        return None if row < 0 else int(self.prints[row])
+
+    def _grow(self, needed: int) -> None:
+        capacity = self.matrix.shape[0]
+        if needed <= capacity:
+            return
+        grown = max(needed, 1024, int(capacity * _GROWTH))
+        matrix = np.zeros((grown, self.matrix.shape[1]), dtype=np.float32)
+        matrix[:capacity] = self.matrix
+        self.matrix = matrix
+        self.hashes = np.resize(self.hashes, grown)
+        self.prints = np.resize(self.prints, grown)
+
+    def put_many(self, keys: Sequence[str], prints: Sequence[int], vectors: np.ndarray) -> None:
+        """Record one vector per key (unit rows), replacing a key's earlier one."""
+        last = {key: position for position, key in enumerate(keys)}  # a key given twice: the last
+        keys = list(last)
+        chosen = list(last.values())
+        rows = self.rows_of(keys)
+        new = np.flatnonzero(rows < 0)
+        if new.size:
+            self._grow(self.size + int(new.size))
+            rows[new] = np.arange(self.size, self.size + new.size)
+            added = [keys[position] for position in new.tolist()]
+            self.keys.extend(added)
+            self.hashes[self.size : self.size + new.size] = np.fromiter(
+                map(hash, added), dtype=np.int64, count=len(added)
+            )
+            self.size += int(new.size)
+            self._lookup = None
+        self.prints[rows] = np.asarray(prints, dtype=np.int64)[chosen]
+        self.matrix[rows] = np.asarray(vectors, dtype=np.float32)[chosen]
+
+    def append_many(self, keys: Sequence[str], prints: Sequence[int], vectors: np.ndarray) -> None:
+        """Record the vectors of ``keys``, none of them held yet and each given once (a load)."""
+        start, count = self.size, len(keys)
+        self._grow(start + count)
+        self.keys.extend(keys)
+        self.hashes[start : start + count] = np.fromiter(map(hash, keys), dtype=np.int64, count=count)
+        self.prints[start : start + count] = np.asarray(prints, dtype=np.int64)
+        self.matrix[start : start + count] = vectors
+        self.size += count
+        self._lookup = None
+
+    def put(self, key: str, printed: int, vector: np.ndarray) -> None:
+        """Record one vector (see :meth:`put_many`)."""
+        self.put_many([key], [printed], np.asarray(vector, dtype=np.float32).reshape(1, -1))
+
+    def remove_many(self, keys: Sequence[str]) -> None:
+        """Drop the vectors of ``keys`` (those it holds), moving the last rows into the holes."""
+        rows = self.rows_of(keys)
+        for row in sorted(set(rows[rows >= 0].tolist()), reverse=True):
+            last = self.size - 1
+            if row != last:  # every row above it to go is gone already
+                self.keys[row] = self.keys[last]
+                self.hashes[row] = self.hashes[last]
+                self.prints[row] = self.prints[last]
+                self.matrix[row] = self.matrix[last]
+            self.keys.pop()
+            self.size -= 1
+            self._lookup = None
 
     def remove(self, key: str) -> None:
-        row = self.rows.pop(key, None)
-        if row is None:
-            return
-        last = self.size - 1
-        if row != last:  # move the last row into the hole
-            moved = self.keys[last]
-            self.keys[row], self.prints[row] = moved, self.prints[last]
-            self.matrix[row] = self.matrix[last]
-            self.rows[moved] = row
-        self.keys.pop()
-        self.prints.pop()
-        self.size -= 1
+        """Drop the vector of ``key``, if held."""
+        self.remove_many([key])
+
+    def current(self, entries: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Return the row of each ``(key, text)``'s vector of that text, -1 where there is none."""
+        rows = self.rows_of([key for key, _ in entries])
+        held = np.flatnonzero(rows >= 0)
+        if held.size:
+            texts = np.fromiter(
+                (text_print(entries[position][1]) for position in held.tolist()),
+                dtype=np.int64,
+                count=int(held.size),
+            )
+            rows[held[self.prints[rows[held]] != texts]] = -1
+        return rows
 
 
 class VectorStore:
-    """Unit vectors of entries by one embedder, in process (see the module docstring)."""
+    """Unit vectors of entries by one embedder, in process (see the module docstring).
+
+    :class:`clawmem.recall.persisted.PersistedVectors` keeps them in a database as well.
+    """
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
@@ -126,6 +213,8 @@ class VectorStore:
         self._spaces: dict[str, _Space] = {}
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.RLock()
+        self._cursors: dict[str, Any] = {}  # per namespace, of the change feed followed
+        self._expiries: dict[str, dict[str, int]] = {}  # per namespace, the entries with a TTL
 
     def check(self, model_id: str, dimension: int) -> None:
         """Refuse vectors of any model but the store's."""
@@ -135,13 +224,19 @@ class VectorStore:
                 f"{self.model_id} ({self.dimension} dimensions)"
             )
 
+    def _space(self, namespace: str) -> _Space:
+        """Return the vectors held of ``namespace`` (a store that persists loads them here)."""
+        space = self._spaces.get(namespace)
+        if space is None:
+            space = self._spaces[namespace] = _Space(self.dimension)
+        return space
+
     def put(self, namespace: str, key: str, text: str, vector: np.ndarray, model_id: str) -> None:
         """Record ``vector`` (by ``model_id``) as the vector of ``key`` holding ``text``."""
         vector = np.asarray(vector, dtype=np.float32).reshape(-1)
         self.check(model_id, vector.size)
         with self._lock:
-            space = self._spaces.setdefault(namespace, _Space(self.dimension))
-            space.put(key, text_print(text), unit(vector))
+            self._space(namespace).put(key, text_print(text), unit(vector))
 
     def forget(self, namespace: str, key: str) -> None:
         """Drop the vector of ``key`` (an entry forgotten, swept or erased)."""
@@ -154,24 +249,93 @@ class VectorStore:
         """Drop every vector of ``namespace`` (a flush)."""
         with self._lock:
             self._spaces.pop(namespace, None)
+            self._cursors.pop(namespace, None)
 
-    def embed_missing(self, namespace: str, entries: Iterable[tuple[str, str]], batch: int = 64) -> int:
-        """Embed each ``(key, text)`` that has no vector of that text; return how many."""
+    def missing(self, namespace: str, entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Return the ``(key, text)`` of ``entries`` without a vector of that text."""
         with self._lock:
-            space = self._spaces.get(namespace)
-            missing = [
-                (key, text)
-                for key, text in entries
-                if space is None
-                or (row := space.rows.get(key)) is None
-                or space.prints[row] != text_print(text)
-            ]
+            space = self._space(namespace)
+            entries = list(entries)
+            rows = space.current(entries)
+            return [entry for entry, row in zip(entries, rows.tolist(), strict=True) if row < 0]
+
+    def _embedded(self, namespace: str, chunk: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
+        """Record the vectors of one embedded ``chunk`` (a store that persists writes them too)."""
+        with self._lock:
+            self._space(namespace).put_many(
+                [key for key, _ in chunk], [text_print(text) for _, text in chunk], unit(vectors)
+            )
+
+    def embed_missing(
+        self,
+        namespace: str,
+        entries: Iterable[tuple[str, str]],
+        batch: int = 64,
+        limit: int | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Embed each ``(key, text)`` that has no vector of that text (at most ``limit`` of
+        them), calling ``on_batch`` with each batch's size; return how many were embedded."""
+        missing = self.missing(namespace, entries)
+        if limit is not None:
+            missing = missing[: max(limit, 0)]
         for start in range(0, len(missing), batch):
             chunk = missing[start : start + batch]
-            vectors = self.embedder.embed([text for _, text in chunk])
-            for (key, text), vector in zip(chunk, vectors, strict=True):
-                self.put(namespace, key, text, vector, self.embedder.model_id)
+            vectors = np.asarray(self.embedder.embed([text for _, text in chunk]), dtype=np.float32)
+            self.check(self.embedder.model_id, int(vectors.shape[-1]) if vectors.ndim == 2 else -1)
+            self._embedded(namespace, chunk, vectors)
+            if on_batch is not None:
+                on_batch(len(chunk))
         return len(missing)
+
+    def follow(self, feed: Callable[[str, Any], Changes], namespace: str, now: int) -> None:
+        """Bring the vectors of ``namespace`` in step with its change feed (``feed`` is the
+        driver's ``changes``): drop the vector of every entry gone, expired, swept or changed
+        since the last call."""
+        with self._lock:
+            space = self._space(namespace)
+            batch = feed(namespace, self._cursors.get(namespace))
+            expiries = self._expiries.setdefault(namespace, {})
+            stale: list[tuple[str, int]] = []  # (key, print of the vector dropped)
+            gone: list[str] = []  # keys whose entry is no more, vector held or not
+            if batch.reset:
+                live = {key: text_of(value) for key, value, _ in batch.entries}
+                gone.extend(key for key in space.keys if key not in live)
+                kept = [(key, live[key]) for key in space.keys if key in live]
+                expiries.clear()
+            else:
+                if batch.swept_at is not None:
+                    gone.extend(key for key, at in expiries.items() if at <= batch.swept_at)
+                kept = [(key, text_of(value)) for key, value, _ in batch.entries]
+            rows = space.rows_of([key for key, _ in kept])
+            changed = np.flatnonzero((rows >= 0) & (space.current(kept) < 0))
+            stale.extend((kept[at][0], int(space.prints[rows[at]])) for at in changed.tolist())
+            for key, _, expires_at in batch.entries:
+                if expires_at is None:
+                    expiries.pop(key, None)
+                else:
+                    expiries[key] = expires_at
+            gone.extend(batch.gone)
+            for key in gone:
+                expiries.pop(key, None)
+            expired = [key for key, at in expiries.items() if at <= now]  # expired, not yet swept
+            for key in expired:
+                del expiries[key]
+            rows = space.rows_of(expired)
+            held = zip(expired, rows.tolist(), strict=True)
+            stale.extend((key, int(space.prints[row])) for key, row in held if row >= 0)
+            space.remove_many(gone)
+            space.remove_many([key for key, _ in stale])
+            self._cursors[namespace] = batch.cursor
+            if gone or stale:
+                self._dropped(namespace, gone, stale)
+
+    def refresh(self, namespace: str, entries: int) -> None:
+        """Read what other processes stored for ``namespace``, which holds ``entries`` entries
+        (a store that persists reads the table; this one has nothing to read)."""
+
+    def _dropped(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, int]]) -> None:
+        """Called after :meth:`follow` dropped vectors (a store that persists deletes them)."""
 
     def query(self, message: str) -> np.ndarray:
         """Return the unit vector of ``message`` (cached for the last few messages)."""
@@ -192,26 +356,46 @@ class VectorStore:
     ) -> list[float | None]:
         """Return the cosine of each ``(key, text)`` to ``query``, ``None`` without a vector of that text."""
         with self._lock:
-            space = self._spaces.get(namespace)
-            if space is None:
-                return [None] * len(entries)
-            all_cosines = space.matrix[: space.size] @ query
-            out: list[float | None] = []
-            for key, text in entries:
-                row = space.rows.get(key)
-                if row is None or space.prints[row] != text_print(text):
-                    out.append(None)
-                else:
-                    out.append(float(all_cosines[row]))
-            return out
+            space = self._space(namespace)
+            rows = space.current(entries)
+            held = rows >= 0
+            cosines = np.zeros(len(entries), dtype=np.float32)
+            if held.any():
+                cosines[held] = space.matrix[rows[held]] @ query
+            return [float(c) if h else None for c, h in zip(cosines.tolist(), held.tolist(), strict=True)]
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` holds."""
         with self._lock:
-            space = self._spaces.get(namespace)
-            return 0 if space is None else space.size
+            return self._space(namespace).size
 
     def nbytes(self) -> int:
-        """Return the bytes of the vector matrices held (allocated rows)."""
+        """Return the bytes of the vectors held: matrices and prints (allocated rows)."""
         with self._lock:
-            return sum(space.matrix.nbytes for space in self._spaces.values())
+            return sum(
+                space.matrix.nbytes + space.prints.nbytes + space.hashes.nbytes
+                for space in self._spaces.values()
+            )
+
+
+def load_embedder(spec: str) -> Embedder:
+    """Return the embedder ``module:callable`` makes (called with no arguments), or the bundled
+    encoder for ``""``. Raises :class:`~clawmem.errors.ConfigError` in one line for a spec that
+    cannot be imported or called or makes no :class:`Embedder`."""
+    if not spec.strip():
+        return UniversalSentenceEncoder()
+    module_name, colon, attribute = spec.strip().partition(":")
+    if not colon or not module_name or not attribute:
+        raise ConfigError(f"an embedder is named as module:callable, got {spec!r}")
+    try:
+        factory: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"embedder {spec!r}: cannot import {module_name!r} ({exc})") from None
+    for part in attribute.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise ConfigError(f"embedder {spec!r}: {module_name} has no {attribute!r}")
+    embedder = factory() if callable(factory) else None
+    if not isinstance(embedder, Embedder):
+        raise ConfigError(f"embedder {spec!r} made no Embedder (model_id, dimension and embed(texts))")
+    return embedder

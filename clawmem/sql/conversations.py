@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 
+from clawmem.crypto.envelope import like_pattern as sealed_pattern
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
 from clawmem.paging import decode_moment, decode_sorted_cursor, decode_time_cursor, moment_key
@@ -170,23 +171,30 @@ def insert_messages(
     messages: Iterable[MessageRecord],
     created_at: datetime,
     shape: str = CLAWMEM_SCHEMA,
+    seal: Callable[[str, str, str | None], str | None] | None = None,
 ) -> list[str]:
     """Insert ``messages`` in one statement, in order (ids increase, so they sort as given);
-    return their ids. phpClaw's shape has no column for a message's metadata."""
+    return their ids. phpClaw's shape has no column for a message's metadata. ``seal(row id,
+    column, text)`` encrypts ``content`` and ``tool_input`` (see :mod:`clawmem.sql.sealing`)."""
     own_metadata = shape == CLAWMEM_SCHEMA
-    rows = [
-        {
-            "id": new_id(),
+    rows = []
+    for message in messages:
+        row_id = new_id()
+        content, tool_input = message.content, json_text(message.tool_input)
+        metadata = json_text(message.metadata)
+        if seal is not None:  # bound to the row id, which is why ids are made here first
+            content, tool_input = seal(row_id, "content", content), seal(row_id, "tool_input", tool_input)
+            metadata = seal(row_id, "metadata", metadata)
+        rows.append({
+            "id": row_id,
             "conversation_id": conversation_id,
             "role": message.role,
-            "content": message.content,
+            "content": content,
             "tool_name": message.tool_name,
-            "tool_input": json_text(message.tool_input),
+            "tool_input": tool_input,
             "created_at": created_at,
-            **({"metadata": json_text(message.metadata)} if own_metadata else {}),
-        }
-        for message in messages
-    ]
+            **({"metadata": metadata} if own_metadata else {}),
+        })
     if rows:
         conn.execute(sa.insert(tables(prefix).messages), rows)
     return [row["id"] for row in rows]
@@ -301,19 +309,25 @@ def turn(
     return [_message(before), *found] if before is not None and before.role == "recall" else found
 
 
-def messages_of_job(conn: Connection, prefix: str, conversation_id: str, job_id: str) -> list[StoredMessage]:
+def messages_of_job(
+    conn: Connection, prefix: str, conversation_id: str, job_id: str, opened: Any = None
+) -> list[StoredMessage]:
     """Return the messages of one conversation whose metadata names ``job_id`` as its
-    ``job_id``, in (created_at, id) order (the text match narrows, the parsed metadata decides)."""
+    ``job_id``, in (created_at, id) order (the text match narrows, the parsed metadata decides).
+    With ``opened`` (a function opening a list of messages), sealed metadata is a candidate too,
+    decided once opened: SQL cannot match text inside an envelope."""
     table = tables(prefix).messages
+    matched = table.c.metadata.like(like_pattern(job_id), escape="\\")
+    if opened is not None:
+        matched = sa.or_(matched, table.c.metadata.like(sealed_pattern(), escape="\\"))
     rows = conn.execute(
         sa.select(table)
-        .where(
-            table.c.conversation_id == conversation_id,
-            table.c.metadata.like(like_pattern(job_id), escape="\\"),
-        )
+        .where(table.c.conversation_id == conversation_id, matched)
         .order_by(table.c.created_at, table.c.id)
     )
     found = [_message(row) for row in rows]
+    if opened is not None:
+        found = opened(found)
     return [m for m in found if isinstance(m.metadata, dict) and m.metadata.get("job_id") == job_id]
 
 
@@ -525,11 +539,14 @@ def _filtered(
     since: datetime | None = None,
     until: datetime | None = None,
     query: str | None = None,
+    conversation_ids: Sequence[str] | None = None,
 ) -> sa.Select[Any]:
     schema = tables(prefix)
     table, messages = schema.conversations, schema.messages
     if conversation_id is not None:
         select = select.where(table.c.id == conversation_id)
+    if conversation_ids is not None:
+        select = select.where(table.c.id.in_(list(conversation_ids)))
     if user_id is not None:
         select = select.where(equals_exactly(table.c.user_id, user_id))
     if namespace is not None:
@@ -654,6 +671,32 @@ def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, *
         found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
         select = sa.select(sa.func.count()).select_from(found)
     return int(conn.execute(select).scalar() or 0)
+
+
+def scan_candidates(
+    conn: Connection, prefix: str, limit: int, **filters: Any
+) -> tuple[list[tuple[str, Any]], list[tuple[str, str, Any]]]:
+    """Return what a search of sealed text decrypts: ``(id, title)`` of the newest ``limit``
+    conversations passing ``filters`` (by last activity) and ``(conversation id, message id,
+    content)`` of the newest ``limit`` of their messages (recall records left out), newest first."""
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    titles = conn.execute(
+        _filtered(sa.select(table.c.id, table.c.title), prefix, **filters)
+        .order_by(table.c.updated_at.desc(), table.c.id.desc())
+        .limit(limit)
+    ).all()
+    chosen = _filtered(sa.select(table.c.id), prefix, **filters)
+    contents = conn.execute(
+        sa.select(messages.c.conversation_id, messages.c.id, messages.c.content)
+        .where(messages.c.conversation_id.in_(chosen), messages.c.role != "recall")
+        .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+        .limit(limit)
+    ).all()
+    return (
+        [(as_text(row_id), title) for row_id, title in titles],
+        [(as_text(conversation), as_text(message), content) for conversation, message, content in contents],
+    )
 
 
 def first_matches(

@@ -17,12 +17,22 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from clawmem.clock import Clock, utc_datetime
-from clawmem.codecs import codec_for
+from clawmem.codecs import StoredValues, codec_for
+from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
 from clawmem.paging import SORTS
 from clawmem.records import MemoryRow, NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
-from clawmem.sql.lenient import as_text, raw_moment, read_expiry, read_json, read_moment, read_value, reasons
+from clawmem.sql.lenient import (
+    Sealed,
+    as_text,
+    raw_moment,
+    read_expiry,
+    read_json,
+    read_moment,
+    read_value,
+    reasons,
+)
 from clawmem.sql.paging import sorted_rows
 from clawmem.sql.schema import tables
 
@@ -160,6 +170,16 @@ def delete_expired(
     return conn.execute(sa.delete(table).where(table.c.namespace == namespace, _expired(table, now))).rowcount
 
 
+def expired_keys(
+    conn: Connection, prefix: str, namespace: str, now: int, shape: str = CLAWMEM_SCHEMA
+) -> list[str]:
+    """Return the keys of the expired rows of ``namespace``."""
+    table = tables(prefix, shape).memory
+    expired = sa.select(table.c.lookup_key).where(table.c.namespace == namespace, _expired(table, now))
+    rows = conn.execute(expired)
+    return [as_text(key) or "" for key in rows.scalars()]
+
+
 def namespaces(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> list[str]:
     """Return every namespace with at least one row."""
     table = tables(prefix, shape).memory
@@ -175,15 +195,23 @@ def like_pattern(text: str) -> str:
 # -- the operator's read API (expired rows included) ------------------------------------------
 
 
-def memory_row(row: Any, shape: str = CLAWMEM_SCHEMA) -> MemoryRow:
-    """Return a row of the memory table as a :class:`MemoryRow` (value and metadata decoded).
+def memory_row(row: Any, shape: str = CLAWMEM_SCHEMA, values: StoredValues | None = None) -> MemoryRow:
+    """Return a row of the memory table as a :class:`MemoryRow` (value and metadata decoded,
+    and opened with ``values``' cipher when sealed).
 
-    Columns that cannot be read (see :mod:`clawmem.sql.lenient`) are named in ``unreadable``.
+    Columns that cannot be read (see :mod:`clawmem.sql.lenient`), or decrypted, are named in
+    ``unreadable``.
     """
+    values = values or StoredValues(codec_for(shape))
     namespace, key, text = as_text(row.namespace), as_text(row.lookup_key), as_text(row.value) or ""
     # Another program's row may hold anything: what cannot be read is kept raw and said.
-    value, bad_value = read_value(lambda raw: codec_for(shape).read(namespace, key, raw), text)
+    value, bad_value = read_value(lambda raw: values.read(namespace, key, raw), text)
     metadata, bad_metadata = read_json(row._mapping.get("metadata"), "metadata")  # not in phpClaw's shape
+    if isinstance(metadata, Sealed):
+        try:
+            metadata, bad_metadata = read_json(values.open(namespace, key, metadata, "metadata"), "metadata")
+        except Undecryptable as exc:
+            bad_metadata = f"metadata cannot be decrypted ({exc.reason})"
     expires_at, bad_expiry = read_expiry(unix_seconds(row.expires_at))
     created_at, bad_created = read_moment(row.created_at, "created_at")
     updated_at, bad_updated = read_moment(row.updated_at, "updated_at")
@@ -269,6 +297,7 @@ def namespace_rows(
     start: tuple[Any, str] | None = None,
     limit: int | None = None,
     shape: str = CLAWMEM_SCHEMA,
+    values: StoredValues | None = None,
 ) -> list[MemoryRow]:
     """Return a namespace's rows in ``sort`` order (by key unless told; see
     :data:`clawmem.paging.SORTS`) after the ``start`` of a cursor, filtered by ``state``
@@ -277,14 +306,33 @@ def namespace_rows(
     table = tables(prefix, shape).memory
     select = _listed(sa.select(table).where(table.c.namespace == namespace), table, now, state, query)
     if limit is None:
-        return [memory_row(row, shape) for row in conn.execute(select.order_by(table.c.lookup_key))]
+        return [memory_row(row, shape, values) for row in conn.execute(select.order_by(table.c.lookup_key))]
     if start is not None and sort == "expires" and isinstance(start[0], int):
         start = (stored_moment(table, start[0]), start[1])
     columns = [table.c[SORT_COLUMNS[sort]], table.c.lookup_key]
     rows = sorted_rows(
         conn, select, columns, limit, start, descending=SORTS[sort], nullable=sort != "key"
     )
-    return [memory_row(row, shape) for row in rows]
+    return [memory_row(row, shape, values) for row in rows]
+
+
+def newest_rows(
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    now: int,
+    limit: int,
+    *,
+    state: str | None = None,
+    shape: str = CLAWMEM_SCHEMA,
+    values: StoredValues | None = None,
+) -> list[MemoryRow]:
+    """Return up to ``limit`` of a namespace's rows passing ``state``, newest write first: what a
+    search of sealed values decrypts and scans (SQL cannot match text it cannot read)."""
+    table = tables(prefix, shape).memory
+    select = _listed(sa.select(table).where(table.c.namespace == namespace), table, now, state, None)
+    select = select.order_by(table.c.updated_at.desc(), table.c.lookup_key).limit(limit)
+    return [memory_row(row, shape, values) for row in conn.execute(select)]
 
 
 def count_rows(
@@ -304,14 +352,19 @@ def count_rows(
 
 
 def one_row(
-    conn: Connection, prefix: str, namespace: str, key: str, shape: str = CLAWMEM_SCHEMA
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    key: str,
+    shape: str = CLAWMEM_SCHEMA,
+    values: StoredValues | None = None,
 ) -> MemoryRow | None:
     """Return one row, expired or not, or ``None``."""
     table = tables(prefix, shape).memory
     row = conn.execute(
         sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key == key)
     ).first()
-    return None if row is None else memory_row(row, shape)
+    return None if row is None else memory_row(row, shape, values)
 
 
 # -- what the recall index reads --------------------------------------------------------------
@@ -407,9 +460,14 @@ def namespace_keys(conn: Connection, prefix: str, namespace: str, shape: str = C
 
 
 def rows_of_keys(
-    conn: Connection, prefix: str, namespace: str, keys: Sequence[str], shape: str = CLAWMEM_SCHEMA
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    keys: Sequence[str],
+    shape: str = CLAWMEM_SCHEMA,
+    values: StoredValues | None = None,
 ) -> list[MemoryRow]:
     """Return the rows of ``keys`` in the namespace that exist, expired ones included."""
     table = tables(prefix, shape).memory
     select = sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
-    return [memory_row(row, shape) for row in conn.execute(select)]
+    return [memory_row(row, shape, values) for row in conn.execute(select)]

@@ -22,6 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 
+from clawmem.crypto.envelope import is_sealed
+from clawmem.errors import Undecryptable
 from clawmem.rules import MAX_NESTING
 
 # Unix seconds that datetime can show: 0001-01-01 to 9999-12-31 23:59:59 UTC.
@@ -77,6 +79,14 @@ def as_text(value: Any) -> str | None:
     return str(value)
 
 
+class Sealed(str):
+    """A column's text in the envelope format (:mod:`clawmem.crypto`), read as it is stored: the
+    log that owns the row opens it with the site's cipher. Being its own type, it is never
+    mistaken for a JSON string value that happens to look like an envelope."""
+
+    __slots__ = ()
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"JSON text holds {name}, which JSON does not allow")
 
@@ -129,10 +139,12 @@ def _has_surrogate(text: str) -> bool:
 
 def read_json(text: Any, column: str) -> tuple[Any, str | None]:
     """Return ``(value, None)`` for a readable JSON column (``None`` for NULL or empty), else
-    ``(raw text, reason)``."""
+    ``(raw text, reason)``; sealed text comes back as :class:`Sealed`, for its owner to open."""
     raw = as_text(text)
     if not raw:
         return None, None
+    if is_sealed(raw):
+        return Sealed(raw), None
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
@@ -144,10 +156,12 @@ def read_json(text: Any, column: str) -> tuple[Any, str | None]:
 def read_value(decode: Callable[[str], Any], text: Any, column: str = "value") -> tuple[Any, str | None]:
     """Return ``(decode(text), None)`` for a readable value column, else ``(raw text, reason)``:
     ``decode`` raised ``ValueError`` (or ran out of stack), or what it gave cannot be shown
-    safely (see :func:`problem_in`)."""
+    safely (see :func:`problem_in`). A value that cannot be decrypted is ``(None, reason)``."""
     raw = as_text(text) or ""
     try:
         value = decode(raw)
+    except Undecryptable as exc:  # a missing or wrong key, or altered text: said, never guessed at
+        return None, f"{column} cannot be decrypted ({exc.reason})"  # never the ciphertext as a value
     except (ValueError, RecursionError):
         return raw, f"{column} cannot be decoded"
     problem = problem_in(value, raw)

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from clawmem.sql.schema import drop_tables, tables
+from clawmem.sql.vectors import drop_vector_table, has_vector_table, vector_table
 
 
 @dataclass(frozen=True)
@@ -128,11 +129,14 @@ def present_tables(engine: Engine, prefix: str) -> list[str]:
 
 
 def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
-    """Return the prefix's tables that exist, with exact row counts (sizes left out)."""
+    """Return the prefix's tables that exist (the three, then the vectors derived from the
+    memory table), with exact row counts (sizes left out)."""
     present = set(present_tables(engine, prefix))
+    if has_vector_table(engine, prefix):
+        present.add(vector_table(prefix).name)
     found = []
     with engine.connect() as conn:
-        for table in _three(prefix):
+        for table in [*_three(prefix), vector_table(prefix)]:
             if table.name in present:
                 rows = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
                 found.append(TableStats(table.name, True, int(rows or 0), None))
@@ -140,7 +144,11 @@ def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
 
 
 def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:
-    """Drop the prefix's three tables (those that exist); return the names dropped."""
+    """Drop the prefix's three tables and its vectors table (those that exist); return the
+    names dropped."""
     present = present_tables(engine, prefix)
+    if has_vector_table(engine, prefix):
+        present.append(vector_table(prefix).name)
     drop_tables(engine, prefix)
+    drop_vector_table(engine, prefix)
     return present

@@ -10,6 +10,7 @@ from typing import Any
 from flask import Blueprint, abort, request, url_for
 
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
+from clawmem.conversations import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
 from clawmem.conversations import ConversationLog
 from clawmem.integrations.openai_agents import session_id_of
 from clawmem.pipeline import billed_tokens, provider_history
@@ -41,6 +42,7 @@ DEFAULT_SORT = "updated"  # the conversations an operator is most likely looking
 SORT_DIRECTIONS = {name: descending for name, (_, descending) in SORTS.items()}
 MORE_TARGET = "conversations-more"
 SEARCH_COUNT_LIMIT = 1000
+SCAN_LIMIT = CONVERSATIONS_SCAN_LIMIT
 # The form labels the date filters "From" and "To", so those names are understood too.
 DATE_ALIASES = {"since": "from", "until": "to"}
 DATE_LABELS = {"since": "From", "until": "To"}
@@ -109,6 +111,12 @@ def _list_page(
         limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending, **chosen
     )
     order = {} if descending is None else {"order": "desc" if descending else "asc"}
+    scanned = None
+    if filters.get("q") and store.encrypted:
+        # The same scan the list made (kept for the page): how far the search looked.
+        scan = store.scan(filters["q"], **{name: value for name, value in chosen.items() if name != "query"})
+        scanned = {"conversations": scan.conversations_read, "messages": scan.messages_read,
+                   "complete": scan.complete, "limit": SCAN_LIMIT}
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
     # A search reads message text, which no index serves: its count stops at a bound.
     bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
@@ -116,6 +124,7 @@ def _list_page(
         "rows": [{**_summary_row(c), "match": found.get(c.id)} for c in page.items],
         "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
         "bound": bound,
+        "scanned": scanned,
         "more_url": url_for("conversations.index", **filters, sort=sort, **order, cursor=page.next_cursor)
         if page.next_cursor
         else None,
@@ -131,12 +140,16 @@ def index() -> str | tuple[str, int]:
     descending = order_arg()
     if sort == "tokens" and not state.conversations().stores_metadata:
         abort(400, description="phpClaw's tables hold no token counts to sort by.")
+    notice = None
+    if sort == "title" and state.conversations().encrypted:
+        # The database holds sealed titles: an order by them would be an order by ciphertext.
+        notice = "Titles are encrypted, so the database cannot sort by them: sorted by last activity instead."
+        sort, descending = DEFAULT_SORT, None
     (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
     errors = [error for error in (since_error, until_error) if error]
     # Said on the page beside the filters, instead of silently listing everything.
-    listed = {"rows": [], "total": 0, "bound": None, "more_url": None} if errors else _list_page(
-        filters, sort, since, until, descending
-    )
+    nothing = {"rows": [], "total": 0, "bound": None, "scanned": None, "more_url": None}
+    listed = nothing if errors else _list_page(filters, sort, since, until, descending)
     body = render_page(
         "conversations/index.html",
         {"conversation-results": "conversations/_results.html", MORE_TARGET: "conversations/_rows.html"},
@@ -146,6 +159,7 @@ def index() -> str | tuple[str, int]:
         sort=sort,
         order="" if descending is None else ("desc" if descending else "asc"),
         sorts=sort_links(SORT_DIRECTIONS, sort, "conversations.index", descending, **filters),
+        notice=notice,
         **listed,
     )
     return (body, 400) if errors else body
@@ -194,6 +208,7 @@ def _message_row(
         "role": message.role,
         "created_at": message.created_at or UNREADABLE_TIME,  # NOT NULL: none means unreadable
         "content": message.content or "",
+        "unreadable": message.unreadable,  # e.g. a column the configured keys cannot decrypt
         "tool_name": message.tool_name or "",
         "tool_input": "" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
         "checkpoint": checkpoint,

@@ -10,6 +10,8 @@ from flask import Blueprint, abort, request, url_for
 from clawmem.clock import now_seconds
 from clawmem.errors import InvalidKey, InvalidNamespace
 from clawmem.memory.base import FILTERS, BaseMemory, check_filter
+from clawmem.memory.sql import SCAN_LIMIT as SQL_SCAN_LIMIT
+from clawmem.memory.sql import SqlMemory
 from clawmem.paging import SORTS
 from clawmem.recall.words import text_of
 from clawmem.records import MemoryRow
@@ -137,7 +139,17 @@ def namespace(namespace: str) -> str:
         rows=[entry_row(row, now) for row in page.items],
         total=None if wants_fragment(MORE_TARGET) else _totals(driver, namespace, listed),
         more_url=more_url,
+        scanned=_scanned(driver, namespace, status or None, query),
     )
+
+
+def _scanned(driver: BaseMemory, namespace: str, status: str | None, query: str) -> dict[str, Any] | None:
+    # Sealed values cannot be matched in SQL: the search read the newest rows decrypted, and
+    # the page says how many (the same scan the list made, kept for the page).
+    if not query or not driver.encrypted or not isinstance(driver, SqlMemory):
+        return None
+    _, read, complete = driver.scanned(namespace, status, query)
+    return {"read": read, "complete": complete, "limit": SQL_SCAN_LIMIT}
 
 
 def _totals(driver: BaseMemory, namespace: str, listed: dict[str, str | None]) -> dict[str, int]:

@@ -40,6 +40,14 @@ def _daily(added: list[int], days: list[str], total: int | None = None) -> dict[
             "rows": list(zip(days, values, strict=True)), "top": max(values, default=0)}
 
 
+def _encryption_line() -> dict[str, Any]:
+    # No query: the key ids come from the settings and the check from start-up; the rows per
+    # key id are counted on the Settings page.
+    cipher = state.site().cipher
+    return {"on": cipher.enabled, "primary": cipher.primary_id, "problem": state.key_problem(),
+            "keys": len(cipher.keyring.key_ids) if cipher.keyring else 0, "strict": cipher.strict}
+
+
 def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
     activity = operations.activity(state.site(), CHART_DAYS)
     days = [charts.day_label(day) for day in activity.days]
@@ -213,4 +221,5 @@ def index() -> str:
         growth=_growth(memory_counts["total"], now),
         ttl_chart=_ttl_chart(namespaces),
         injected=_injected_chart(settings.recall_namespace),
+        encryption=_encryption_line(),
     )

@@ -7,7 +7,8 @@ from typing import Any
 from flask import Blueprint
 
 from clawmem.compaction import configured_thresholds
-from clawmem.errors import redact
+from clawmem.encryption import encryption_state
+from clawmem.errors import ConfigError, redact
 from clawmem.settings import ENV_PREFIX, Settings
 from dashboard import state
 from dashboard.views.rendering import render_page, shell_command
@@ -41,7 +42,13 @@ MEANINGS = {
     "PROVIDER_MODEL": "the model a worker asks the provider for",
     "PROVIDER_FACTORY": "module:callable that builds a worker's provider instead of PROVIDER_URL",
     "DISPLAY_TZ": "dashboard only: the time zone absolute times are printed in (an IANA name; default UTC)",
+    "ENCRYPTION_KEYS": "id:base64key list: the first encrypts text at rest, every one decrypts (never shown)",
+    "ENCRYPTION_KEY_FILE": "the same list in a file only its owner may read (mode 0600)",
+    "ENCRYPTION_STRICT": "true: plaintext rows are refused (unreadable), once every row is encrypted",
+    "KEYSTORE_URL": "where each subject's own data key lives, apart from this database (erasure deletes it)",
 }
+# Settings whose value is never printed: the page says whether they are set, and for keys, their ids.
+HIDDEN = {"ENCRYPTION_KEYS"}
 
 
 def shown_value(value: Any) -> str:
@@ -90,14 +97,35 @@ def index() -> str:
     """Every effective setting, where it came from, the compaction thresholds and deletion commands."""
     settings = state.settings()
     sources = state.setting_sources()
+    site = state.site()
+    try:
+        cipher = site.cipher
+    except ConfigError as exc:  # a malformed key list: said here, the keys never shown
+        cipher, key_error = None, str(exc)
+    else:
+        key_error = None
     rows = [
         {
             "variable": f"{ENV_PREFIX}{name}",
-            "value": shown_value(getattr(settings, name.lower())),
+            "value": _hidden_value(name, settings, cipher) if name in HIDDEN
+            else shown_value(getattr(settings, name.lower())),
             "source": sources.get(name, "default"),
             "meaning": MEANINGS.get(name, ""),
         }
         for name in Settings.setting_names()
     ]
+    encryption = None
+    if cipher is not None:
+        # Two grouped counts per encrypted column: this page's, never the Overview's.
+        in_sql = settings.memory_driver == "sql"
+        encryption = encryption_state(site.engine, site.prefix, cipher, sql_memory=in_sql)
     return render_page("settings/index.html", {}, rows=rows, compaction=configured_thresholds(settings),
-                       commands=deletion_commands(settings))
+                       commands=deletion_commands(settings), encryption=encryption, key_error=key_error)
+
+
+def _hidden_value(name: str, settings: Settings, cipher: Any) -> str:
+    if not getattr(settings, name.lower()):
+        return "(unset)"
+    if cipher is None or cipher.keyring is None:
+        return "(set, not readable: see below)"
+    return f"(set: key ids {', '.join(cipher.keyring.key_ids)}; the keys are never shown)"

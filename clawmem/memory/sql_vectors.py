@@ -1,0 +1,96 @@
+"""The sql driver's vectors table as recall's persisted vector store reads and writes it (see
+:class:`clawmem.recall.persisted.VectorBacking`): each call one connection, each write one
+transaction.
+
+With encryption at rest on, a vector's text is sealed like the entry's value (vectors leak
+text), for the entry's place and the column ``vector``, under the subject's key in a subject
+namespace; a row that cannot be opened reads as empty, and is embedded again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from sqlalchemy.engine import Engine
+
+from clawmem.codecs import StoredValues
+from clawmem.errors import Undecryptable
+from clawmem.sql import vectors
+from clawmem.sql.engine import write_transaction
+from clawmem.sql.vectors import VectorRow
+
+COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place
+
+
+class SqlVectorBacking:
+    """``{prefix}clawmem_vectors`` in the database of ``engine``."""
+
+    def __init__(self, engine: Engine, prefix: str, values: StoredValues | None = None) -> None:
+        self.engine = engine
+        self.prefix = prefix
+        self.values = values or StoredValues()
+        self.name = vectors.vector_table(prefix).name
+        # Where the vectors are: stores of one place are shared by every driver on it.
+        self.place = (engine.url.render_as_string(hide_password=False), prefix)
+
+    def models(self) -> list[tuple[str, int]]:
+        """Return every ``(model id, dimension)`` the table holds vectors of."""
+        with self.engine.connect() as conn:
+            return vectors.models(conn, self.prefix)
+
+    def count(self, namespace: str) -> int:
+        """Return how many vectors ``namespace`` has."""
+        with self.engine.connect() as conn:
+            return vectors.count(conn, self.prefix, namespace)
+
+    def _opened(self, namespace: str, rows: Iterable[VectorRow]) -> Iterator[VectorRow]:
+        for key, printed, stored in rows:
+            try:
+                yield key, printed, self.values.open(namespace, key, stored, COLUMN)
+            except Undecryptable:  # a key no longer held, or altered: embedded again
+                yield key, printed, ""
+
+    def rows(self, namespace: str) -> Iterator[VectorRow]:
+        """Yield every row of ``namespace`` (its vector text opened), read as consumed."""
+        with self.engine.connect() as conn:
+            yield from self._opened(namespace, vectors.namespace_rows(conn, self.prefix, namespace))
+
+    def rows_of(self, namespace: str, keys: Sequence[str]) -> list[VectorRow]:
+        """Return the rows of ``keys`` that exist (their vector text opened)."""
+        with self.engine.connect() as conn:
+            return list(self._opened(namespace, vectors.rows_of_keys(conn, self.prefix, namespace, keys)))
+
+    def prints(self, namespace: str) -> dict[str, str]:
+        """Return the text print of every vector of ``namespace``, by key."""
+        with self.engine.connect() as conn:
+            return vectors.prints_of(conn, self.prefix, namespace)
+
+    def save(self, namespace: str, model_id: str, dimension: int, rows: Sequence[VectorRow]) -> None:
+        """Create or replace ``rows`` (their vector text sealed when encryption is on)."""
+        seal = self.values.seal
+        sealed = [(key, printed, seal(namespace, key, text, COLUMN)) for key, printed, text in rows]
+        with write_transaction(self.engine) as conn:
+            vectors.upsert_vectors(conn, self.prefix, namespace, model_id, dimension, sealed)
+
+    def delete(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, str]]) -> None:
+        """Delete the rows of ``gone``, and each ``(key, print)`` of ``stale`` still of that print."""
+        with write_transaction(self.engine) as conn:
+            if gone:
+                vectors.delete_keys(conn, self.prefix, namespace, gone)
+            for key, printed in stale:
+                vectors.delete_stale(conn, self.prefix, namespace, key, printed)
+
+    def delete_other_models(self, model_id: str, dimension: int) -> int:
+        """Delete every vector not of ``model_id`` at ``dimension``; return how many went."""
+        with write_transaction(self.engine) as conn:
+            return vectors.delete_other_models(conn, self.prefix, model_id, dimension)
+
+    def delete_orphans(self, namespace: str, live: dict[str, str]) -> int:
+        """Delete the vectors of ``namespace`` whose key is not in ``live`` (key -> text print)
+        or whose print differs; return how many went."""
+        held = self.prints(namespace)
+        gone = [key for key in held if key not in live]
+        stale = [(key, printed) for key, printed in held.items() if key in live and live[key] != printed]
+        if gone or stale:
+            self.delete(namespace, gone, stale)
+        return len(gone) + len(stale)

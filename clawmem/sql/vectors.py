@@ -1,0 +1,184 @@
+"""Every statement on ``{prefix}clawmem_vectors``: the entries' embeddings, a store derived from
+the memory table and kept apart from it (phpClaw's shape has no column for them).
+
+A row is one entry's unit vector: its namespace and key, the model id and dimension that made
+it, a fingerprint of the text it was computed from, and the vector as text (base64 of
+little-endian float32, or that sealed when encryption at rest is on). ``init-db`` creates the
+table; ``uninstall`` drops it with the three tables.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from clawmem.rules import validate_prefix
+from clawmem.sql.lenient import as_text
+from clawmem.sql.schema import ExactString
+
+VectorRow = tuple[str, str, str]  # (key, text fingerprint, vector text)
+_CHUNK = 500  # keys per IN (...) list
+
+
+@functools.cache
+def vector_table(prefix: str = "") -> sa.Table:
+    """Return the vectors table of ``prefix``."""
+    validate_prefix(prefix)
+    return sa.Table(
+        f"{prefix}clawmem_vectors",
+        sa.MetaData(),
+        sa.Column("namespace", ExactString(100), primary_key=True),
+        # 255: phpClaw's shape holds keys that long, written by other programs.
+        sa.Column("lookup_key", ExactString(255), primary_key=True),
+        sa.Column("model_id", sa.String(100), nullable=False),
+        sa.Column("dimension", sa.Integer, nullable=False),
+        sa.Column("text_print", sa.String(64), nullable=False),
+        sa.Column("vector", sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+        # Answers "which models made these vectors" from the index, not a scan of every vector.
+        sa.Index(f"{prefix}clawmem_vectors_model", "model_id", "dimension"),
+        mysql_charset="utf8mb4",
+        mysql_engine="InnoDB",
+    )
+
+
+def has_vector_table(engine: Engine, prefix: str) -> bool:
+    """Return whether the vectors table of ``prefix`` exists."""
+    return sa.inspect(engine).has_table(vector_table(prefix).name)
+
+
+def create_vector_table(engine: Engine, prefix: str) -> bool:
+    """Create the vectors table of ``prefix`` unless it exists; return whether it was created."""
+    if has_vector_table(engine, prefix):
+        return False
+    vector_table(prefix).create(engine, checkfirst=True)
+    return True
+
+
+def drop_vector_table(engine: Engine, prefix: str) -> None:
+    """Drop the vectors table of ``prefix`` if it exists."""
+    vector_table(prefix).drop(engine, checkfirst=True)
+
+
+def models(conn: Connection, prefix: str) -> list[tuple[str, int]]:
+    """Return every ``(model id, dimension)`` the table holds vectors of."""
+    table = vector_table(prefix)
+    rows = conn.execute(sa.select(table.c.model_id, table.c.dimension).distinct())
+    return sorted((as_text(model) or "", int(dimension)) for model, dimension in rows)
+
+
+def namespace_rows(conn: Connection, prefix: str, namespace: str) -> Iterator[VectorRow]:
+    """Yield every vector row of ``namespace``, read as they are consumed (not all held at once)."""
+    table = vector_table(prefix)
+    rows = conn.execute(
+        sa.select(table.c.lookup_key, table.c.text_print, table.c.vector).where(
+            table.c.namespace == namespace
+        )
+    )
+    for key, printed, vector in rows:
+        yield as_text(key) or "", as_text(printed) or "", as_text(vector) or ""
+
+
+def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> list[VectorRow]:
+    """Return the vector rows of ``keys`` in ``namespace`` that exist."""
+    table = vector_table(prefix)
+    found: list[VectorRow] = []
+    for start in range(0, len(keys), _CHUNK):
+        rows = conn.execute(
+            sa.select(table.c.lookup_key, table.c.text_print, table.c.vector).where(
+                table.c.namespace == namespace, table.c.lookup_key.in_(list(keys[start : start + _CHUNK]))
+            )
+        )
+        found.extend((as_text(key) or "", as_text(p) or "", as_text(v) or "") for key, p, v in rows)
+    return found
+
+
+def prints_of(conn: Connection, prefix: str, namespace: str) -> dict[str, str]:
+    """Return the text fingerprint of every vector of ``namespace``, by key."""
+    table = vector_table(prefix)
+    rows = conn.execute(
+        sa.select(table.c.lookup_key, table.c.text_print).where(table.c.namespace == namespace)
+    )
+    return {as_text(key) or "": as_text(printed) or "" for key, printed in rows}
+
+
+def upsert_vectors(
+    conn: Connection, prefix: str, namespace: str, model_id: str, dimension: int, rows: Iterable[VectorRow]
+) -> None:
+    """Create or replace the vectors of ``rows``: one statement, executed for every row at once."""
+    table = vector_table(prefix)
+    params = [
+        {
+            "namespace": namespace,
+            "lookup_key": key,
+            "model_id": model_id,
+            "dimension": dimension,
+            "text_print": printed,
+            "vector": vector,
+        }
+        for key, printed, vector in rows
+    ]
+    if not params:
+        return
+    changes = ("model_id", "dimension", "text_print", "vector")
+    dialect = conn.dialect.name
+    if dialect in ("mysql", "mariadb"):
+        insert = mysql.insert(table)
+        statement = insert.on_duplicate_key_update({name: insert.inserted[name] for name in changes})
+    else:
+        module = postgresql if dialect == "postgresql" else sqlite
+        insert = module.insert(table)
+        statement = insert.on_conflict_do_update(
+            index_elements=["namespace", "lookup_key"],
+            set_={name: insert.excluded[name] for name in changes},
+        )
+    conn.execute(statement, params)
+
+
+def delete_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> int:
+    """Delete the vectors of ``keys`` in ``namespace``; return how many went."""
+    table = vector_table(prefix)
+    deleted = 0
+    for start in range(0, len(keys), _CHUNK):
+        chunk = list(keys[start : start + _CHUNK])
+        deleted += conn.execute(
+            sa.delete(table).where(table.c.namespace == namespace, table.c.lookup_key.in_(chunk))
+        ).rowcount
+    return deleted
+
+
+def delete_stale(conn: Connection, prefix: str, namespace: str, key: str, printed: str) -> int:
+    """Delete the vector of ``key`` only if it was computed from the text of ``printed``: a
+    vector of the entry's newer text, written meanwhile by another worker, stays."""
+    table = vector_table(prefix)
+    return conn.execute(
+        sa.delete(table).where(
+            table.c.namespace == namespace, table.c.lookup_key == key, table.c.text_print == printed
+        )
+    ).rowcount
+
+
+def delete_namespace(conn: Connection, prefix: str, namespace: str) -> int:
+    """Delete every vector of ``namespace``; return how many went."""
+    table = vector_table(prefix)
+    return conn.execute(sa.delete(table).where(table.c.namespace == namespace)).rowcount
+
+
+def delete_other_models(conn: Connection, prefix: str, model_id: str, dimension: int) -> int:
+    """Delete every vector not made by ``model_id`` at ``dimension``; return how many went."""
+    table = vector_table(prefix)
+    return conn.execute(
+        sa.delete(table).where(sa.or_(table.c.model_id != model_id, table.c.dimension != dimension))
+    ).rowcount
+
+
+def count(conn: Connection, prefix: str, namespace: str | None = None) -> int:
+    """Return how many vectors the table holds (of ``namespace`` when given)."""
+    table = vector_table(prefix)
+    query = sa.select(sa.func.count()).select_from(table)
+    if namespace is not None:
+        query = query.where(table.c.namespace == namespace)
+    return int(conn.execute(query).scalar_one())
