@@ -29,7 +29,10 @@ from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from tests.conformance.worlds import Rows, Turn, expected_turn
 from tests.conftest import backend_url
-from tests.test_recall_index import FILLERS, PASSWORD, Preview, expected_rows, read_preview
+from tests.test_recall_preview import Preview, expected_rows, read_preview
+
+PASSWORD = "correct horse battery staple"
+FILLERS = 30
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
@@ -72,11 +75,18 @@ def mariadb_site(tmp_path: Path, prefix: str) -> Iterator[tuple[str, sa.engine.E
     engine.dispose()
 
 
-@pytest.fixture
-def served(mariadb_site: tuple[str, sa.engine.Engine], tmp_path: Path, prefix: str) -> Iterator[Served]:
+@pytest.fixture(params=["each worker builds its index", "preloaded: the workers share one"])
+def served(
+    mariadb_site: tuple[str, sa.engine.Engine], tmp_path: Path, prefix: str, request: pytest.FixtureRequest
+) -> Iterator[Served]:
     from dashboard import create_app
 
-    url, _ = mariadb_site
+    preload = ["-c", "python:dashboard.preload"] if request.param.startswith("preloaded") else []
+
+    url, engine = mariadb_site
+    writer = SqlMemory(engine, prefix=prefix)  # before the workers start: a preloaded master indexes them
+    for number in range(FILLERS):
+        writer.set(f"filler-{number:02d}", f"an unrelated note, number {number}")
     instance = tmp_path / "instance"
     config = {"DATABASE_URL": url, "TABLE_PREFIX": prefix, "ARGON2_PROFILE": "CHEAPEST"}
     runner = create_app(config, instance_path=str(instance)).test_cli_runner()
@@ -84,8 +94,8 @@ def served(mariadb_site: tuple[str, sa.engine.Engine], tmp_path: Path, prefix: s
     assert result.exit_code == 0, result.output
     environment = {**os.environ, **{f"CLAW_{name}": value for name, value in config.items()}}
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", "127.0.0.1:0", "--log-level", "info",
-         "--access-logfile", "-", "--access-logformat", "%(p)s %(q)s",
+        [sys.executable, "-m", "gunicorn", *preload, "--workers", "2", "--bind", "127.0.0.1:0",
+         "--log-level", "info", "--access-logfile", "-", "--access-logformat", "%(p)s %(q)s",
          f"dashboard:create_app(instance_path={str(instance)!r})"],
         cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -98,7 +108,7 @@ def served(mariadb_site: tuple[str, sa.engine.Engine], tmp_path: Path, prefix: s
     for reader in readers:
         reader.start()
     try:
-        address, workers = None, 0
+        address, workers, built = None, 0, False
         while address is None or workers < 2:
             try:
                 line = errors.get(timeout=60)
@@ -107,6 +117,8 @@ def served(mariadb_site: tuple[str, sa.engine.Engine], tmp_path: Path, prefix: s
             found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", line)
             address = found.group(1) if found else address
             workers += "Booting worker" in line
+            built = built or f"recall indexes built before forking: {FILLERS} entries" in line
+        assert built == bool(preload), "a preloaded master indexes the fillers before forking"
         yield Served(address, access)
     finally:
         process.terminate()
@@ -139,8 +151,6 @@ def test_two_gunicorn_workers_preview_what_another_process_just_wrote(
 ) -> None:
     _, engine = mariadb_site
     writer = SqlMemory(engine, prefix=prefix)  # another process: the CLI, a cron job, an agent
-    for number in range(FILLERS):
-        writer.set(f"filler-{number:02d}", f"an unrelated note, number {number}")
     table = tables(prefix).memory
     browser = _signed_in(served.address)
     message = "Has the quokka had its marmalade, or the zebra?"

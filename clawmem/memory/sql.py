@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from functools import partial
@@ -31,6 +34,13 @@ from clawmem.sql.schema import tables
 
 # How many of a namespace's newest rows a search of sealed values decrypts and scans.
 SCAN_LIMIT = 10_000
+_WATCHES = itertools.count(1)
+_INHERITED: list[Any] = []  # a parent's SQLite connections, held in a forked child so none closes
+
+
+def _after_fork(memory: SqlMemory | None) -> None:
+    if memory is not None:
+        memory._forked()
 
 
 class SqlMemory(FeedingMemory):
@@ -64,6 +74,20 @@ class SqlMemory(FeedingMemory):
         self._watch: Any = None  # SQLite: a connection of its own, to read data_version
         self._vectors: bool | None = None  # whether the prefix's vectors table exists
         self._last_scan: Any = None
+        # data_version is only comparable on one connection: a new one starts a new count.
+        self._watch_number = next(_WATCHES)
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork(reference()))
+
+    def _forked(self) -> None:
+        """In a forked child: watch on a connection of its own (the parent's stays the parent's,
+        unclosed and unused). Its count is new, so no cursor the parent left matches it: the
+        child's first read catches up from that cursor."""
+        if self._watch is not None:
+            _INHERITED.append(self._watch)
+            self._watch = None
+        self._watch_lock = threading.Lock()
+        self._watch_number = next(_WATCHES)
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
@@ -279,7 +303,7 @@ class SqlMemory(FeedingMemory):
 
     # -- the recall index ---------------------------------------------------------------------
 
-    def _data_version(self) -> int | None:
+    def _data_version(self) -> tuple[int, int] | None:
         if self.engine.dialect.name != "sqlite":
             return None
         if self._watch is None:
@@ -291,7 +315,7 @@ class SqlMemory(FeedingMemory):
         cursor = self._watch.cursor()
         try:
             cursor.execute("PRAGMA data_version")
-            return int(cursor.fetchone()[0])
+            return self._watch_number, int(cursor.fetchone()[0])
         finally:
             cursor.close()
 

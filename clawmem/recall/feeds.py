@@ -9,12 +9,15 @@ call. A driver without a feed is not indexed: recall scans it (:class:`ChangeFee
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from clawmem.recall.index import WordIndex
+from clawmem.recall.sources import conforms, serving_driver
 from clawmem.records import Changes, MemoryRow
 
 
@@ -43,6 +46,26 @@ _FOLLOWED: weakref.WeakKeyDictionary[Any, dict[str, _Followed]] = weakref.WeakKe
 _FOLLOWED_LOCK = threading.Lock()
 
 
+def _libc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        library = ctypes.CDLL(name) if name else None
+    except OSError:  # a C library that cannot be loaded by name: nothing to trim with
+        return None
+    return getattr(library, "malloc_trim", None)  # glibc's; others return freed memory, or never
+
+
+_TRIM = _libc_trim()
+
+
+def release_scratch() -> None:
+    """Hand the memory a full load used and freed back to the system. glibc keeps freed heap
+    for reuse, and a load of a million entries frees a few hundred megabytes of scratch (the
+    decoded batch, the word numbers, the sort): without this the process keeps them resident."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
 def apply(index: WordIndex, batch: Changes) -> None:
     """Apply one batch of a change feed to ``index``."""
     if batch.reset:  # a sweep of an emptied copy drops nothing
@@ -63,12 +86,32 @@ def fresh_index(
     committed to the backend so far. Raises what the driver's ``changes`` raises; a driver
     answering its own search passes its unwrapped feed as ``changes``."""
     with _FOLLOWED_LOCK:
-        followed = _FOLLOWED.setdefault(driver, {}).get(namespace)
+        of_driver = _FOLLOWED.get(driver)
+        if of_driver is None:
+            of_driver = _FOLLOWED[driver] = {}
+        followed = of_driver.get(namespace)
         if followed is None:
-            followed = _FOLLOWED[driver][namespace] = _Followed(namespace)
+            followed = of_driver[namespace] = _Followed(namespace)
     with followed.lock:
         batch = (changes or driver.changes)(namespace, followed.cursor)
         if not batch.empty:
             apply(followed.index, batch)
-        followed.cursor = batch.cursor
+        followed.cursor, reset = batch.cursor, batch.reset
+        del batch
+        if reset:
+            release_scratch()
         return followed.index
+
+
+def warm(memory: Any, namespaces: Sequence[str] | None = None) -> int:
+    """Bring the index of each of ``namespaces`` (every namespace ``memory`` lists, by default)
+    up to date, and return how many entries they hold. Called before gunicorn forks its workers
+    (``--preload``), it builds one index that every worker shares: a worker starts with it and
+    its cursor, and catches up from there on its first turn. Namespaces served by a driver
+    without a feed are skipped (recall scans them). Raises what the drivers raise."""
+    held = 0
+    for namespace in memory.namespaces() if namespaces is None else namespaces:
+        driver = serving_driver(memory, namespace)[0]
+        if conforms(driver, ChangeFeed):
+            held += len(fresh_index(driver, namespace))
+    return held

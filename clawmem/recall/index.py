@@ -1,12 +1,12 @@
 """WordIndex: an in-memory inverted index of one namespace, for exact recall at any size.
 
-Each entry gets a *slot*. The index keeps, per slot, the key, the expiry, the size of the
-entry's injection line, a fingerprint of its value and a key order (a float that sorts as the
-keys do, by code point), and per word (casefolded, at least three characters) the slots whose
-key or value holds it. A query costs the postings of the message's words: one indexed add per
-posting (a vector add for a word most slots hold) gives every slot's score, and a partial sort
-on (score descending, key order) gives the first candidates in the
-exact order a full scan gives.
+Each entry gets a *slot*. The index keeps, per slot, the key and a key order (a float that sorts
+as the keys do, by code point) packed in a :class:`~clawmem.recall.keys.KeyTable`, and the
+expiry, the size of the entry's injection line and a fingerprint of its value as arrays; and per
+word (casefolded, at least three characters) the slots whose key or value holds it. A query
+costs the postings of the message's words: one indexed add per posting (a vector add for a word
+most slots hold) gives every slot's score, and a partial sort on (score descending, key order)
+gives the first candidates in the exact order a full scan gives.
 
 An index holds no values and does no I/O. :mod:`clawmem.recall.feeds` keeps it in step with
 a driver's change feed (:meth:`put`, :meth:`remove`, :meth:`clear`, :meth:`drop_expired`);
@@ -15,7 +15,6 @@ recall verifies the few entries it injects against the backend.
 
 from __future__ import annotations
 
-import bisect
 import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from clawmem.recall.injection import line_bytes
+from clawmem.recall.keys import KeyTable, PackedKeys, with_room
+from clawmem.recall.postings import FrozenPostings
 from clawmem.recall.words import entry_words, text_of
 
 NEVER = np.iinfo(np.int64).max  # the expiry of an entry without a TTL
 _GROWTH = 2
 _MERGE_AT = 64  # pending postings of a word merged into its array past this many
-_MIN_ORDER_GAP = 1e-6  # closer neighbours than this and every key's order is numbered again
 # A word held by at least one slot in _DENSE_SHARE (in a namespace of _DENSE_FROM slots or more)
 # is also kept as one byte per slot once queried: adding that array to the scores is a vector
 # add, several times cheaper than an indexed add per posting (a Zipf vocabulary's common words).
@@ -70,7 +70,7 @@ class Candidates:
     zero_overlap: int
     # The index's per-slot data as of the query. It writes a slot's key, key order and line size
     # once, and never in place after that: it renumbers the key order or compacts into new ones.
-    keys: list[str]
+    keys: PackedKeys
     key_order: np.ndarray
     line_size: np.ndarray
     postings: dict[str, np.ndarray]  # per query word: never changed in place, only replaced
@@ -123,6 +123,11 @@ class Candidates:
             found.append((key, int(score), int(size)))
         return found
 
+    def confirm(self, keys: Sequence[str], rows: Mapping[str, Any], now: int) -> bool:
+        """Check ``keys`` (candidates of this query) against ``rows`` (see
+        :meth:`WordIndex.confirm`), with the slots where the query found them."""
+        return self.index.confirm(keys, rows, now, self._slot_of)
+
     def matched(self, keys: Sequence[str], words: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """Return, for each of ``keys`` (candidates of this query), the query words it holds,
         in the order of ``words``."""
@@ -155,16 +160,12 @@ class WordIndex:
     def clear(self) -> None:
         """Forget every entry."""
         with self.lock:
-            self.slot_of: dict[str, int] = {}
-            self.keys: list[str] = []
-            self.prints: list[int] = []
-            self.size = 0  # slots used, live or dead
+            self.table = KeyTable()
+            self.prints = np.empty(0, dtype=np.int64)
             self.expires = np.empty(0, dtype=np.int64)
             self.line_size = np.empty(0, dtype=np.int64)
-            self.key_order = np.empty(0, dtype=np.float64)
-            self.alive = np.empty(0, dtype=bool)
-            self.sorted_keys: list[str] = []
-            self.postings: dict[str, np.ndarray] = {}
+            self.frozen = FrozenPostings()  # as loaded, less what compaction dropped
+            self.postings: dict[str, np.ndarray] = {}  # words written since: they shadow frozen
             self.pending: dict[str, list[int]] = {}
             self.dense: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # word -> (postings, marks)
             self._changed()
@@ -176,47 +177,54 @@ class WordIndex:
 
     def __len__(self) -> int:
         """Return how many entries (expired ones included) the index holds."""
-        return len(self.slot_of)
+        return self.table.live
+
+    @property
+    def size(self) -> int:
+        """Return how many slots are used, live or dead."""
+        return self.table.count
+
+    @property
+    def key_order(self) -> np.ndarray:
+        """Return each slot's key order (see :class:`~clawmem.recall.keys.KeyTable`)."""
+        return self.table.key_order
 
     # -- writing ----------------------------------------------------------------------------
 
     def put(self, key: str, value: Any, expires_at: int | None) -> bool:
         """Index ``key`` with ``value``; return ``False`` when it was already indexed as is."""
+        with self.lock:
+            return self._put(key, value, expires_at, self.table.slot_of(key))
+
+    def _put(self, key: str, value: Any, expires_at: int | None, slot: int | None) -> bool:
         print_ = fingerprint(value, expires_at)
         with self.lock:
-            slot = self.slot_of.get(key)
             if slot is not None and self.prints[slot] == print_:
                 return False
-            if slot is not None:
-                self.alive[slot] = False
-            text = text_of(value)
-            self._add(key, text, expires_at, print_, slot)
+            self._add(key, text_of(value), expires_at, print_, slot)
             return True
 
     def remove(self, key: str) -> None:
         """Drop ``key`` (nothing happens when it is not indexed)."""
         with self.lock:
-            slot = self.slot_of.pop(key, None)
-            if slot is None:
+            if self.table.discard(key) is None:
                 return
-            self.alive[slot] = False
             self._changed()
-            position = bisect.bisect_left(self.sorted_keys, key)
-            del self.sorted_keys[position]
             self._maybe_compact()
 
     def drop_expired(self, now: int) -> None:
         """Drop every entry expired at ``now`` (what a sweep deleted)."""
         with self.lock:
-            expired = ~self.live_mask(now) & self.alive[: self.size]
-            for key in [self.keys[slot] for slot in np.flatnonzero(expired).tolist()]:
+            expired = ~self.live_mask(now) & self.table.alive[: self.size]
+            for key in [self.table[slot] for slot in np.flatnonzero(expired).tolist()]:
                 self.remove(key)
 
     def load(self, entries: Iterable[tuple[str, Any, int | None]]) -> None:
         """Replace the whole index with ``entries`` (key, value, expires_at) in one pass.
 
-        Words are numbered as they are read and postings kept as machine integers, so a load
-        holds a few bytes per posting, never a Python object per posting.
+        Words are numbered as they are read and postings kept as machine integers, and keys
+        packed (:class:`~clawmem.recall.keys.KeyTable`), so a load keeps a few bytes per posting
+        and per key, never a Python object per entry.
         """
         with self.lock:
             self.clear()
@@ -225,12 +233,14 @@ class WordIndex:
             word_counts = array("i")  # per slot, how many
             expires = array("q")
             sizes = array("q")
-            keys, slot_of, prints = self.keys, self.slot_of, self.prints
+            prints = array("q")
+            keys: list[str] = []
+            seen: set[str] = set()
             for key, value, expires_at in entries:
-                if key in slot_of:
+                if key in seen:
                     continue
+                seen.add(key)
                 text = text_of(value)
-                slot_of[key] = len(keys)
                 keys.append(key)
                 prints.append(_fingerprint(value, text, expires_at))
                 expires.append(NEVER if expires_at is None else expires_at)
@@ -238,56 +248,40 @@ class WordIndex:
                 words = entry_words(key, text)
                 word_counts.append(len(words))
                 word_ids.fromlist(list(map(vocabulary.__getitem__, words)))  # faster than extend(map)
+            del seen
             count = len(keys)
-            self._ensure(count)
+            self.table.reset(keys)
+            del keys
+            self._ensure(count, with_room(count))
+            self.prints[:count] = np.asarray(prints, dtype=np.int64)
             self.expires[:count] = np.asarray(expires, dtype=np.int64)
             self.line_size[:count] = np.asarray(sizes, dtype=np.int64)
-            self.alive[:count] = True
-            self.size = count
             self._changed()
-            self.sorted_keys = sorted(slot_of)
-            self._renumber_key_order()
             if word_ids:
                 slot_ids = np.repeat(np.arange(count, dtype=np.int32), np.asarray(word_counts))
-                self._build_postings(list(vocabulary), np.asarray(word_ids, dtype=np.int32), slot_ids)
+                numbers = np.asarray(word_ids, dtype=np.int32)
+                del word_ids
+                self.frozen = FrozenPostings.grouped(list(vocabulary), numbers, slot_ids)
 
-    def _build_postings(self, names: list[str], word_ids: np.ndarray, slot_ids: np.ndarray) -> None:
-        """Set the postings of word ``names[n]`` to the slots paired with ``n`` (in slot order)."""
-        order = np.argsort(word_ids, kind="stable")
-        word_ids, slot_ids = word_ids[order], slot_ids[order]
-        bounds = np.flatnonzero(np.diff(word_ids)) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [word_ids.size]))
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            self.postings[names[int(word_ids[start])]] = slot_ids[start:end].copy()
-
-    def _ensure(self, needed: int) -> None:
+    def _ensure(self, needed: int, grown: int = 0) -> None:
         capacity = self.expires.size
         if needed <= capacity:
             return
-        grown = max(needed, capacity * _GROWTH, 1024)
-        self.expires = np.resize(self.expires, grown)
-        self.line_size = np.resize(self.line_size, grown)
-        self.key_order = np.resize(self.key_order, grown)
-        alive = np.zeros(grown, dtype=bool)
-        alive[:capacity] = self.alive
-        self.alive = alive
+        grown = max(needed, capacity * _GROWTH, 1024, grown)
+        # Zeroed, then copied: the room past ``needed`` stays untouched (and not resident).
+        for name in ("prints", "expires", "line_size"):
+            column = getattr(self, name)
+            larger = np.zeros(grown, dtype=column.dtype)
+            larger[:capacity] = column
+            setattr(self, name, larger)
 
     def _add(self, key: str, text: str, expires_at: int | None, print_: int, replaced: int | None) -> None:
-        slot = self.size
-        self.size += 1
+        slot = self.table.add(key, replaced)
         self._ensure(self.size)
-        self.keys.append(key)
-        self.prints.append(print_)
-        self.slot_of[key] = slot
+        self.prints[slot] = print_
         self.expires[slot] = NEVER if expires_at is None else expires_at
         self.line_size[slot] = line_bytes(key, text)
-        self.alive[slot] = True
         self._changed()
-        if replaced is not None:
-            self.key_order[slot] = self.key_order[replaced]
-        else:
-            self._place(key, slot)
         for word in entry_words(key, text):
             waiting = self.pending.setdefault(word, [])
             waiting.append(slot)
@@ -295,36 +289,12 @@ class WordIndex:
                 self._merge(word)
         self._maybe_compact()
 
-    def _place(self, key: str, slot: int) -> None:
-        """Give a new key a key order between its neighbours in code-point order."""
-        position = bisect.bisect_left(self.sorted_keys, key)
-        self.sorted_keys.insert(position, key)
-        below = self.key_order[self.slot_of[self.sorted_keys[position - 1]]] if position > 0 else -1.0
-        above = (
-            self.key_order[self.slot_of[self.sorted_keys[position + 1]]]
-            if position + 1 < len(self.sorted_keys)
-            else below + 2.0
-        )
-        middle = (below + above) / 2
-        if above - below > _MIN_ORDER_GAP:
-            self.key_order[slot] = middle
-        else:  # the gap is used up: number every key again
-            self._renumber_key_order()
-
-    def _renumber_key_order(self) -> None:
-        # Into a new array: the candidates of earlier queries still read the old one.
-        key_order = self.key_order.copy()
-        slot_of, count = self.slot_of, len(self.sorted_keys)
-        in_order = np.fromiter((slot_of[key] for key in self.sorted_keys), dtype=np.int64, count=count)
-        key_order[in_order] = np.arange(count, dtype=np.float64)
-        self.key_order = key_order
-
     def _merge(self, word: str) -> None:
         waiting = self.pending.pop(word, None)
         if not waiting:
             return
         added = np.asarray(waiting, dtype=np.int32)
-        current = self.postings.get(word)
+        current = self._postings(word)
         self.postings[word] = added if current is None else np.concatenate((current, added))
         if word in self.dense:  # no query holds the marks: they follow in place
             marks = self.dense[word][1]
@@ -339,7 +309,9 @@ class WordIndex:
         if self.size < _DENSE_FROM or postings.size * _DENSE_SHARE < self.size:
             return None
         cached = self.dense.get(word)
-        if cached is not None and cached[0] is postings:
+        # Postings only grow, by _merge (which updates the marks), or are renumbered by a
+        # compaction (which drops them): the same length is the same postings.
+        if cached is not None and cached[0].size == postings.size:
             return cached[1]
         marks = np.zeros(self.size, dtype=np.uint8)
         marks[postings] = 1
@@ -348,30 +320,26 @@ class WordIndex:
 
     def _maybe_compact(self) -> None:
         """Drop dead slots once they are half of all slots, renumbering the live ones."""
-        dead = self.size - len(self.slot_of)
+        dead = self.size - self.table.live
         if dead < 1024 or dead * 2 < self.size:
             return
         for word in list(self.pending):
             self._merge(word)
-        keep = self.alive[: self.size]
+        keep = self.table.alive[: self.size].copy()
         renumber = np.cumsum(keep) - 1
         self.dense = {}
+        self.frozen = self.frozen.compact(keep, renumber, shadowed=set(self.postings))
         for word, postings in list(self.postings.items()):
             live = postings[keep[postings]]
             if live.size:
                 self.postings[word] = renumber[live].astype(np.int32)
             else:
                 del self.postings[word]
-        kept = np.flatnonzero(keep)
-        self.keys = [self.keys[slot] for slot in kept.tolist()]
-        self.prints = [self.prints[slot] for slot in kept.tolist()]
+        kept = self.table.compact()
+        self.prints = self.prints[kept]
         self.expires = self.expires[kept]
         self.line_size = self.line_size[kept]
-        self.key_order = self.key_order[kept]
-        self.alive = np.ones(kept.size, dtype=bool)
-        self.size = int(kept.size)
         self._changed()
-        self.slot_of = {key: slot for slot, key in enumerate(self.keys)}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -382,7 +350,16 @@ class WordIndex:
         with self.lock:
             if word in self.pending:
                 self._merge(word)
-            return self.postings.get(word)
+            return self._postings(word)
+
+    def _postings(self, word: str) -> np.ndarray | None:
+        found = self.postings.get(word)
+        return self.frozen.get(word) if found is None else found
+
+    def words(self) -> set[str]:
+        """Return every word some slot (live or dead) holds."""
+        with self.lock:
+            return set(self.frozen.words()) | set(self.postings) | set(self.pending)
 
     def live_mask(self, now: int) -> np.ndarray:
         """Return, per slot, whether it holds a live entry at ``now`` (a new array)."""
@@ -396,7 +373,7 @@ class WordIndex:
         if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
             return cached[3], cached[4]
         expires = self.expires[: self.size]
-        live = self.alive[: self.size] & (expires > now)
+        live = self.table.alive[: self.size] & (expires > now)
         later = expires[live & (expires != NEVER)]
         until = int(later.min()) if later.size else NEVER
         live.flags.writeable = False
@@ -407,9 +384,11 @@ class WordIndex:
         """Return the live entries sharing at least one of ``words`` with their scores, and
         how many live entries share none."""
         with self.lock:
-            found = {
-                word: postings for word in set(words) if (postings := self.postings_of(word)) is not None
-            }
+            wanted = set(words)
+            for word in wanted.intersection(self.pending):
+                self._merge(word)
+            found = {word: self.postings[word] for word in wanted.intersection(self.postings)}
+            found.update(self.frozen.get_many(wanted.difference(found)))
             live, live_count = self._live(now)
             # A word's postings hold a slot once: one small add per posting, no sort, no cast.
             counts = np.zeros(self.size, dtype=np.uint8 if len(found) < 256 else np.uint16)
@@ -419,7 +398,7 @@ class WordIndex:
                     counts[postings] += 1
                 else:
                     counts[: marks.size] += marks
-            if found:
+            if found and live_count < self.size:  # dead or expired slots: their scores go
                 np.multiply(counts, live, out=counts)
             candidate_count = int(np.count_nonzero(counts))
             return Candidates(
@@ -427,17 +406,28 @@ class WordIndex:
                 counts,
                 candidate_count,
                 live_count - candidate_count,
-                self.keys,
-                self.key_order,
+                self.table.view(),
+                self.table.key_order,
                 self.line_size,
                 found,
             )
 
-    def confirm(self, keys: Iterable[str], rows: Mapping[str, Any], now: int) -> bool:
+    def _slot_of(self, key: str, hint: int | None) -> int | None:
+        """Return the live slot of ``key``, checking ``hint`` (where it was) before searching."""
+        table = self.table
+        if hint is not None and hint < table.count and table.alive[hint] and table[hint] == key:
+            return hint  # a key has one live slot
+        return table.slot_of(key)
+
+    def confirm(
+        self, keys: Iterable[str], rows: Mapping[str, Any], now: int, slots: Mapping[str, int] | None = None
+    ) -> bool:
         """Check indexed ``keys`` against ``rows`` just read from the backend (objects with
         ``value`` and ``expires_at``; a missing key was deleted). Return whether every one is
-        live and indexed as stored; correct the index for any that is not."""
+        live and indexed as stored; correct the index for any that is not. ``slots`` says where
+        keys were when queried, which saves searching for them."""
         fresh = True
+        slots = slots or {}
         with self.lock:
             for key in keys:
                 row = rows.get(key)
@@ -445,7 +435,7 @@ class WordIndex:
                     self.remove(key)
                     fresh = False
                 elif (
-                    self.put(key, row.value, row.expires_at)
+                    self._put(key, row.value, row.expires_at, self._slot_of(key, slots.get(key)))
                     or row.expires_at is not None
                     and now >= row.expires_at
                 ):
@@ -455,19 +445,20 @@ class WordIndex:
     def state(self, key: str) -> tuple[int, int | None] | None:
         """Return ``(fingerprint, expires_at)`` of an indexed key, or ``None``."""
         with self.lock:
-            slot = self.slot_of.get(key)
+            slot = self.table.slot_of(key)
             if slot is None:
                 return None
             expires = int(self.expires[slot])
-            return self.prints[slot], None if expires == NEVER else expires
+            return int(self.prints[slot]), None if expires == NEVER else expires
 
     def live_sizes(self, now: int) -> dict[str, int]:
         """Return the injection-line size of every live entry, in key order."""
         with self.lock:
-            live = self.live_mask(now).tolist()
-            sizes = self.line_size.tolist()
-            slot_of = self.slot_of
-            return {key: sizes[slot_of[key]] for key in self.sorted_keys if live[slot_of[key]]}
+            slots = self.table.live_slots()
+            slots = slots[self._live(now)[0][slots]]
+            keys = self.table.view()
+            sizes = self.line_size[slots].tolist()
+            return {keys[slot]: size for slot, size in zip(slots.tolist(), sizes, strict=True)}
 
     def without_words(
         self, words: Iterable[str], now: int, after: str | None, limit: int
@@ -484,16 +475,13 @@ class WordIndex:
             slots = np.flatnonzero(unmatched)
             if after is not None:
                 # The key order follows the keys: the first key past ``after`` bounds the rest.
-                position = bisect.bisect_right(self.sorted_keys, after)
-                if position == len(self.sorted_keys):
-                    return []
-                first = self.key_order[self.slot_of[self.sorted_keys[position]]]
-                slots = slots[self.key_order[slots] >= first]
+                slots = slots[self.key_order[slots] > self.table.order_above(after)]
             if limit < slots.size:
                 slots = slots[np.argpartition(self.key_order[slots], limit - 1)[:limit]]
             slots = slots[np.argsort(self.key_order[slots], kind="stable")]
+            keys = self.table.view()
             return [
-                (self.keys[slot], int(self.line_size[slot]), None if expires == NEVER else int(expires))
+                (keys[slot], int(self.line_size[slot]), None if expires == NEVER else int(expires))
                 for slot, expires in zip(slots.tolist(), self.expires[slots].tolist(), strict=True)
             ]
 
@@ -502,5 +490,6 @@ class WordIndex:
         with self.lock:
             arrays = sum(postings.nbytes for postings in self.postings.values())
             arrays += sum(marks.nbytes for _, marks in self.dense.values())
-            per_slot = (self.expires, self.line_size, self.key_order, self.alive)
+            per_slot = (self.prints, self.expires, self.line_size)
+            arrays += self.frozen.nbytes() + self.table.nbytes()
             return arrays + sum(column.nbytes for column in per_slot)

@@ -24,7 +24,7 @@ from clawmem.recall.candidates import Candidate, Ranker, Ranking
 from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import Candidates, WordIndex
 from clawmem.recall.injection import line_bytes
-from clawmem.recall.sources import Readable, serving_driver
+from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.words import DEFAULT_TOP_K, entry_words, keywords, text_of
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,9 @@ class IndexRanking:
         }
         self.candidate_count = sum(len(found) for found in self._candidates.values())
         self.zero_overlap = sum(found.zero_overlap for found in self._candidates.values())
+        # The words of the entries read back, confirmed to be the indexed ones: what they matched
+        # is read off them, without searching a posting list per word.
+        self._held: dict[tuple[str, str], set[str]] = {}
 
     def first(self, count: int) -> list[Candidate]:
         if count <= 0:
@@ -111,8 +114,12 @@ class IndexRanking:
 
     def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
         found: dict[tuple[str, str], tuple[str, ...]] = {}
+        for candidate in candidates:
+            held = self._held.get((candidate.namespace, candidate.key))
+            if held is not None:
+                found[candidate.namespace, candidate.key] = tuple(word for word in self.words if word in held)
         for namespace, candidates_of in self._candidates.items():
-            keys = [c.key for c in candidates if c.namespace == namespace]
+            keys = [c.key for c in candidates if c.namespace == namespace and (namespace, c.key) not in found]
             if keys:
                 for key, words in candidates_of.matched(keys, self.words).items():
                     found[namespace, key] = words
@@ -127,9 +134,11 @@ class IndexRanking:
             if not keys:
                 continue
             rows = driver.fetch(namespace, keys)
-            if not self._candidates[namespace].index.confirm(keys, rows, self.now):
+            if not self._candidates[namespace].confirm(keys, rows, self.now):
                 raise StaleIndex()
-            texts.update(((namespace, key), text_of(rows[key].value)) for key in keys)
+            for key in keys:
+                text = texts[namespace, key] = text_of(rows[key].value)
+                self._held[namespace, key] = set(entry_words(key, text))
         return [texts[c.namespace, c.key] for c in candidates]
 
 
@@ -139,7 +148,7 @@ def indexed_sources(
     """Return ``(namespace, driver, index)`` for each namespace, each index up to date with its
     driver, or ``None`` when a namespace's driver publishes no change feed (recall then scans)."""
     drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
-    if not all(isinstance(driver, ChangeFeed) for driver in drivers):
+    if not all(conforms(driver, ChangeFeed) for driver in drivers):
         return None
     return [
         (namespace, driver, fresh_index(driver, namespace))  # type: ignore[arg-type]
@@ -164,7 +173,7 @@ def rank_each(
     is brought up to date once for them all (as the backend stands at this call), not once a
     message: a survey of a thousand messages costs one catch-up, not a thousand."""
     driver = serving_driver(memory, namespace)[0]
-    if ranker is not word_overlap or not isinstance(driver, ChangeFeed):
+    if ranker is not word_overlap or not conforms(driver, ChangeFeed):
         return (ranker(memory, message, [namespace], now) for message in messages)
     source = [(namespace, driver, fresh_index(driver, namespace))]
     return (IndexRanking(keywords(message), source, now) for message in messages)

@@ -15,7 +15,7 @@ from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import WordIndex
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, fit, line_bytes
 from clawmem.recall.rankings import rank_each, word_overlap
-from clawmem.recall.sources import Readable, serving_driver
+from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.words import keywords, text_of
 
 
@@ -48,7 +48,7 @@ def injection_counts(
 
 def _index_of(memory: Readable, namespace: str) -> WordIndex | None:
     driver = serving_driver(memory, namespace)[0]
-    return fresh_index(driver, namespace) if isinstance(driver, ChangeFeed) else None
+    return fresh_index(driver, namespace) if conforms(driver, ChangeFeed) else None
 
 
 def live_sizes(memory: Readable, namespace: str, now: int) -> dict[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -102,7 +103,21 @@ def create_engine(url: str, **options: Any) -> Engine:
         sa.event.listen(engine, "begin", _sqlite_begin)
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
         sa.event.listen(engine, "connect", _postgres_connect)
+    _forget_pool_in_children(engine)
     return engine
+
+
+def _forget_pool_in_children(engine: Engine) -> None:
+    """Give a forked child (a gunicorn worker of a preloaded app) a pool of its own. Its parent's
+    connections are dropped unclosed: closing one would end the session the parent still uses."""
+    reference = weakref.ref(engine)
+
+    def after_fork() -> None:
+        forked = reference()
+        if forked is not None:
+            forked.dispose(close=False)
+
+    os.register_at_fork(after_in_child=after_fork)
 
 
 def _missing_driver_message(url: URL, module: str) -> str:

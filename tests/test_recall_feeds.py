@@ -1,0 +1,150 @@
+"""Each driver's change feed as recall follows it: regressions found along the way (the state
+machines that prove freshness are in tests/conformance/)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from clawmem.clock import FakeClock, utc_datetime
+from clawmem.ids import new_id
+from clawmem.memory.sql import SqlMemory
+from clawmem.recall import injection_counts, plan
+from clawmem.recall.rankings import scan_ranking
+from clawmem.records import MemoryHit
+from clawmem.sql.engine import create_engine
+from clawmem.sql.schema import create_tables, drop_tables, tables
+from tests.conftest import backend_url, sql_url
+
+
+def test_sqlite_drivers_on_one_engine_leave_its_pool_alone(tmp_path: Path, clock: FakeClock) -> None:
+    # Each SQLite driver watches PRAGMA data_version on a connection it keeps; that connection
+    # must not be one of the pool's, or a few drivers on a shared engine exhaust it.
+    engine = create_engine(f"sqlite:///{tmp_path / 'shared.db'}", pool_size=1, max_overflow=0, pool_timeout=1)
+    create_tables(engine, "")
+    drivers = [SqlMemory(engine, clock=clock) for _ in range(3)]
+    try:
+        for number, driver in enumerate(drivers):
+            driver.set(f"tea-{number}", "green tea", "notes")
+            assert [hit.key for hit in driver.search("tea", 5, "notes")] == [
+                f"tea-{n}" for n in range(number + 1)
+            ]
+    finally:
+        engine.dispose()
+
+
+def test_a_redis_index_built_on_an_empty_log_notices_the_log_was_cut(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    import redis
+
+    from clawmem.memory import redis as redis_driver
+
+    monkeypatch.setattr(redis_driver, "LOG_LENGTH", 20)
+    client = redis.Redis.from_url(backend_url("redis"))
+    prefix = f"clawtest:{uuid.uuid4().hex[:8]}:"
+    a = redis_driver.RedisMemory(client=client, prefix=prefix, clock=clock)
+    b = redis_driver.RedisMemory(client=client, prefix=prefix, clock=clock)
+    try:
+        assert b.search("tea", 5, "notes") == []  # B's index starts from an empty log
+        for number in range(400):  # far more changes than the log keeps
+            a.set(f"k{number:03d}", "green tea" if number == 0 else f"coffee {number}", "notes")
+        assert client.xlen(a.log_key("notes")) < 400
+        assert b.search("tea", 5, "notes") == [MemoryHit("k000", "green tea", "notes", 1)]
+    finally:
+        for name in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(name)
+        client.close()
+
+
+@pytest.mark.parametrize("backend", ["mysql", "postgres"])
+def test_a_bulk_stamped_namespace_reads_again_only_the_rows_that_changed(
+    backend: str, tmp_path: Path, prefix: str, clock: FakeClock
+) -> None:
+    # A bulk import stamps every row alike, so all of them stay within the overlap window. A row
+    # another program rewrites without changing its stamp is still seen, only the values of the
+    # rows that changed are read again (plus the hits' own, to answer), and when nothing changed
+    # the window is not read at all.
+    url = sql_url(backend, tmp_path)
+    engine, program = create_engine(url), create_engine(url)
+    create_tables(engine, prefix)
+    table = tables(prefix).memory
+    stamp = utc_datetime(clock)
+    rows = [
+        {"id": new_id(), "namespace": "bulk", "lookup_key": f"k{number:03d}", "expires_at": None,
+         "value": json.dumps(f"note {number}"), "created_at": stamp, "updated_at": stamp}
+        for number in range(300)
+    ]  # fmt: skip
+    rows[7]["value"] = json.dumps("green tea")
+    values_read: list[int] = []
+
+    def count_values(conn: Any, cursor: Any, *args: Any) -> None:
+        if any(column[0] == "value" for column in cursor.description or ()):
+            values_read.append(cursor.rowcount)
+
+    try:
+        with program.begin() as conn:
+            conn.execute(sa.insert(table), rows)
+        memory = SqlMemory(engine, prefix=prefix, clock=clock)
+        assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k007"]
+        with program.begin() as conn:
+            for key, value in (("k007", "coffee"), ("k123", "green tea, again")):
+                where = (table.c.namespace == "bulk", table.c.lookup_key == key)
+                conn.execute(sa.update(table).where(*where).values(value=json.dumps(value)))
+        sa.event.listen(engine, "after_cursor_execute", count_values)
+        assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k123"]
+        assert 0 < sum(values_read) <= 3
+        # Nothing changed since: not even the marks of the window's 300 rows are read again.
+        rows_read: list[int] = []
+        sa.event.listen(engine, "after_cursor_execute", lambda *args: rows_read.append(args[1].rowcount))
+        assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k123"]
+        assert rows_read and max(rows_read) < 300
+    finally:
+        drop_tables(program, prefix)
+        engine.dispose()
+        program.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mysql", "postgres"])
+def test_a_survey_of_many_messages_catches_the_index_up_once(
+    backend: str, tmp_path: Path, prefix: str, clock: FakeClock
+) -> None:
+    # Cold memory ranks hundreds of recent messages: what another program wrote just before is
+    # counted, and the backend is asked a few things for 200 messages, as for 5, not one per message.
+    url = sql_url(backend, tmp_path)
+    engine, program = create_engine(url), create_engine(url)
+    create_tables(engine, prefix)
+    memory = SqlMemory(engine, prefix=prefix, clock=clock)
+    for number, words in enumerate(["green tea", "black tea", "coffee beans", "tea and coffee"]):
+        memory.set(f"k{number}", words, "survey")
+    messages = [f"{drink} please" for drink in itertools.islice(itertools.cycle(["tea", "coffee"]), 200)]
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    try:
+        issued = []
+        for count, newest in ((5, "tea please, hot"), (200, "coffee please")):
+            with program.begin() as conn:  # another program's write, just before the survey
+                conn.execute(sa.insert(tables(prefix).memory), {
+                    "id": new_id(), "namespace": "survey", "lookup_key": f"new{count}", "expires_at": None,
+                    "value": json.dumps(newest), "created_at": utc_datetime(clock),
+                    "updated_at": utc_datetime(clock)})  # fmt: skip
+            statements.clear()
+            counts = injection_counts(memory, messages[:count], "survey", 3, int(clock()))
+            issued.append(len(statements))
+            expected: dict[str, int] = {}
+            for message in messages[:count]:
+                for key, _ in plan(scan_ranking(memory, message, ["survey"], int(clock())), 3, 4096)[0]:
+                    expected[key] = expected.get(key, 0) + 1
+            assert dict(counts) == expected
+            assert counts[f"new{count}"] > 0, "another program's write is counted"
+        assert max(issued) <= 10, f"statements for 5 and 200 messages: {issued}"  # not one per message
+    finally:
+        drop_tables(program, prefix)
+        engine.dispose()
+        program.dispose()
