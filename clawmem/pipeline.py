@@ -37,7 +37,6 @@ from clawmem.ids import new_id
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter
-from clawmem.recall.phpclaw import ranker_for
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
@@ -203,13 +202,7 @@ class Claw:
         Compaction summarises locally (:class:`ExtractiveSummarizer`), so no content leaves the host.
         """
         memory = open_memory(settings, clock)
-        augmenter = MessageAugmenter(
-            memory,
-            settings.recall_top_k,
-            settings.recall_namespace,
-            ranker=ranker_for(settings.recall_scoring),
-            min_score=settings.recall_min_score,
-        )
+        augmenter = MessageAugmenter.from_settings(memory, settings)
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens
         )

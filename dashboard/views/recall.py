@@ -119,13 +119,8 @@ def preview() -> str:
     decisions: list[dict[str, Any]] = []
     more_url = None
     if message.strip():
-        augmenter = MessageAugmenter(
-            state.memory(),
-            top_k=settings.recall_top_k,
-            namespace=namespace,
-            announce=False,
-            ranker=ranker_for(settings.recall_scoring),
-            min_score=settings.recall_min_score,
+        augmenter = MessageAugmenter.from_settings(
+            state.memory(), settings, announce=False, namespace=namespace
         )
         result = augmenter.augment(message, subject)
         guard = _guard_outcome(result)
