@@ -20,6 +20,7 @@ from clawmem.memory.array import ArrayMemory
 from clawmem.prompt import INJECTED
 from clawmem.recall import MessageAugmenter
 from clawmem.recall import fusion as fusion_module
+from clawmem.recall import weighted_index
 from clawmem.recall.embeddings import VectorStore
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
@@ -113,6 +114,36 @@ def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corp
             tuple(w for w in keywords(message) if w in entry_words(key, memory.get(key, namespace=ns)))
             for ns, key, _ in got
         ]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.tuples(st.integers(0, 150), st.integers(1, 300)),
+    seed=st.integers(0, 2**32 - 1),
+    count=st.sampled_from([1, 3, 7, 50, 1000]),
+    dense=st.booleans(),
+)
+def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense):
+    """The index answers the first ``count`` from the holders of the rarest words, or by one
+    dense pass, and a partial selection: many entries tie (a few words, the same sets), and the
+    cut must fall among them exactly as the full sort does."""
+    rng = np.random.default_rng(seed)
+    words = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
+    memory = ArrayMemory()
+    for namespace, size in zip(("sub", "main"), sizes, strict=True):
+        for n in range(size):
+            text = " ".join(rng.choice(words, size=int(rng.integers(1, 4))))
+            memory.set(f"k{int(rng.integers(0, 400)):03d}", text, namespace=namespace)
+    message = " ".join(rng.choice(words, size=3))
+    expected = weighted_scan(memory, message, ["sub", "main"], 0).first(count)
+    with pytest.MonkeyPatch.context() as patch:
+        if dense:  # the holders of any word are too many to be read first
+            patch.setattr(weighted_index, "_PRUNE_FROM", 0)
+            patch.setattr(weighted_index, "_PRUNE_SHARE", 10**9)
+        got = weighted(memory, message, ["sub", "main"], 0).first(count)
+    assert [(c.namespace, c.key) for c in got] == [(c.namespace, c.key) for c in expected]
+    assert [c.score for c in got] == pytest.approx([c.score for c in expected])
+    assert [c.bytes for c in got] == [c.bytes for c in expected]
 
 
 def test_weighted_lets_a_rare_word_outweigh_common_ones():
