@@ -9,6 +9,7 @@ another model (:class:`~clawmem.errors.EmbeddingMismatch`).
 :class:`VectorStore` holds one unit vector per entry, keyed by namespace and key and tagged with
 the text it was computed from, so a changed entry is never scored by its old vector. It is kept
 in process: a restart or a second worker embeds again (persistence is still to come).
+:meth:`VectorStore.nearest` answers a namespace's first vectors by one exact float32 product.
 """
 
 from __future__ import annotations
@@ -204,6 +205,28 @@ class VectorStore:
                 else:
                     out.append(float(all_cosines[row]))
             return out
+
+    def nearest(
+        self, namespace: str, query: np.ndarray, count: int, digits: int
+    ) -> list[tuple[str, bytes, float]]:
+        """Return the first ``count`` vectors of ``namespace`` by cosine to ``query`` (rounded to
+        ``digits``, descending, then key), as ``(key, text print, cosine)``: one exact float32
+        product over the namespace's matrix and a partial selection, never a sort of every row."""
+        with self._lock:
+            space = self._spaces.get(namespace)
+            if space is None or not space.size or count <= 0:
+                return []
+            cosines = space.matrix[: space.size] @ query
+            rounded = np.round(cosines, digits)
+            rows = np.arange(space.size)
+            if count < space.size:
+                # Every row reaching the count-th best cosine: ties at the edge go by key below.
+                edge = -np.partition(-rounded, count - 1)[count - 1]
+                rows = np.flatnonzero(rounded >= edge)
+            keys, prints = space.keys, space.prints
+            found = [(-float(rounded[row]), keys[row], row) for row in rows.tolist()]
+            found.sort()
+            return [(keys[row], prints[row], float(cosines[row])) for _, _, row in found[:count]]
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` holds."""
