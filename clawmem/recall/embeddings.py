@@ -14,6 +14,7 @@ in process: a restart or a second worker embeds again (persistence is still to c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections import OrderedDict
@@ -25,6 +26,26 @@ import numpy as np
 from clawmem.errors import EmbedderUnavailable, EmbeddingMismatch
 
 QUERY_CACHE = 1024  # message vectors kept (2 KB each), so scorings of one message embed it once
+
+_BLAS: list[object] = []  # threadpoolctl's controller, found once
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """Return a context keeping BLAS to one thread (with ``threadpoolctl``, part of
+    ``clawmem[semantic]``; without it, nothing changes). A product this small gains nothing from
+    a second thread, and on a busy machine two threads waiting for each other cost ten times as
+    much."""
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _BLAS.append(None)
+        else:
+            _BLAS.append(ThreadpoolController())
+    controller = _BLAS[0]
+    if controller is None:
+        return contextlib.nullcontext()
+    return controller.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
 
 
 @runtime_checkable
@@ -196,7 +217,8 @@ class VectorStore:
             space = self._spaces.get(namespace)
             if space is None:
                 return [None] * len(entries)
-            all_cosines = space.matrix[: space.size] @ query
+            with one_blas_thread():
+                all_cosines = space.matrix[: space.size] @ query
             out: list[float | None] = []
             for key, text in entries:
                 row = space.rows.get(key)
@@ -216,7 +238,8 @@ class VectorStore:
             space = self._spaces.get(namespace)
             if space is None or not space.size or count <= 0:
                 return []
-            cosines = space.matrix[: space.size] @ query
+            with one_blas_thread():
+                cosines = space.matrix[: space.size] @ query
             rounded = np.round(cosines, digits)
             rows = np.arange(space.size)
             if count < space.size:

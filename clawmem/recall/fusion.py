@@ -116,14 +116,16 @@ class SemanticScorer:
         store = self.store
         query = store.query(message)
         keyword_ranking = IndexedWeighted(words, sources, now)
+        order_of = {namespace: order for order, (namespace, _, _) in enumerate(sources)}
         keyword = []
         sizes = {}
-        for candidate in keyword_ranking.first(DEPTH):
-            explained = keyword_ranking.explain(candidate)
-            explained.score = float(candidate.score)
-            keyword.append(explained)
-            sizes[candidate.namespace, candidate.key] = candidate.bytes
-        order_of = {namespace: order for order, (namespace, _, _) in enumerate(sources)}
+        first = keyword_ranking.first(DEPTH)
+        for candidate, matched in zip(first, keyword_ranking.matched(first), strict=True):
+            weights = tuple(keyword_ranking.idf[word] for word in matched)
+            namespace, key = candidate.namespace, candidate.key
+            score = float(candidate.score)
+            keyword.append(Scored(namespace, key, "", score, order_of[namespace], matched, weights))
+            sizes[namespace, key] = candidate.bytes
         nearest = []
         embedded = 0
         for namespace, driver, _ in sources:
@@ -141,13 +143,9 @@ class SemanticScorer:
                 ):
                     continue
                 cosine = round(cosine, COSINE_DIGITS)
-                text = text_of(row.value)
-                held = entry_words(key, text)
-                matched = tuple(word for word in words if word in held)
-                item = Scored(namespace, key, text, cosine, order_of[namespace], matched)
+                item = Scored(namespace, key, text_of(row.value), cosine, order_of[namespace])
                 item.signals["cosine"] = cosine
                 nearest.append(item)
-                sizes[namespace, key] = line_bytes(key, text)
         meaning = _order(nearest, COSINE_DIGITS)[:DEPTH]
         return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, embedded, sizes)
 
@@ -199,10 +197,24 @@ class FusedRanking(ScoredRanking):
         self.embedded = embedded
 
     def first(self, count: int) -> list[Candidate]:
-        return [
-            Candidate(item.namespace, item.key, item.score, self._sizes[item.namespace, item.key])  # type: ignore[arg-type]
-            for item in self.scored[: max(count, 0)]
-        ]
+        out = []
+        for item in self.scored[: max(count, 0)]:
+            size = self._sizes.get((item.namespace, item.key))
+            if size is None:  # a meaning-only candidate: its text was read with its vector's check
+                size = self._sizes[item.namespace, item.key] = line_bytes(item.key, item.text)
+            out.append(Candidate(item.namespace, item.key, item.score, size))  # type: ignore[arg-type]
+        return out
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        out = []
+        for candidate in candidates:
+            item = self.explain(candidate)
+            if "weighted_rank" not in item.signals and not item.matched:
+                # meaning-only: the message words its text holds (past weighted's first DEPTH)
+                held = entry_words(item.key, item.text)
+                item.matched = tuple(word for word in self.words if word in held)
+            out.append(item.matched)
+        return out
 
     def texts(self, candidates: Sequence[Candidate]) -> list[str]:
         """Read the candidates back from the backend (raises ``StaleIndex`` as the word index's
