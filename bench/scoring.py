@@ -5,8 +5,9 @@ a random unit vector of 512 float32 (embedding 100,000 real entries takes hours 
 machine; the cosine pass costs the same for any vector), then times ``MessageAugmenter.augment()``
 on messages of 8 words under ``clawmem`` (word overlap, from the index), ``weighted`` and
 ``hybrid``. Every hybrid message is new, so its embedding by the bundled encoder is part of each
-timed turn. It prints medians, the weighted/overlap ratio, and the RSS growth per entry over
-filling the vector store. Never part of the test suite.
+timed turn (the vectors are held for the scorer, so a hybrid turn is answered from the word index
+and one float32 product over them). It prints medians, the weighted/overlap ratio, the RSS
+growth per entry over filling the vector store, and the load average. Never part of the test suite.
 
     .venv/bin/python -m bench.scoring [--size 100000] [--turns 20]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
 
@@ -42,6 +44,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--turns", type=int, default=20)
     options = parser.parse_args()
+    started_load = os.getloadavg()[0]
     rng = np.random.default_rng(7)
     vocabulary = [f"w{n}x" for n in range(50_000)]
     weights = 1 / np.arange(1, len(vocabulary) + 1) ** 1.1
@@ -79,6 +82,7 @@ def main() -> None:
         encoder.embed([f"{messages[i]} q{i}"])
     query = (time.perf_counter() - start) / options.turns * 1000
     print(f"{options.size} entries, {options.turns} turns each (medians; the machine is shared)")
+    print(f"  load average at the start {started_load:.2f}, at the end {os.getloadavg()[0]:.2f}")
     for name, median in results.items():
         print(f"  {name:<9} {median:9.1f} ms")
     print(f"  query embedding alone {query:.1f} ms")

@@ -39,7 +39,6 @@ from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter
-from clawmem.recall.phpclaw import ranker_for
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
@@ -208,13 +207,7 @@ class Claw:
         """
         cipher = cipher_for(settings)
         memory = open_memory(settings, clock, cipher=cipher)
-        augmenter = MessageAugmenter(
-            memory,
-            settings.recall_top_k,
-            settings.recall_namespace,
-            ranker=ranker_for(settings.recall_scoring),
-            min_score=settings.recall_min_score,
-        )
+        augmenter = MessageAugmenter.from_settings(memory, settings)
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens
         )

@@ -17,7 +17,7 @@ from clawmem.cli import main
 from clawmem.errors import ConfigError, EmbeddingMismatch
 from clawmem.memory.array import ArrayMemory
 from clawmem.prompt import INJECTED
-from clawmem.recall import MessageAugmenter
+from clawmem.recall import MessageAugmenter, weighted_index
 from clawmem.recall import fusion as fusion_module
 from clawmem.recall.embeddings import VectorStore
 from clawmem.recall.fusion import SemanticScorer
@@ -92,6 +92,36 @@ def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corp
         ]
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.tuples(st.integers(0, 150), st.integers(1, 300)),
+    seed=st.integers(0, 2**32 - 1),
+    count=st.sampled_from([1, 3, 7, 50, 1000]),
+    dense=st.booleans(),
+)
+def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense):
+    """The index answers the first ``count`` from the holders of the rarest words, or by one
+    dense pass, and a partial selection: many entries tie (a few words, the same sets), and the
+    cut must fall among them exactly as the full sort does."""
+    rng = np.random.default_rng(seed)
+    words = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
+    memory = ArrayMemory()
+    for namespace, size in zip(("sub", "main"), sizes, strict=True):
+        for _ in range(size):
+            text = " ".join(rng.choice(words, size=int(rng.integers(1, 4))))
+            memory.set(f"k{int(rng.integers(0, 400)):03d}", text, namespace=namespace)
+    message = " ".join(rng.choice(words, size=3))
+    expected = weighted_scan(memory, message, ["sub", "main"], 0).first(count)
+    with pytest.MonkeyPatch.context() as patch:
+        if dense:  # the holders of any word are too many to be read first
+            patch.setattr(weighted_index, "_PRUNE_FROM", 0)
+            patch.setattr(weighted_index, "_PRUNE_SHARE", 10**9)
+        got = weighted(memory, message, ["sub", "main"], 0).first(count)
+    assert [(c.namespace, c.key) for c in got] == [(c.namespace, c.key) for c in expected]
+    assert [c.score for c in got] == pytest.approx([c.score for c in expected])
+    assert [c.bytes for c in got] == [c.bytes for c in expected]
+
+
 def test_weighted_lets_a_rare_word_outweigh_common_ones():
     memory = _memory(
         {"n": {"a": "what did the team do", "b": "what did the cat do", "c": "she moved to Toronto"}}
@@ -118,8 +148,10 @@ def _cosines(embedder, message, texts):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(corpus=CORPORA, message=TEXTS)
-def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message):
+@given(corpus=CORPORA, message=TEXTS, depth=st.sampled_from([2, 5, 100]), held=st.booleans())
+def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message, depth, held):
+    """``held``: the vectors are kept for the scorer and hybrid is answered from the word
+    indexes and one product over them; else every entry is read and embedded as it is read."""
     memory = ArrayMemory()
     for namespace, key, text in corpus:
         memory.set(key, text, namespace=namespace)
@@ -127,28 +159,54 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message
         (ns, key, memory.get(key, namespace=ns)) for ns in ("sub", "main") for key in sorted(memory.all(ns))
     ]
     embedder = HashedWords()
-    scorer = SemanticScorer(embedder)
+    scorer = SemanticScorer(embedder, embed_on_read=not held)
+    if held:
+        for ns in ("sub", "main"):
+            scorer.store_for(memory).embed_missing(ns, [(key, text) for n, key, text in stored if n == ns])
     cosines = _cosines(embedder, message, [text for _, _, text in stored])
     order = {"sub": 0, "main": 1}
     semantic_order = sorted(
         ((ns, key, cos) for (ns, key, _), cos in zip(stored, cosines, strict=True)),
         key=lambda item: (-round(item[2], 5), item[1], order[item[0]]),
     )
-    got = [(c.namespace, c.key) for c in scorer.semantic(memory, message, ["sub", "main"], 0).first(100)]
-    assert got == [(ns, key) for ns, key, _ in semantic_order]
-    # hybrid: weighted reciprocal ranks over weighted's candidates and semantic's first POOL
+    if not held:
+        got = [(c.namespace, c.key) for c in scorer.semantic(memory, message, ["sub", "main"], 0).first(100)]
+        assert got == [(ns, key) for ns, key, _ in semantic_order]
+    # hybrid: weighted reciprocal ranks over weighted's and semantic's first DEPTH
     keyword = reference_weighted(message, stored)
     fused: dict[tuple[str, str], float] = {}
     share, k = fusion_module.WEIGHTED_SHARE, fusion_module.RRF_K
-    for rank, (ns, key, _) in enumerate(keyword, 1):
+    for rank, (ns, key, _) in enumerate(keyword[:depth], 1):
         fused[ns, key] = share / (k + rank)
-    for rank, (ns, key, _) in enumerate(semantic_order, 1):
-        if (ns, key) in fused or rank <= fusion_module.POOL:
-            fused[ns, key] = fused.get((ns, key), 0.0) + (1 - share) / (k + rank)
+    for rank, (ns, key, _) in enumerate(semantic_order[:depth], 1):
+        fused[ns, key] = fused.get((ns, key), 0.0) + (1 - share) / (k + rank)
     expected = sorted(fused, key=lambda nk: (-round(fused[nk], 9), nk[1], order[nk[0]]))
-    hybrid = scorer.hybrid(memory, message, ["sub", "main"], 0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fusion_module, "DEPTH", depth)
+        hybrid = scorer.hybrid(memory, message, ["sub", "main"], 0)
     assert [(c.namespace, c.key) for c in hybrid.first(100)] == expected
     assert [c.score for c in hybrid.first(100)] == pytest.approx([fused[nk] for nk in expected])
+    assert hybrid.candidate_count + hybrid.zero_overlap == len(stored)
+    texts = dict(((ns, key), text) for ns, key, text in stored)
+    first = hybrid.first(100)
+    assert [c.bytes for c in first] == [len(f"- {c.key}: {texts[c.namespace, c.key]}\n") for c in first]
+    held_words = {nk: entry_words(nk[1], text) for nk, text in texts.items()}
+    assert hybrid.matched(first) == [
+        tuple(w for w in keywords(message) if w in held_words[c.namespace, c.key]) for c in first
+    ]
+
+
+def test_held_vectors_of_an_old_text_or_a_gone_entry_are_not_used():
+    memory = _memory({"n": {"a": "red apple", "b": "banana", "c": "cherry"}})
+    scorer = SemanticScorer(HashedWords(), embed_on_read=False)
+    scorer.store_for(memory).embed_missing("n", [("a", "red apple"), ("b", "banana"), ("c", "cherry")])
+    memory.set("a", "banana banana split", namespace="n")  # its vector is of "red apple"
+    memory.forget("c", namespace="n")
+    ranking = scorer.hybrid(memory, "banana", ["n"], 0)
+    signals = {c.key: ranking.explain(c).signals for c in ranking.first(10)}
+    assert signals["b"]["semantic_rank"] == 1 and "semantic_rank" not in signals["a"]
+    # the change feed dropped the vectors of the changed and the forgotten entry
+    assert "c" not in signals and ranking.embedded == 1
 
 
 def test_hybrid_injects_a_keyword_only_and_a_meaning_only_candidate():

@@ -194,15 +194,9 @@ class ClawSession:
         """Return a session on the settings' database and site, with recall, subjects and the PII
         guard as configured (what :meth:`clawmem.Claw.from_settings` builds for its own turns)."""
         from clawmem.memory.registry import open_memory
-        from clawmem.recall.phpclaw import ranker_for
 
         memory = open_memory(settings, time.time)
-        augmenter = MessageAugmenter(
-            memory,
-            settings.recall_top_k,
-            settings.recall_namespace,
-            ranker=ranker_for(settings.recall_scoring),
-        )
+        augmenter = MessageAugmenter.from_settings(memory, settings)
         return cls(
             session_id,
             ConversationLog.from_settings(settings),

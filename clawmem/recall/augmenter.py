@@ -16,6 +16,7 @@ from clawmem.clock import Clock, now_seconds
 from clawmem.prompt import SkillDecision, Span
 from clawmem.recall.candidates import Ranker, Ranking
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, MEMORY_HEADER, plan, render_memory_text
+from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.rankings import ATTEMPTS, ScanRanking, StaleIndex, scan_ranking, word_overlap
 from clawmem.recall.report import AugmentResult, Decisions, EntryDecision
 from clawmem.recall.sources import Readable, driver_name, serving_driver
@@ -34,6 +35,15 @@ class SkillSource(Protocol):
     def wrap(
         self, text: str, spans: list[Span], decisions: list[SkillDecision]
     ) -> tuple[str, list[Span]]: ...
+
+
+class RecallSettings(Protocol):
+    """What a turn's recall reads of :class:`clawmem.settings.Settings` (which stands above it)."""
+
+    recall_top_k: int
+    recall_namespace: str
+    recall_scoring: str
+    recall_min_score: float | None
 
 
 class MessageAugmenter:
@@ -67,6 +77,22 @@ class MessageAugmenter:
         self.ranker = ranker
         self.clock = clock
         self.min_score = min_score  # below it a candidate is not injected (CLAW_RECALL_MIN_SCORE)
+
+    @classmethod
+    def from_settings(
+        cls, memory: Readable, settings: RecallSettings, announce: bool = True, namespace: str | None = None
+    ) -> MessageAugmenter:
+        """Return the augmenter a turn runs with under ``settings``: its top-k, recall namespace
+        (unless ``namespace`` is given), scoring (``CLAW_RECALL_SCORING``) and floor
+        (``CLAW_RECALL_MIN_SCORE``). Raises ``ValueError`` for an unknown scoring."""
+        return cls(
+            memory,
+            settings.recall_top_k,
+            settings.recall_namespace if namespace is None else namespace,
+            announce=announce,
+            ranker=ranker_for(settings.recall_scoring),
+            min_score=settings.recall_min_score,
+        )
 
     def _now(self, namespace: str) -> int:
         # Expiry is judged on the clock of the driver that serves the namespace.

@@ -10,10 +10,12 @@ another model (:class:`~clawmem.errors.EmbeddingMismatch`).
 the text it was computed from, so a changed entry is never scored by its old vector. It is kept
 in process; :mod:`clawmem.recall.persisted` keeps the vectors of the sql driver's entries in
 the database too, so that neither a restart nor a second worker embeds an entry again.
+:meth:`VectorStore.nearest` answers a namespace's first vectors by one exact float32 product.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import threading
@@ -28,6 +30,26 @@ from clawmem.recall.words import text_of
 from clawmem.records import Changes
 
 QUERY_CACHE = 1024  # message vectors kept (2 KB each), so scorings of one message embed it once
+
+_BLAS: list[object] = []  # threadpoolctl's controller, found once
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """Return a context keeping BLAS to one thread (with ``threadpoolctl``, part of
+    ``clawmem[semantic]``; without it, nothing changes). A product this small gains nothing from
+    a second thread, and on a busy machine two threads waiting for each other cost ten times as
+    much."""
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _BLAS.append(None)
+        else:
+            _BLAS.append(ThreadpoolController())
+    controller = _BLAS[0]
+    if controller is None:
+        return contextlib.nullcontext()
+    return controller.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
 
 
 @runtime_checkable
@@ -361,8 +383,32 @@ class VectorStore:
             held = rows >= 0
             cosines = np.zeros(len(entries), dtype=np.float32)
             if held.any():
-                cosines[held] = space.matrix[rows[held]] @ query
+                with one_blas_thread():
+                    cosines[held] = space.matrix[rows[held]] @ query
             return [float(c) if h else None for c, h in zip(cosines.tolist(), held.tolist(), strict=True)]
+
+    def nearest(
+        self, namespace: str, query: np.ndarray, count: int, digits: int
+    ) -> list[tuple[str, int, float]]:
+        """Return the first ``count`` vectors of ``namespace`` by cosine to ``query`` (rounded to
+        ``digits``, descending, then key), as ``(key, text print, cosine)``: one exact float32
+        product over the namespace's matrix and a partial selection, never a sort of every row."""
+        with self._lock:
+            space = self._space(namespace)
+            if not space.size or count <= 0:
+                return []
+            with one_blas_thread():
+                cosines = space.matrix[: space.size] @ query
+            rounded = np.round(cosines, digits)
+            rows = np.arange(space.size)
+            if count < space.size:
+                # Every row reaching the count-th best cosine: ties at the edge go by key below.
+                edge = -np.partition(-rounded, count - 1)[count - 1]
+                rows = np.flatnonzero(rounded >= edge)
+            keys, prints = space.keys, space.prints
+            found = [(-float(rounded[row]), keys[row], row) for row in rows.tolist()]
+            found.sort()
+            return [(keys[row], int(prints[row]), float(cosines[row])) for _, _, row in found[:count]]
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` holds."""

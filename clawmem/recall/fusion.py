@@ -1,16 +1,20 @@
 """The ``semantic`` and ``hybrid`` scorings (local embeddings, and their fusion with ``weighted``).
 
 ``semantic`` ranks the embedded entries of the namespaces read by the cosine of their vector to
-the message's. ``hybrid`` ranks the union of ``weighted``'s candidates (every entry sharing a
-word) and ``semantic``'s first :data:`POOL`, so a keyword-only and a meaning-only candidate can
-each be injected. Its fused score is a weighted reciprocal rank fusion::
+the message's. ``hybrid`` ranks the union of ``weighted``'s first :data:`DEPTH` candidates and
+``semantic``'s first :data:`DEPTH`, so a keyword-only and a meaning-only candidate can each be
+injected. Its fused score is a weighted reciprocal rank fusion::
 
     fused(e) = WEIGHTED_SHARE / (RRF_K + rank_w(e)) + (1 - WEIGHTED_SHARE) / (RRF_K + rank_s(e))
 
-where ``rank_w`` and ``rank_s`` are the entry's 1-based ranks in the full ``weighted`` and
-``semantic`` orders; an entry absent from one list (no shared word, or no vector yet) gets no
-term for it. An entry without a vector is thus scored by ``weighted`` alone, and the report
-says how many entries are embedded.
+where ``rank_w`` and ``rank_s`` are the entry's 1-based ranks in the ``weighted`` and
+``semantic`` orders; an entry past :data:`DEPTH` in one list (or absent from it: no shared word,
+or no vector yet) gets no term for it. An entry without a vector is thus scored by ``weighted``
+alone, and the report says how many entries are embedded.
+
+When every namespace is served by a driver with a word index and the vectors are kept for the
+scorer (not embedded as a turn reads them), a ``hybrid`` turn reads no value but its finalists':
+``weighted`` from the word indexes, ``semantic`` by one float32 product over the vectors held.
 """
 
 from __future__ import annotations
@@ -19,17 +23,21 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from clawmem.recall.candidates import Ranking
-from clawmem.recall.embeddings import Embedder, UniversalSentenceEncoder, VectorStore
+from clawmem.recall.candidates import Candidate, Ranking
+from clawmem.recall.embeddings import Embedder, UniversalSentenceEncoder, VectorStore, text_print
 from clawmem.recall.feeds import ChangeFeed
+from clawmem.recall.index import WordIndex
+from clawmem.recall.injection import line_bytes
 from clawmem.recall.persisted import Stores
+from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
 from clawmem.recall.sources import Readable, serving_driver
-from clawmem.recall.words import keywords
+from clawmem.recall.weighted_index import IndexedWeighted
+from clawmem.recall.words import entry_words, keywords, text_of
 
-POOL = 20  # semantic's first entries that join hybrid's candidates
+DEPTH = 100  # each list's first entries that hybrid fuses (on LoCoMo's dev split 50 fused as well as all)
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
-RRF_K = 1.0  # tuned on LoCoMo conversations 0-4 only (60 gave 0.646 recall@3 there, 1 gave 0.681)
+RRF_K = 1.0  # tuned on LoCoMo conversations 0-4 only (60 gave 0.654 recall@3 there, 1 gave 0.683)
 WEIGHTED_SHARE = 0.5
 
 
@@ -119,39 +127,136 @@ class SemanticScorer:
         return ranking
 
     def hybrid(self, memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
-        """Rank the union of ``weighted``'s candidates and ``semantic``'s first :data:`POOL`."""
-        entries = read_entries(memory, namespaces)
+        """Rank the union of ``weighted``'s and ``semantic``'s first :data:`DEPTH` candidates."""
         words = keywords(message)
-        keyword = _order(weighted_scores(words, entries))
+        if not self.embed_on_read:
+            sources = indexed_sources(memory, namespaces)
+            if sources is not None:
+                return self._indexed_hybrid(words, message, sources, now)
+        entries = read_entries(memory, namespaces)
+        keyword = _order(weighted_scores(words, entries))[:DEPTH]
         meaning = _order(self._semantic(memory, message, entries, namespaces, now), COSINE_DIGITS)
-        fused: dict[tuple[str, str], Scored] = {}
-        for rank, item in enumerate(keyword, 1):
-            fused[item.namespace, item.key] = Scored(
-                item.namespace,
-                item.key,
-                item.text,
-                WEIGHTED_SHARE / (RRF_K + rank),
-                item.order,
-                item.matched,
-                item.weights,
-                {"weighted": item.score, "weighted_rank": rank},
-            )
-        for rank, item in enumerate(meaning, 1):
-            found = fused.get((item.namespace, item.key))
-            if found is None:
-                if rank > POOL:
-                    continue
-                found = fused[item.namespace, item.key] = Scored(
-                    item.namespace, item.key, item.text, 0.0, item.order
-                )
-            found.score += (1 - WEIGHTED_SHARE) / (RRF_K + rank)
-            found.signals.update(cosine=item.signals["cosine"], semantic_rank=rank)
-        scored = list(fused.values())
-        for item in scored:
-            item.signals["fused"] = item.score
-        ranking = ScoredRanking(words, scored, len(entries) - len(scored), len(entries))
-        ranking.embedded = len(meaning)  # type: ignore[attr-defined]
+        embedded = len(meaning)
+        held = {(entry.namespace, entry.key): entry.words for entry in entries}
+        for item in meaning[:DEPTH]:
+            item.matched = tuple(word for word in words if word in held[item.namespace, item.key])
+        ranking = ScoredRanking(words, fuse(keyword, meaning[:DEPTH]), 0, len(entries))
+        ranking.zero_overlap = len(entries) - ranking.candidate_count
+        ranking.embedded = embedded  # type: ignore[attr-defined]
         return ranking
+
+    def _indexed_hybrid(
+        self, words: list[str], message: str, sources: Sequence[tuple[str, ChangeFeed, WordIndex]], now: int
+    ) -> Ranking:
+        query = self.store.query(message)
+        keyword_ranking = IndexedWeighted(words, sources, now)
+        order_of = {namespace: order for order, (namespace, _, _) in enumerate(sources)}
+        keyword = []
+        sizes = {}
+        first = keyword_ranking.first(DEPTH)
+        for candidate, matched in zip(first, keyword_ranking.matched(first), strict=True):
+            weights = tuple(keyword_ranking.idf[word] for word in matched)
+            namespace, key = candidate.namespace, candidate.key
+            score = float(candidate.score)
+            keyword.append(Scored(namespace, key, "", score, order_of[namespace], matched, weights))
+            sizes[namespace, key] = candidate.bytes
+        nearest = []
+        embedded = 0
+        for namespace, driver, index in sources:
+            store = self.store_for(driver)
+            store.follow(driver.changes, namespace, now)
+            store.refresh(namespace, len(index))
+            embedded += store.count(namespace)
+            found = store.nearest(namespace, query, DEPTH, COSINE_DIGITS)
+            # A vector counts only while its entry is live and holds the text it was made from.
+            rows = driver.fetch(namespace, [key for key, _, _ in found])
+            for key, printed, cosine in found:
+                row = rows.get(key)
+                if (
+                    row is None
+                    or getattr(row, "raw_value", False)
+                    or (row.expires_at is not None and now >= row.expires_at)
+                    or text_print(text_of(row.value)) != printed
+                ):
+                    continue
+                cosine = round(cosine, COSINE_DIGITS)
+                item = Scored(namespace, key, text_of(row.value), cosine, order_of[namespace])
+                item.signals["cosine"] = cosine
+                nearest.append(item)
+        meaning = _order(nearest, COSINE_DIGITS)[:DEPTH]
+        return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, embedded, sizes)
+
+
+def fuse(keyword: Sequence[Scored], meaning: Sequence[Scored]) -> list[Scored]:
+    """Return the fused candidates of ``weighted``'s and ``semantic``'s lists (each in rank
+    order, already cut at :data:`DEPTH`), each with its signals (module docstring)."""
+    fused: dict[tuple[str, str], Scored] = {}
+    for rank, item in enumerate(keyword, 1):
+        fused[item.namespace, item.key] = Scored(
+            item.namespace,
+            item.key,
+            item.text,
+            WEIGHTED_SHARE / (RRF_K + rank),
+            item.order,
+            item.matched,
+            item.weights,
+            {"weighted": item.score, "weighted_rank": rank},
+        )
+    for rank, item in enumerate(meaning, 1):
+        found = fused.get((item.namespace, item.key))
+        if found is None:
+            found = Scored(item.namespace, item.key, item.text, 0.0, item.order, item.matched)
+            fused[item.namespace, item.key] = found
+        found.score += (1 - WEIGHTED_SHARE) / (RRF_K + rank)
+        found.signals.update(cosine=item.signals["cosine"], semantic_rank=rank)
+    scored = list(fused.values())
+    for item in scored:
+        item.signals["fused"] = item.score
+    return scored
+
+
+class FusedRanking(ScoredRanking):
+    """``hybrid``'s ranking from the word indexes and the vectors held: its candidates are
+    ranked in full (a few hundred at most); the injected ones are read back and checked as the
+    word index's rankings do."""
+
+    def __init__(
+        self,
+        words: Sequence[str],
+        scored: list[Scored],
+        keyword: IndexedWeighted,
+        embedded: int,
+        sizes: dict[tuple[str, str], int],
+    ) -> None:
+        super().__init__(words, scored, keyword.total - len(scored), keyword.total)
+        self._keyword = keyword
+        self._sizes = sizes
+        self.embedded = embedded
+
+    def first(self, count: int) -> list[Candidate]:
+        out = []
+        for item in self.scored[: max(count, 0)]:
+            size = self._sizes.get((item.namespace, item.key))
+            if size is None:  # a meaning-only candidate: its text was read with its vector's check
+                size = self._sizes[item.namespace, item.key] = line_bytes(item.key, item.text)
+            out.append(Candidate(item.namespace, item.key, item.score, size))  # type: ignore[arg-type]
+        return out
+
+    def matched(self, candidates: Sequence[Candidate]) -> list[tuple[str, ...]]:
+        out = []
+        for candidate in candidates:
+            item = self.explain(candidate)
+            if "weighted_rank" not in item.signals and not item.matched:
+                # meaning-only: the message words its text holds (past weighted's first DEPTH)
+                held = entry_words(item.key, item.text)
+                item.matched = tuple(word for word in self.words if word in held)
+            out.append(item.matched)
+        return out
+
+    def texts(self, candidates: Sequence[Candidate]) -> list[str]:
+        """Read the candidates back from the backend (raises ``StaleIndex`` as the word index's
+        rankings do)."""
+        return self._keyword.texts(candidates)
 
 
 _DEFAULT: SemanticScorer | None = None

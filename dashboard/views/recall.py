@@ -17,7 +17,8 @@ from clawmem.errors import GuardBlocked
 from clawmem.guards import PiiGuard
 from clawmem.paging import decode_cursor, encode_cursor
 from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
-from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, MessageAugmenter
+from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, EntryDecision, MessageAugmenter
+from clawmem.recall.compare import Side, compare
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.survey import InjectionSurvey, survey, unmatched_entries
 from clawmem.rules import validate_namespace
@@ -119,13 +120,8 @@ def preview() -> str:
     decisions: list[dict[str, Any]] = []
     more_url = None
     if message.strip():
-        augmenter = MessageAugmenter(
-            state.memory(),
-            top_k=settings.recall_top_k,
-            namespace=namespace,
-            announce=False,
-            ranker=ranker_for(settings.recall_scoring),
-            min_score=settings.recall_min_score,
+        augmenter = MessageAugmenter.from_settings(
+            state.memory(), settings, announce=False, namespace=namespace
         )
         result = augmenter.augment(message, subject)
         guard = _guard_outcome(result)
@@ -159,6 +155,7 @@ def preview() -> str:
             "guard": guard,
             "scoring": {"name": settings.recall_scoring, "words": SCORING_WORDS[settings.recall_scoring]},
         }
+    comparison, compare_error = _comparison(message, namespace, subject)
     return render_page(
         "recall/preview.html",
         {"preview-result": "recall/_preview_result.html", "decisions-more": "recall/_decisions.html"},
@@ -172,7 +169,55 @@ def preview() -> str:
         report=report,
         decisions=decisions,
         more_url=more_url,
+        scorings=[name for name in SCORING_WORDS if name != settings.recall_scoring],
+        scoring=settings.recall_scoring,
+        compare_with=request.args.get("compare", "")[:40],
+        comparison=comparison,
+        compare_error=compare_error,
     )
+
+
+def _decision_row(decision: EntryDecision, namespace: str) -> dict[str, Any]:
+    return {
+        "key": decision.key,
+        "namespace": decision.namespace or namespace,
+        "score": round(decision.score, 4) if isinstance(decision.score, float) else decision.score,
+        "signals": "; ".join(f"{name}: {value}" for name, value in decision.signals),
+        "matched": ", ".join(decision.matched),
+        "url": url_for("memory.entry", namespace=decision.namespace or namespace, key=decision.key),
+    }
+
+
+def _comparison(
+    message: str, namespace: str, subject: str | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Return what recall's comparison of the configured scoring and ``?compare=`` says about
+    ``message`` (or ``None``), and the error to show for a scoring that does not exist."""
+    other = request.args.get("compare", "")[:40]
+    if not other or not message.strip():
+        return None, None
+    settings = state.settings()
+    if other not in SCORING_WORDS:
+        return None, f"There is no scoring {other!r}: choose one of {', '.join(SCORING_WORDS)}."
+    found = compare(state.memory(), settings, message, [settings.recall_scoring, other], namespace, subject)
+
+    def side(shown: Side) -> dict[str, Any]:
+        return {
+            "scoring": shown.scoring,
+            "words": SCORING_WORDS[shown.scoring],
+            "injected": [_decision_row(d, namespace) for d in shown.injected],
+            "bytes_used": shown.result.bytes_used,
+            "error": shown.result.error,
+        }
+
+    return {
+        "first": side(found.first),
+        "second": side(found.second),
+        "gained": [_decision_row(d, namespace) for d in found.gained],
+        "lost": [_decision_row(d, namespace) for d in found.lost],
+        "kept": [_decision_row(d, namespace) for d in found.kept],
+        "same": found.same,
+    }, None
 
 
 def injection_survey(count: int, namespace: str) -> InjectionSurvey:

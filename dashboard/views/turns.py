@@ -102,9 +102,7 @@ def recall_rows(records: Sequence[StoredMessage]) -> dict[str, list[dict[str, An
 def preview_now(message: str, user_id: str) -> AugmentResult:
     """Return what ``message`` would be given now, as a turn of this subject would run it."""
     settings = state.settings()
-    augmenter = MessageAugmenter(
-        state.memory(), settings.recall_top_k, settings.recall_namespace, announce=False
-    )
+    augmenter = MessageAugmenter.from_settings(state.memory(), settings, announce=False)
     subject = subject_namespace(user_id, settings.subject_namespace) if user_id else None
     return augmenter.augment(message, subject)
 
