@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from clawmem.settings import CLAWMEM_SCHEMA
+from clawmem.sql.conversations import edge
 from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
@@ -25,13 +26,16 @@ MAX_DAYS = 366
 
 @dataclass(frozen=True)
 class Activity:
-    """Messages written and conversations begun on each UTC day, oldest day first, and how
-    many conversations are stored now."""
+    """Messages written and conversations begun on each UTC day, oldest day first, how many
+    conversations are stored now, and the earliest ``created_at`` and latest ``updated_at`` of
+    any conversation (``None``: none, or none readable)."""
 
     days: list[date]
     messages: list[int]
     conversations: list[int]
     conversations_now: int
+    oldest: datetime | None = None
+    newest: datetime | None = None
 
 
 def day_edges(now: datetime, days: int) -> list[datetime]:
@@ -84,13 +88,44 @@ def memory_rows_per_day(
     return counts_between(conn, tables(prefix, shape).memory.c.created_at, edges)
 
 
+@functools.cache
+def _activity_select(prefix: str, intervals: int) -> sa.Select[Any]:
+    # One statement for the whole chart and the conversations' edges: the Overview pays one
+    # round trip for them, not five.
+    schema = tables(prefix)
+    conversations = schema.conversations
+    per_day = (*_interval_counts(schema.messages.c.created_at, intervals).selected_columns,
+               *_interval_counts(conversations.c.created_at, intervals).selected_columns)
+    whole = (sa.func.count(), sa.func.min(conversations.c.created_at),
+             sa.func.max(conversations.c.updated_at))
+    return sa.select(*per_day, *(
+        sa.select(value).select_from(conversations).scalar_subquery().label(name)
+        for name, value in zip(("stored", "oldest", "newest"), whole, strict=True)
+    ))
+
+
 def activity(conn: Connection, prefix: str, now: datetime, days: int) -> Activity:
-    """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``."""
+    """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``,
+    with the conversations stored now and their earliest and latest times, in one statement."""
     edges = day_edges(now, days)
-    table = tables(prefix).conversations
+    bounds: dict[str, datetime] = {}
+    for number, (low, high) in enumerate(pairwise(edges)):
+        bounds[f"low{number}"], bounds[f"high{number}"] = low, high
+    found = list(conn.execute(_activity_select(prefix, days), bounds).one())
+    messages, conversations = found[:days], found[days:2 * days]
+    total, oldest, newest = found[2 * days:]
     return Activity(
         [edge.date() for edge in edges[:-1]],
-        messages_per_day(conn, prefix, edges),
-        conversations_per_day(conn, prefix, edges),
-        int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() or 0),
+        [int(count or 0) for count in messages],
+        [int(count or 0) for count in conversations],
+        int(total or 0),
+        _readable_edge(conn, prefix, sa.func.min, "created_at", oldest),
+        _readable_edge(conn, prefix, sa.func.max, "updated_at", newest),
     )
+
+
+def _readable_edge(conn: Connection, prefix: str, function: Any, by: str, found: Any) -> datetime | None:
+    # Another program's unreadable time sorts first or last: only then is it asked for again.
+    if found is None or isinstance(found, datetime):
+        return found
+    return edge(conn, prefix, function, by)
