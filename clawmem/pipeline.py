@@ -32,7 +32,7 @@ from clawmem.conversations import (
     validate_conversation_id,
     wordpress_user_id,
 )
-from clawmem.guards import Guard, PiiGuard
+from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
@@ -262,9 +262,8 @@ class Claw:
             for guard in self.guards:
                 augment = guard.apply(augment)
                 # A redacting guard redacts what earlier turns stored as said, too.
-                redact_history = getattr(guard, "redact_history", None)
-                if redact_history is not None:
-                    earlier = redact_history(earlier)
+                if isinstance(guard, RedactingGuard):
+                    earlier = guard.redact_history(earlier)
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
             answer = self.provider.complete(list(compaction.history))
             # The turn's own call is billed on its assistant row; a compaction's call stays with

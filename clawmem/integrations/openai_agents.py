@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from clawmem import events
 from clawmem.conversations import ConversationLog, Message, StoredMessage
 from clawmem.errors import InvalidKey
-from clawmem.guards import Guard, PiiGuard
+from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.integrations import require
 from clawmem.pipeline import recall_record, title_from
@@ -280,9 +280,8 @@ class ClawSession:
         else:
             index = len(items)
         for guard in self.guards:
-            redact_history = getattr(guard, "redact_history", None)
-            if redact_history is not None:
-                items[:index] = [_redacted(item, redact_history) for item in items[:index]]
+            if isinstance(guard, RedactingGuard):
+                items[:index] = [_redacted(item, guard.redact_history) for item in items[:index]]
         return type(model_data)(input=items, instructions=model_data.instructions)
 
     # -- the synchronous core, run in a worker thread -------------------------------------------
