@@ -38,6 +38,7 @@ from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.phpclaw import ranker_for
+from clawmem.recall.sources import Readable
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
@@ -169,7 +170,7 @@ class Claw:
 
     def __init__(
         self,
-        memory: Any,
+        memory: Readable,
         conversations: ConversationLog,
         provider: Provider,
         augmenter: MessageAugmenter | None = None,
@@ -189,9 +190,8 @@ class Claw:
         self.clock = clock
         self.subject_template = validate_template(subject_template)
         # phpClaw's tables hold only the roles phpClaw reads (see ConversationLog.roles).
-        stored = getattr(conversations, "roles", ("summary", "recall"))
-        self.checkpoints = checkpoints and "summary" in stored
-        self.record_recall = record_recall and "recall" in stored
+        self.checkpoints = checkpoints and "summary" in conversations.roles
+        self.record_recall = record_recall and "recall" in conversations.roles
 
     @classmethod
     def from_settings(

@@ -36,6 +36,7 @@ from clawmem.ids import new_id
 from clawmem.integrations import require
 from clawmem.pipeline import recall_record, title_from
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.sources import Readable
 from clawmem.rules import check_size, encode_value
 from clawmem.settings import Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
@@ -159,7 +160,7 @@ class ClawSession:
         conversations: ConversationLog,
         *,
         user_id: str = "",
-        memory: Any = None,
+        memory: Readable | None = None,
         augmenter: MessageAugmenter | None = None,
         guards: Iterable[Guard] | None = None,
         subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
