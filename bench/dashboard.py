@@ -12,6 +12,10 @@ preview's namespace (``default``) holds a twentieth of them.
 
     .venv/bin/python -m bench.dashboard [--backends sqlite,mysql,postgres] [--scale 1.0] [--runs 30]
 
+``--against DIR`` times the same pages on another checkout too (for example a worktree of an
+older commit: ``git worktree add /tmp/old COMMIT --detach``, its ``.venv`` a link to this one's),
+each in a process of its own on its own copy of the data set, taking turns, and prints the ratio.
+
 MariaDB/MySQL: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``);
 PostgreSQL: ``CLAW_BENCH_POSTGRES_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``).
 """
@@ -25,6 +29,8 @@ import os
 import random
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -39,11 +45,16 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.ids import new_id
-from clawmem.rules import encode_value
+
+try:
+    from clawmem.rules import encode_value
+except ImportError:  # a checkout timed by --against from before the rules moved out of memory/
+    from clawmem.memory.rules import encode_value  # type: ignore[no-redef]
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from dashboard import accounts, create_app
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 CONVERSATIONS, MESSAGES_PER_CONVERSATION, ENTRIES = 50_000, 20, 100_000
@@ -294,6 +305,47 @@ def load_cold_namespace(engine: sa.engine.Engine, prefix: str, entries: int, now
             conn.execute(sa.insert(tables(prefix).memory), batch)
 
 
+def _pages(site: Loaded, only: tuple[str, ...], depth: int, cold_entries: int) -> dict[str, tuple[str, str]]:
+    """Load what the pages in ``only`` need besides the data set; return each one's
+    ``(label, url)`` by name."""
+    client, engine, prefix, now = site.client, site.engine, site.prefix, site.now
+    listing = client.get("/conversations/").get_data(as_text=True)
+    first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
+    assert first_conversation
+    deep = follow_more(client, "/conversations/", depth if "deep" in only else 0)[0]
+    long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
+    if "subject" in only:
+        load_subject(engine, prefix, now)
+    by_tokens = "/conversations/?sort=tokens"
+    tokens_deep = follow_more(client, by_tokens, depth if "tokens-deep" in only else 0)[0]
+    if {"cold", "unmatched"} & set(only):
+        load_cold_namespace(engine, prefix, cold_entries, now)
+    pages = {
+        "overview": ("overview, with its charts", "/"),
+        "list": ("conversations, first page", "/conversations/"),
+        "deep": (f"conversations, page {depth + 1} (keyset)", deep),
+        "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
+        "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
+                 f"/conversations/{long_id}"),
+        "long-compacting": (f"the same, its analysis summarising {LONG_TURNS} messages",
+                            f"/conversations/{long_id}?max_messages=40"),
+        "memory": ("memory list, namespace default", "/memory/default/"),
+        "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
+        "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
+                 f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
+        "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
+                      f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
+        "tokens": ("conversations sorted by tokens, most first", by_tokens),
+        "tokens-asc": ("conversations sorted by tokens, fewest first", f"{by_tokens}&order=asc"),
+        "tokens-deep": (f"conversations by tokens, page {depth + 1} (keyset)", tokens_deep),
+        "messages-sort": ("conversations by messages, most first", "/conversations/?sort=messages"),
+        "subject": (f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
+                    f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages", f"/subjects/{SUBJECT}"),
+        "sites": ("sites page (one site: prefixes and drivers)", "/sites/"),
+    }
+    return {name: pages[name] for name in only}
+
+
 def run(
     backend: str, scale: float, runs: int, depth: int, report: Callable[[str], None],
     only: tuple[str, ...] = PAGE_NAMES, cold_entries: int = 100_000,
@@ -301,44 +353,71 @@ def run(
     """Load the data set on ``backend``, time the pages named in ``only`` (of :data:`PAGE_NAMES`)
     and print one table row per page."""
     with loaded(backend, scale, report) as site:
-        client, engine, prefix, now = site.client, site.engine, site.prefix, site.now
-        listing = client.get("/conversations/").get_data(as_text=True)
-        first_conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
-        assert first_conversation
-        deep = follow_more(client, "/conversations/", depth if "deep" in only else 0)[0]
-        long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
-        if "subject" in only:
-            load_subject(engine, prefix, now)
-        by_tokens = "/conversations/?sort=tokens"
-        tokens_deep = follow_more(client, by_tokens, depth if "tokens-deep" in only else 0)[0]
-        if {"cold", "unmatched"} & set(only):
-            load_cold_namespace(engine, prefix, cold_entries, now)
-        pages = {
-            "overview": ("overview, with its charts", "/"),
-            "list": ("conversations, first page", "/conversations/"),
-            "deep": (f"conversations, page {depth + 1} (keyset)", deep),
-            "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
-            "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
-                     f"/conversations/{long_id}"),
-            "long-compacting": (f"the same, its analysis summarising {LONG_TURNS} messages",
-                                f"/conversations/{long_id}?max_messages=40"),
-            "memory": ("memory list, namespace default", "/memory/default/"),
-            "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
-            "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
-                     f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
-            "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
-                          f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
-            "tokens": ("conversations sorted by tokens, most first", by_tokens),
-            "tokens-asc": ("conversations sorted by tokens, fewest first", f"{by_tokens}&order=asc"),
-            "tokens-deep": (f"conversations by tokens, page {depth + 1} (keyset)", tokens_deep),
-            "messages-sort": ("conversations by messages, most first", "/conversations/?sort=messages"),
-            "subject": (f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
-                        f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages", f"/subjects/{SUBJECT}"),
-            "sites": ("sites page (one site: prefixes and drivers)", "/sites/"),
-        }
-        for name, page in (pages[name] for name in only):
-            median, p95 = _time(client, page, runs)
+        for name, page in _pages(site, only, depth, cold_entries).values():
+            median, p95 = _time(site.client, page, runs)
             report(f"| {backend} | {name} | {median:.1f} | {p95:.1f} |")
+
+
+def serve_timings(backend: str, scale: float, depth: int, only: tuple[str, ...], cold_entries: int) -> None:
+    """The other end of :func:`compare`: load the data set, say ``ready``, then for each line
+    ``NAME RUNS`` on stdin time that page and answer its samples (milliseconds) as JSON."""
+    with loaded(backend, scale, lambda line: print(line, file=sys.stderr)) as site:
+        pages = _pages(site, only, depth, cold_entries)
+        for _, url in pages.values():
+            site.client.get(url)  # warm caches, the connection pool and the recall index
+        print("ready", flush=True)
+        for line in sys.stdin:
+            name, runs = line.split()
+            url = pages[name][1]
+            samples = []
+            for _ in range(int(runs)):
+                started = time.perf_counter()
+                response = site.client.get(url)
+                samples.append((time.perf_counter() - started) * 1000)
+                assert response.status_code == 200, (url, response.status_code)
+            print(json.dumps(samples), flush=True)
+
+
+def compare(
+    backend: str, checkouts: dict[str, str], scale: float, runs: int, depth: int, only: tuple[str, ...],
+    report: Callable[[str], None],
+) -> None:
+    """Time the pages of ``only`` on each checkout (label: directory) in a process of its own on
+    its own copy of the data set, one request each in turn, so a change of load on the machine
+    falls on every checkout alike; report each page's median per checkout and the ratio of the
+    first checkout's to the last one's."""
+    here = os.path.abspath(__file__)
+    children = {}
+    for label, directory in checkouts.items():
+        # The checkout's own clawmem and dashboard, under this very timing loop.
+        start = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+        child = ["-c", start, here, "--serve", "--backends", backend, "--scale", str(scale),
+                 "--depth", str(depth), "--pages", ",".join(only)]
+        children[label] = subprocess.Popen(
+            [sys.executable, *child], cwd=directory, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": directory},
+        )
+    try:
+        for label, child in children.items():
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready", label
+        samples: dict[tuple[str, str], list[float]] = {}
+        for _ in range(runs):
+            for name in only:
+                for label, child in children.items():
+                    assert child.stdin is not None and child.stdout is not None
+                    child.stdin.write(f"{name} 1\n")
+                    child.stdin.flush()
+                    samples.setdefault((label, name), []).extend(json.loads(child.stdout.readline()))
+    finally:
+        for child in children.values():
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait()
+    first, last = list(checkouts)[0], list(checkouts)[-1]
+    for name in only:
+        medians = {label: statistics.median(samples[(label, name)]) for label in checkouts}
+        cells = " | ".join(f"{medians[label]:.1f}" for label in checkouts)
+        report(f"| {backend} | {name} | {cells} | {medians[first] / medians[last]:.2f} |")
 
 
 def main() -> None:
@@ -352,14 +431,28 @@ def main() -> None:
                         help=f"pages to time, comma-separated, of: {', '.join(PAGE_NAMES)}")
     parser.add_argument("--cold-entries", type=int, default=100_000,
                         help="entries of the namespace the cold-memory page reports on")
+    parser.add_argument("--against", metavar="DIRECTORY",
+                        help="another checkout (a git worktree of an older commit) to time beside this one")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     only = tuple(name.strip() for name in options.pages.split(","))
     unknown = [name for name in only if name not in PAGE_NAMES]
     if unknown:
         parser.error(f"--pages: unknown {', '.join(unknown)}; choose from {', '.join(PAGE_NAMES)}")
+    backends = [backend.strip() for backend in options.backends.split(",")]
+    if options.serve:
+        serve_timings(backends[0], options.scale, options.depth, only, options.cold_entries)
+        return
+    if options.against:
+        other = os.path.basename(os.path.abspath(options.against))
+        checkouts = {"this checkout": ROOT, other: options.against}
+        print(f"| backend | page | {' | '.join(checkouts)} (median ms) | ratio |\n|---|---|---|---|---|")
+        for backend in backends:
+            compare(backend, checkouts, options.scale, options.runs, options.depth, only, print)
+        return
     print("| backend | page | median ms | p95 ms |\n|---|---|---|---|")
-    for backend in options.backends.split(","):
-        run(backend.strip(), options.scale, options.runs, options.depth, print, only, options.cold_entries)
+    for backend in backends:
+        run(backend, options.scale, options.runs, options.depth, print, only, options.cold_entries)
 
 
 if __name__ == "__main__":

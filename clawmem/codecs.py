@@ -17,19 +17,9 @@ from typing import Any
 
 from clawmem import php
 from clawmem.crypto import PLAIN, Cipher, Context
-from clawmem.errors import Undecryptable
+from clawmem.errors import UndecodableValue, Undecryptable
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
-
-
-class UndecodableValue(ValueError):
-    """A stored value is not text its shape's codec reads. Drivers raise it internally; callers
-    see a :class:`clawmem.StorageError` that names the key (never the value)."""
-
-    def __init__(self, namespace: str, key: str, codec: str, reason: str) -> None:
-        self.namespace = namespace
-        self.key = key
-        super().__init__(f"the value of key {key!r} in namespace {namespace!r} is not {codec}: {reason}")
 
 
 def _encode_php(key: str, value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:

@@ -45,7 +45,7 @@ from clawmem.sql.conversations import (
     MessageSize,
     StoredMessage,
 )
-from clawmem.sql.engine import engine_for, retry_deadlocks, write_transaction
+from clawmem.sql.engine import connect, engine_for, retry_deadlocks, write_transaction
 
 ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
 # What phpClaw reads back (its Message roles); a conversation it continues must hold no other.
@@ -481,14 +481,14 @@ class ConversationLog:
         validate_conversation_id(conversation_id)
         if not self.stores_metadata:
             return []
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = sql.messages_of_job(conn, self.prefix, conversation_id, job_id, self._job_opener())
         return self._messages(found, raising=True)
 
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
         validate_conversation_id(conversation_id)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
             if row is None:
                 return None
@@ -524,7 +524,7 @@ class ConversationLog:
         check_limit(limit)
         sql.check_sort(sort)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = sql.summaries(
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
                 descending=descending, **filters,
@@ -547,7 +547,7 @@ class ConversationLog:
         if at_most is not None:
             check_limit(at_most, 1_000_000)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.count_summaries(conn, self.prefix, at_most, **filters)
 
     def _scanned_filters(self, filters: dict[str, Any]) -> dict[str, Any]:
@@ -618,13 +618,13 @@ class ConversationLog:
                 for conversation_id in conversation_ids
                 if matches.get(conversation_id) is not None
             }
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
     def find(self, conversation_id: str) -> ConversationRow | None:
         """Return the conversation's own row (no messages, no count: one indexed read), or ``None``."""
         validate_conversation_id(conversation_id)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             row = sql.load_conversation(conn, self.prefix, conversation_id, self.shape)
         if row is None:
             return None
@@ -635,18 +635,18 @@ class ConversationLog:
     def subjects(self, limit: int = 100) -> list[str]:
         """Return up to ``limit`` user ids that have a conversation, sorted (anonymous left out)."""
         check_limit(limit, 10_000)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.subjects(conn, self.prefix, limit)
 
     def subject_totals(self, user_id: str) -> sql.SubjectTotals:
         """Return how many conversations, messages said, recall records and checkpoints the
         subject ``user_id`` has, and the tokens their turns were billed."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.subject_totals(conn, self.prefix, user_id, self.shape)
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = sql.summaries(
                 conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
             )
@@ -660,7 +660,7 @@ class ConversationLog:
         validate_conversation_id(conversation_id)
         if limit is not None:
             check_limit(limit, 1_000_000)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = sql.newest_messages(conn, self.prefix, conversation_id, roles, limit, self.shape)
         return self._messages(found, raising=True)  # a session's history: never silently shorter
 
@@ -669,7 +669,7 @@ class ConversationLog:
     ) -> Page[StoredMessage]:
         """Return a page of one conversation's messages, oldest first (by created_at, then id)."""
         check_limit(limit, 1000)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor, self.shape)
         return message_page_of(self._messages(rows), limit)
 
@@ -678,7 +678,7 @@ class ConversationLog:
         conversation's messages, oldest first: what the compaction analysis needs, without the
         content (see :func:`clawmem.compaction.analyse_sizes`)."""
         check_limit(limit, 100_000)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             if not self.encrypted:
                 return sql.message_sizes(conn, self.prefix, conversation_id, limit)
             # An envelope's size is not its plaintext's: measure the opened messages instead.
@@ -692,7 +692,7 @@ class ConversationLog:
     def messages_with_ids(self, conversation_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
         """Return the messages of one conversation among ``message_ids``, by id; ids of no
         message of it are left out."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = sql.messages_with_ids(conn, self.prefix, conversation_id, message_ids, self.shape)
         return {message_id: self._message(message) for message_id, message in found.items()}
 
@@ -701,7 +701,7 @@ class ConversationLog:
     ) -> tuple[StoredMessage | None, StoredMessage] | None:
         """Return a user message of the conversation with its ``recall`` record (``None`` when the
         turn recorded none), or ``None`` when the conversation has no such user message."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = self._messages(sql.turn(conn, self.prefix, conversation_id, message_id, self.shape))
         if not found:
             return None
@@ -710,21 +710,21 @@ class ConversationLog:
     def recent_user_messages(self, limit: int = 50) -> list[StoredMessage]:
         """Return the newest ``limit`` messages with role ``user``, newest first."""
         check_limit(limit, 1000)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return self._messages(sql.recent_messages(conn, self.prefix, "user", limit, self.shape))
 
     def counts(self) -> dict[str, int]:
         """Return ``{"conversations": n, "messages": n}``."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.table_counts(conn, self.prefix)
 
     def role_counts(self) -> dict[str, int]:
         """Return how many messages each role has (``user``, ``assistant``, ``recall``...)."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.role_counts(conn, self.prefix)
 
     def _edge(self, function: Any, by: str) -> datetime | None:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sql.edge(conn, self.prefix, function, by)
 
     def oldest(self, by: str = "created_at") -> datetime | None:
@@ -737,5 +737,5 @@ class ConversationLog:
 
     def namespaces(self) -> list[str]:
         """Return every namespace that holds a conversation, sorted."""
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return sorted(sql.conversation_namespaces(conn, self.prefix))

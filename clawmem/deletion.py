@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem.site import Site
+from clawmem.sql.engine import connect
 from clawmem.sql.retention import Batch, count_conversations, delete_in_batches
 
 OnBatch = Callable[[Batch], None]
@@ -46,7 +47,7 @@ def delete_conversations(
     ``batch_size`` per transaction, telling ``on_batch`` of each committed batch; with
     ``dry_run`` only count them."""
     if dry_run:
-        with site.engine.connect() as conn:
+        with connect(site.engine) as conn:
             counts = count_conversations(conn, site.prefix, where)
         return Deleted(True, conversations=counts.conversations, messages=counts.messages)
     conversations = messages = batches = 0

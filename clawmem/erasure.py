@@ -26,7 +26,7 @@ from clawmem.records import MemoryRow
 from clawmem.rules import is_expired
 from clawmem.site import Site
 from clawmem.sql.conversations import Conversation
-from clawmem.sql.engine import after_erasure
+from clawmem.sql.engine import after_erasure, connect
 from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.retention import count_conversations, iter_conversation_ids
 from clawmem.sql.schema import tables
@@ -176,7 +176,7 @@ def subject_plan(site: Site, subject: Subject) -> SubjectPlan:
     This is the plan a dry run shows, the plan a run records in its "started" audit line, and
     what the dashboard's subject page can list.
     """
-    with site.engine.connect() as conn:
+    with connect(site.engine) as conn:
         counted = count_conversations(conn, site.prefix, _subject_where(site, subject))
     reason = mentions_not_searched(subject)
     return SubjectPlan(
@@ -193,7 +193,7 @@ def subject_plan(site: Site, subject: Subject) -> SubjectPlan:
 
 def subject_conversation_ids(site: Site, subject: Subject) -> Iterator[str]:
     """Yield the ids of the subject's conversations, oldest first (for a dry run's listing)."""
-    with site.engine.connect() as conn:
+    with connect(site.engine) as conn:
         for conversation_id, _ in iter_conversation_ids(conn, site.prefix, _subject_where(site, subject)):
             yield conversation_id
 

@@ -124,3 +124,19 @@ class PlaintextRefused(Undecryptable):
 
 class EncryptionUnavailable(ConfigError):
     """Encryption keys are set but the ``cryptography`` package (extra ``clawmem[encrypt]``) is missing."""
+class UndecodableValue(ValueError):
+    """A stored value is not text its shape's codec reads. Drivers raise it internally; callers
+    see a :class:`clawmem.StorageError` that names the key (never the value)."""
+
+    def __init__(self, namespace: str, key: str, codec: str, reason: str) -> None:
+        self.namespace = namespace
+        self.key = key
+        super().__init__(f"the value of key {key!r} in namespace {namespace!r} is not {codec}: {reason}")
+
+
+class PhpFormatError(ValueError):
+    """Text that is not a ``serialize()`` string of a value clawmem can hold."""
+
+
+class StaleIndex(Exception):
+    """An indexed candidate no longer matched the backend; the index has been corrected."""

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from clawmem import events
 from clawmem.errors import GuardBlocked
@@ -76,6 +76,14 @@ class Guard(Protocol):
     """
 
     def apply(self, augmented: AugmentResult) -> AugmentResult: ...
+
+
+@runtime_checkable
+class RedactingGuard(Guard, Protocol):
+    """A guard that redacts, and so also redacts what earlier turns stored as said before a
+    turn sends them again (:class:`PiiGuard` is one)."""
+
+    def redact_history(self, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)

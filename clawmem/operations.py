@@ -11,7 +11,7 @@ tables and the file driver's directory of the site, which it removes whichever d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -43,6 +43,7 @@ from clawmem.site import Site
 from clawmem.sql import activity as sql_activity
 from clawmem.sql import sizes
 from clawmem.sql.activity import Activity
+from clawmem.sql.engine import connect
 from clawmem.sql.retention import iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import check_shape, create_tables
@@ -154,7 +155,7 @@ def conversations_to_prune(
 ) -> Iterator[tuple[str, datetime]]:
     """Yield ``(id, moment)`` of every conversation :func:`prune` would delete, oldest first."""
     where = older_than_condition(site.prefix, by, retention_cutoff(site, window))
-    with site.engine.connect() as conn:
+    with connect(site.engine) as conn:
         yield from iter_conversation_ids(conn, site.prefix, where, by)
 
 
@@ -179,7 +180,7 @@ def activity(site: Site, days: int = 30) -> Activity:
     """Return the messages written, conversations begun and tokens billed on each of the last
     ``days`` UTC days, today (on the site's clock) last, with the conversations stored now and
     their tokens. Raises ``ValueError`` for days outside 1..366."""
-    with site.engine.connect() as conn:
+    with connect(site.engine) as conn:
         return sql_activity.activity(conn, site.prefix, utc_datetime(site.clock), days,
                                      site.conversations.shape, billed_tokens)
 
@@ -189,9 +190,12 @@ def table_stats(site: Site) -> list[sizes.TableStats]:
     return sizes.table_stats(site.engine, site.prefix)
 
 
-def message_roles(site: Site) -> dict[str, int]:
-    """Return how many stored messages each role has, when the messages table exists."""
-    if sizes.table_names(site.prefix)[1] not in sizes.present_tables(site.engine, site.prefix):
+def message_roles(site: Site, stats: Sequence[sizes.TableStats] | None = None) -> dict[str, int]:
+    """Return how many stored messages each role has, when the messages table exists (as
+    ``stats``, the :func:`table_stats` just taken, says, else as the database says)."""
+    name = sizes.table_names(site.prefix)[1]
+    present = [table.name for table in stats if table.exists] if stats is not None else None
+    if name not in (present if present is not None else sizes.present_tables(site.engine, site.prefix)):
         return {}
     return site.conversations.role_counts()
 

@@ -20,6 +20,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from clawmem.errors import PhpFormatError
+
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 SERIALIZE_PRECISION = 17  # what php_gcvt uses for serialize_precision = -1 (shortest round trip)
 PRECISION = 14  # PHP's "precision" ini default: (string) of a float
@@ -28,10 +30,6 @@ _NUMERIC = re.compile(
     rb"[ \t\n\r\v\f]*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t\n\r\v\f]*"
 )
 _WORD = re.compile(rb"[A-Za-z'\-]+")
-
-
-class PhpFormatError(ValueError):
-    """Text that is not a ``serialize()`` string of a value clawmem can hold."""
 
 
 # -- floats ------------------------------------------------------------------------------------

@@ -33,12 +33,13 @@ from clawmem.conversations import (
     wordpress_user_id,
 )
 from clawmem.encryption import check_keys
-from clawmem.guards import Guard, PiiGuard
+from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
 from clawmem.providers.base import Provider, ToolCall
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.sources import Readable
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
@@ -170,7 +171,7 @@ class Claw:
 
     def __init__(
         self,
-        memory: Any,
+        memory: Readable,
         conversations: ConversationLog,
         provider: Provider,
         augmenter: MessageAugmenter | None = None,
@@ -190,9 +191,8 @@ class Claw:
         self.clock = clock
         self.subject_template = validate_template(subject_template)
         # phpClaw's tables hold only the roles phpClaw reads (see ConversationLog.roles).
-        stored = getattr(conversations, "roles", ("summary", "recall"))
-        self.checkpoints = checkpoints and "summary" in stored
-        self.record_recall = record_recall and "recall" in stored
+        self.checkpoints = checkpoints and "summary" in conversations.roles
+        self.record_recall = record_recall and "recall" in conversations.roles
 
     @classmethod
     def from_settings(
@@ -263,9 +263,8 @@ class Claw:
             for guard in self.guards:
                 augment = guard.apply(augment)
                 # A redacting guard redacts what earlier turns stored as said, too.
-                redact_history = getattr(guard, "redact_history", None)
-                if redact_history is not None:
-                    earlier = redact_history(earlier)
+                if isinstance(guard, RedactingGuard):
+                    earlier = guard.redact_history(earlier)
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
             answer = self.provider.complete(list(compaction.history))
             # The turn's own call is billed on its assistant row; a compaction's call stays with

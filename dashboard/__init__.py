@@ -110,7 +110,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 
-    from dashboard import auth, commands, extensions, security, sites, views
+    from dashboard import auth, commands, extensions, security, sites, state, views
 
     # Any other method gets 405 instead of an automatic OPTIONS answer: GET, HEAD and the two
     # sign-in POSTs are all this app accepts. The static route is added here, after that
@@ -120,6 +120,7 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     app.add_url_rule(
         f"{app.static_url_path}/<path:filename>", endpoint="static", view_func=app.send_static_file
     )
+    state.init_app(app)
     security.init_app(app)
     extensions.init_app(app)
     auth.init_app(app)

@@ -25,6 +25,7 @@ from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.paging import Page
 from clawmem.settings import Settings
 from clawmem.site import Site
+from clawmem.sql.engine import held_connections
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +34,26 @@ ROOT = Path(__file__).resolve().parent.parent
 def _open_site(app: Flask, settings: Settings) -> Site:
     # The clock is read at every call, so a test that replaces the clock moves every store with it.
     return Site(settings, lambda: app.extensions.get("clawmem.clock", time.time)())
+
+
+def _hold_connections() -> None:
+    held = held_connections()
+    held.__enter__()
+    g.clawmem_held_connections = held
+
+
+def _release_connections(_error: BaseException | None) -> None:
+    held = g.pop("clawmem_held_connections", None)
+    if held is not None:
+        held.__exit__(None, None, None)
+
+
+def init_app(app: Flask) -> None:
+    """Give each request one database connection per engine for all its reads, checked out at
+    the first read and returned when the request ends (see :func:`clawmem.sql.engine.held_connections`)."""
+    # First of the before-request functions, so the sign-in gate and site choice read on it too.
+    app.before_request_funcs.setdefault(None, []).insert(0, _hold_connections)
+    app.teardown_request(_release_connections)
 
 
 def site_of(app: Flask) -> Site:

@@ -142,6 +142,7 @@ def test_a_key_source_seals_a_subjects_values_and_erasing_its_key_makes_them_unr
         ("k1:not*base64", "not base64"),
         ("k1:" + base64.b64encode(b"short").decode(), "32 bytes"),
     ],
+    ids=["no-colon", "bad-id", "twice", "not-base64", "short"],  # one key is random: not an id
 )
 def test_a_bad_key_list_is_refused_in_one_line_without_the_key(keys: str, said: str) -> None:
     with pytest.raises(ConfigError, match=said) as raised:

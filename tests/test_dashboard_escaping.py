@@ -7,13 +7,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from flask import Flask
+from flask import Flask, g, url_for
 from flask.testing import FlaskClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clawmem.conversations import Message
 from clawmem.ids import new_id
 from clawmem.subjects import subject_namespace
-from dashboard import state
+from dashboard import create_app, state
+from dashboard.views.rendering import url_maker
 from tests.dashboard_helpers import page_text
 
 pytest_plugins = ["tests.dashboard_fixtures"]
@@ -109,3 +112,24 @@ def test_templates_have_no_inline_handlers_or_styles() -> None:
         assert not re.search(r"\son[a-z]+\s*=", text), path
         assert " style=" not in text and "<style" not in text, path
         assert "hx-on" not in text, path
+
+
+@pytest.fixture(scope="module")
+def routes_only(tmp_path_factory: pytest.TempPathFactory) -> Flask:
+    """An app whose routes alone are used: nothing reaches a database."""
+    return create_app({"TESTING": True, "DATABASE_URL": "sqlite://"},
+                      instance_path=str(tmp_path_factory.mktemp("instance")))
+
+
+@given(user_id=st.text(min_size=1, max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_links_built_once_per_list_equal_url_for(routes_only: Flask, user_id: str) -> None:
+    """A list builds its rows' links from one URL; each equals url_for's, whatever the text,
+    with the site the request chose kept."""
+    with routes_only.test_request_context("/conversations/"):
+        g.clawmem_site = "second site"
+        to_subject = url_maker("subjects.detail", "user_id")
+        assert to_subject(user_id) == url_for("subjects.detail", user_id=user_id)
+        to_conversation = url_maker("conversations.detail", "conversation_id")
+        assert to_conversation(user_id) == url_for("conversations.detail", conversation_id=user_id)
+        assert "site=second" in to_subject(user_id)

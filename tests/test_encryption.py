@@ -266,6 +266,7 @@ def _flip_newest_message(engine: sa.engine.Engine) -> str:
         (KEY_TWO, "no configured key has this id"),
         ("", "encryption is off"),
     ],
+    ids=["wrong-key", "other-key-id", "no-keys"],  # the keys are random: ids must not be them
 )
 def test_a_wrong_or_missing_key_is_a_clear_error_at_start_up(
     sqlite_site: Site, clock: FakeClock, keys: str, said: str

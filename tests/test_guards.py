@@ -15,11 +15,11 @@ from clawmem.clock import FakeClock
 from clawmem.compaction import HistoryCompactor, ProviderSummarizer
 from clawmem.conversations import ConversationLog
 from clawmem.errors import ConfigError, GuardBlocked
-from clawmem.guards import GuardFinding, PiiGuard, luhn_valid
+from clawmem.guards import GuardFinding, PiiGuard, RedactingGuard, luhn_valid
 from clawmem.memory.array import ArrayMemory
 from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider, OpenAICompatibleProvider
-from clawmem.recall import MessageAugmenter
+from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.settings import Settings
 from clawmem.skills import Skill, SkillRegistry
 from clawmem.sql.engine import create_engine, engine_for
@@ -288,3 +288,33 @@ def test_a_bad_pii_guard_setting_is_a_config_error_naming_the_variable(raw: str,
     assert repr(raw) in str(error.value)
     with pytest.raises(ValueError, match="PII guard mode must be one of"):
         PiiGuard(raw)
+
+
+class _Shouting:
+    """An application's own guard that only checks the turn's text."""
+
+    def apply(self, augmented: AugmentResult) -> AugmentResult:
+        return augmented
+
+
+class _HidingCodes(_Shouting):
+    """An application's own redacting guard: earlier turns' order codes are hidden too."""
+
+    def redact_history(self, history: Any) -> list[dict[str, Any]]:
+        return [{**message, "content": str(message.get("content", "")).replace("A-17", "[code]")}
+                for message in history]
+
+
+def test_a_guard_that_redacts_history_is_told_so_by_its_protocol(
+    conversations: ConversationLog, clock: FakeClock
+) -> None:
+    assert isinstance(PiiGuard(), RedactingGuard) and isinstance(_HidingCodes(), RedactingGuard)
+    assert not isinstance(_Shouting(), RedactingGuard)
+    provider = EchoProvider()
+    guards = [_Shouting(), _HidingCodes()]
+    claw = Claw(ArrayMemory(clock=clock), conversations, provider, guards=guards, clock=clock)
+    first = claw.send("Where is order A-17?")
+    claw.send("Any news?", first.conversation_id)
+    earlier = provider.requests[-1][:-1]
+    assert earlier and all("A-17" not in str(message.get("content")) for message in earlier)
+    assert "[code]" in str(earlier)

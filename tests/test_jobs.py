@@ -251,6 +251,12 @@ def test_erasure_cancels_the_subjects_queued_turns_and_says_why(settings: Settin
     assert queue.job(other).status == "queued" and payload_of(queue, other)["message"] == "mine"
 
 
+def test_a_queue_without_a_claw_factory_says_how_to_give_it_one(settings: Settings) -> None:
+    queue = TurnQueue.from_settings(settings, clock=FakeClock(START))
+    with pytest.raises(ConfigError, match="claw_factory="):
+        queue.claw()
+
+
 def test_erasure_creates_no_queue_where_there_is_none(settings: Settings) -> None:
     assert not queue_exists(settings)
     assert cancel_subject_turns(settings, "cust-7") == {"cancelled": 0, "running": 0}

@@ -31,11 +31,12 @@ from typing import Any, TypeVar
 from clawmem import events
 from clawmem.conversations import ConversationLog, Message, StoredMessage
 from clawmem.errors import InvalidKey
-from clawmem.guards import Guard, PiiGuard
+from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.integrations import require
 from clawmem.pipeline import recall_record, title_from
 from clawmem.recall import AugmentResult, MessageAugmenter
+from clawmem.recall.sources import Readable
 from clawmem.rules import check_size, encode_value
 from clawmem.settings import Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
@@ -159,7 +160,7 @@ class ClawSession:
         conversations: ConversationLog,
         *,
         user_id: str = "",
-        memory: Any = None,
+        memory: Readable | None = None,
         augmenter: MessageAugmenter | None = None,
         guards: Iterable[Guard] | None = None,
         subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
@@ -274,9 +275,8 @@ class ClawSession:
         else:
             index = len(items)
         for guard in self.guards:
-            redact_history = getattr(guard, "redact_history", None)
-            if redact_history is not None:
-                items[:index] = [_redacted(item, redact_history) for item in items[:index]]
+            if isinstance(guard, RedactingGuard):
+                items[:index] = [_redacted(item, guard.redact_history) for item in items[:index]]
         return type(model_data)(input=items, instructions=model_data.instructions)
 
     # -- the synchronous core, run in a worker thread -------------------------------------------

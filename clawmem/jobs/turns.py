@@ -25,7 +25,7 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.conversations import validate_conversation_id, wordpress_user_id
-from clawmem.errors import InvalidKey, JobRefused, ProviderError, StorageError
+from clawmem.errors import ConfigError, InvalidKey, JobRefused, ProviderError, StorageError
 from clawmem.ids import new_id
 from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
 from clawmem.jobs.records import JobBook, JobRecord, one_line
@@ -159,11 +159,15 @@ class TurnQueue:
     # -- running a turn (inside a worker) -----------------------------------------------------
 
     def claw(self) -> Any:
-        """Return this thread's Claw, built on first use by the ``claw_factory``."""
+        """Return this thread's Claw, built on first use by the ``claw_factory``. Raises
+        :class:`clawmem.ConfigError` when the queue has none."""
         claw = getattr(self._claws, "claw", None)
         if claw is None:
             if self.claw_factory is None:
-                raise RuntimeError("this TurnQueue has no claw_factory, so it cannot run turns")
+                raise ConfigError(
+                    "this TurnQueue has no claw_factory, so it cannot run turns: build it with "
+                    "claw_factory=, as the clawmem worker does"
+                )
             claw = self._claws.claw = self.claw_factory()
         return claw
 

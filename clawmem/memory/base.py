@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -129,7 +129,8 @@ class BaseMemory(SearchableMemory):
 
     Subclasses set ``name`` and ``backend_errors`` and implement the ``_get``, ``_set``,
     ``_forget``, ``_flush``, ``_all``, ``_sweep`` and ``_records`` primitives, which receive
-    validated input; ``_fetch`` and ``_namespaces`` have defaults to override.
+    validated input; ``_fetch``, ``_fetch_across`` and ``_namespaces`` have defaults to
+    override (a driver that publishes a change feed adds ``_changes``: :class:`FeedingMemory`).
     ``_get`` returns a ``(found, value)`` pair so that a stored ``None`` is not a miss.
     """
 
@@ -405,6 +406,26 @@ class BaseMemory(SearchableMemory):
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return [row for row in self._records(namespace) if row.key in keys]
+
+    def fetch_across(self, wanted: Mapping[str, Iterable[str]]) -> dict[tuple[str, str], MemoryRow]:
+        """Return the stored rows (expired ones included) of the keys ``wanted`` names in each
+        namespace that exist, by ``(namespace, key)``, in one read where the backend can.
+        Raises ``InvalidNamespace`` for a namespace the rules refuse, before reading any."""
+        asked = {namespace: set(keys) for namespace, keys in wanted.items()}
+        for namespace in asked:
+            validate_namespace(namespace)
+        asked = {namespace: keys for namespace, keys in asked.items() if keys}
+        if not asked:
+            return {}
+        rows = self._call("fetch", self._fetch_across, asked)
+        found = {(row.namespace, row.key): row for row in rows}
+        for namespace in asked:
+            count = sum(1 for row in rows if row.namespace == namespace)
+            events.emit("memory.read", driver=self.name, namespace=namespace, key=None, count=count)
+        return found
+
+    def _fetch_across(self, wanted: dict[str, set[str]]) -> list[MemoryRow]:
+        return [row for namespace, keys in wanted.items() for row in self._fetch(namespace, keys)]
 
     def find(self, text: str) -> Iterator[MemoryRow]:
         """Yield every entry, in any namespace and expired ones included, whose key or JSON value

@@ -28,7 +28,7 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namesp
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, kv, vectors
 from clawmem.sql import subjects as matching
-from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
+from clawmem.sql.engine import connect, describe_error, retry_deadlocks, write_transaction
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
@@ -102,7 +102,7 @@ class SqlMemory(FeedingMemory):
         return self.codec.encode(key, value, self.max_value_bytes)
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             encoded = kv.get_entry(conn, self.prefix, namespace, key, now, self.shape)
         return (False, None) if encoded is None else (True, self.values.read(namespace, key, encoded))
 
@@ -147,7 +147,7 @@ class SqlMemory(FeedingMemory):
         return count
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             found = kv.live_entries(conn, self.prefix, namespace, now, self.shape)
             if not self.encrypted:
                 return {key: self.codec.read(namespace, key, value) for key, value in found}
@@ -160,18 +160,18 @@ class SqlMemory(FeedingMemory):
         validate_namespace(namespace)
 
         def read() -> list[tuple[str, Any]]:
-            with self.engine.connect() as conn:
+            with connect(self.engine) as conn:
                 rows = kv.live_entries_in_order(conn, self.prefix, namespace, self._now(), self.shape)
             return list(self.values.readable(namespace, rows))
 
         return self._call("all", read)
 
     def _namespaces(self) -> list[str]:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return kv.namespaces(conn, self.prefix, self.shape)
 
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             counts = kv.expired_counts(conn, self.prefix, now, self.shape)
         if dry_run:
             return counts
@@ -191,7 +191,7 @@ class SqlMemory(FeedingMemory):
 
     def _read(self, operation: str, function: Any, *args: Any, **options: Any) -> Any:
         def run() -> Any:
-            with self.engine.connect() as conn:
+            with connect(self.engine) as conn:
                 return function(conn, self.prefix, *args, **options, shape=self.shape)
 
         return self._call(operation, run)
@@ -328,7 +328,10 @@ class SqlMemory(FeedingMemory):
         else:
             cursor = None
         local = self._deleted.position(namespace)
-        with self.engine.connect() as conn:
+        # SQLite's version was read on a connection of its own, so the rows are read in a
+        # transaction begun after it, never in an older one a caller holds (a dashboard
+        # request's); elsewhere the marker is read in the same transaction as the rows.
+        with self.engine.connect() if version is not None else connect(self.engine) as conn:
             # Read before the rows, so a commit after it is seen by the next call.
             marker = version if version is not None else kv.commit_marker(conn)
             if cursor is not None and marker is not None and marker == cursor.marker:
@@ -355,6 +358,10 @@ class SqlMemory(FeedingMemory):
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
         return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys), values=self.values)
+
+    def _fetch_across(self, wanted: dict[str, set[str]]) -> list[MemoryRow]:
+        sorted_keys = {namespace: sorted(keys) for namespace, keys in wanted.items()}
+        return self._read("fetch", kv.rows_across, sorted_keys, values=self.values)
 
 
 def _json(value: Any) -> str:

@@ -13,11 +13,12 @@ from typing import Protocol
 
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
+from clawmem.errors import StaleIndex
 from clawmem.prompt import SkillDecision, Span
 from clawmem.recall.candidates import Ranker, Ranking
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, MEMORY_HEADER, plan, render_memory_text
 from clawmem.recall.phpclaw import ranker_for
-from clawmem.recall.rankings import ATTEMPTS, ScanRanking, StaleIndex, scan_ranking, word_overlap
+from clawmem.recall.rankings import ATTEMPTS, ScanRanking, scan_ranking, word_overlap
 from clawmem.recall.report import AugmentResult, Decisions, EntryDecision
 from clawmem.recall.sources import Readable, driver_name, serving_driver
 from clawmem.recall.words import DEFAULT_TOP_K

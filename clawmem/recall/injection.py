@@ -61,7 +61,7 @@ def plan(
     """Return the injected ``(key, line)`` pairs and the decisions of the first ``top_k``
     candidates of ``ranking``, in rank order. Only the injected entries' values are read.
 
-    Raises :class:`clawmem.recall.rankings.StaleIndex` when the ranking found a candidate changed
+    Raises :class:`clawmem.errors.StaleIndex` when the ranking found a candidate changed
     in the backend (it has corrected its index; rank again).
     """
     first = ranking.first(top_k)

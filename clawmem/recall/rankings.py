@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from clawmem.errors import StaleIndex
 from clawmem.recall.candidates import Candidate, Ranker, Ranking
 from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import Candidates, WordIndex
@@ -30,10 +31,6 @@ from clawmem.recall.words import DEFAULT_TOP_K, entry_words, keywords, text_of
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # index rankings rebuilt after finding a stale candidate, before scanning instead
-
-
-class StaleIndex(Exception):
-    """An indexed candidate no longer matched the backend; the index has been corrected."""
 
 
 def _merge(lists: Sequence[list[Candidate]], count: int) -> list[Candidate]:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from clawmem.settings import CLAWMEM_SCHEMA
+from clawmem.sql.conversations import edge
 from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
@@ -28,13 +29,17 @@ MAX_DAYS = 366
 @dataclass(frozen=True)
 class Activity:
     """Messages written and conversations begun on each UTC day, oldest day first, how many
-    conversations are stored now, and the tokens they were billed (``None``: no turn reported
-    any, or phpClaw's tables, which hold none) in all and on each day (``tokens``, when asked)."""
+    conversations are stored now, the earliest ``created_at`` and latest ``updated_at`` of any
+    conversation (``None``: none, or none readable), and the tokens the conversations were billed
+    (``None``: no turn reported any, or phpClaw's tables, which hold none) in all and on each day
+    (``tokens``, when asked)."""
 
     days: list[date]
     messages: list[int]
     conversations: list[int]
     conversations_now: int
+    oldest: datetime | None = None
+    newest: datetime | None = None
     total_tokens: int | None = None
     tokens: list[int | None] | None = None
 
@@ -88,7 +93,6 @@ def memory_rows_per_day(
     """Return how many memory rows were first written in each interval of ``edges``."""
     return counts_between(conn, tables(prefix, shape).memory.c.created_at, edges)
 
-
 def tokens_per_day(
     conn: Connection,
     prefix: str,
@@ -129,6 +133,24 @@ def _usage(metadata: Any) -> Mapping[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
+
+@functools.cache
+def _activity_select(prefix: str, intervals: int, ours: bool) -> sa.Select[Any]:
+    # One statement for the whole chart and the conversations' edges: the Overview pays one
+    # round trip for them, not five.
+    schema = tables(prefix)
+    conversations = schema.conversations
+    per_day = (*_interval_counts(schema.messages.c.created_at, intervals).selected_columns,
+               *_interval_counts(conversations.c.created_at, intervals).selected_columns)
+    whole = (sa.func.count(), sa.func.min(conversations.c.created_at),
+             sa.func.max(conversations.c.updated_at),
+             sa.func.sum(conversations.c.total_tokens) if ours else sa.null())
+    return sa.select(*per_day, *(
+        sa.select(value).select_from(conversations).scalar_subquery().label(name)
+        for name, value in zip(("stored", "oldest", "newest", "total_tokens"), whole, strict=True)
+    ))
+
+
 def activity(
     conn: Connection,
     prefix: str,
@@ -138,19 +160,31 @@ def activity(
     billed: Callable[[Mapping[str, Any] | None], int | None] | None = None,
 ) -> Activity:
     """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``,
-    with the conversations stored now and their tokens (counted in the same statement), and,
-    given ``billed``, the tokens of each day (see :func:`tokens_per_day`; none on phpClaw's
-    tables, whose messages keep no usage)."""
-    edges = day_edges(now, days)
+    with the conversations stored now, their earliest and latest times and their tokens, in one
+    statement, and, given ``billed``, the tokens of each day in a second (see
+    :func:`tokens_per_day`; none on phpClaw's tables, whose messages keep no usage)."""
     ours = shape == CLAWMEM_SCHEMA
-    table = tables(prefix).conversations
-    tokens = sa.func.sum(table.c.total_tokens) if ours else sa.null()
-    stored, total_tokens = conn.execute(sa.select(sa.func.count(), tokens).select_from(table)).one()
+    edges = day_edges(now, days)
+    bounds: dict[str, datetime] = {}
+    for number, (low, high) in enumerate(pairwise(edges)):
+        bounds[f"low{number}"], bounds[f"high{number}"] = low, high
+    found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
+    messages, conversations = found[:days], found[days:2 * days]
+    total, oldest, newest, total_tokens = found[2 * days:]
     return Activity(
         [edge.date() for edge in edges[:-1]],
-        messages_per_day(conn, prefix, edges),
-        conversations_per_day(conn, prefix, edges),
-        int(stored or 0),
+        [int(count or 0) for count in messages],
+        [int(count or 0) for count in conversations],
+        int(total or 0),
+        _readable_edge(conn, prefix, sa.func.min, "created_at", oldest),
+        _readable_edge(conn, prefix, sa.func.max, "updated_at", newest),
         None if total_tokens is None else int(total_tokens),
         tokens_per_day(conn, prefix, edges, billed) if ours and billed is not None else None,
     )
+
+
+def _readable_edge(conn: Connection, prefix: str, function: Any, by: str, found: Any) -> datetime | None:
+    # Another program's unreadable time sorts first or last: only then is it asked for again.
+    if found is None or isinstance(found, datetime):
+        return found
+    return edge(conn, prefix, function, by)

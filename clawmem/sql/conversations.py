@@ -586,8 +586,9 @@ def summaries(
         raise ValueError("phpClaw's tables hold no tokens to sort by")
     start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
     direction = own_direction if descending is None else descending
-    if sort == "messages":
-        # The order is the count itself: every matching conversation is counted.
+    if sort == "messages" or filters.get("conversation_id") is not None:
+        # The order is the count itself: every matching conversation is counted (one
+        # conversation asked for by id is counted in the same statement).
         counts = role_counts_of(prefix)
         select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
         rows = sorted_rows(conn, select, [counts[0].element, table.c.id], limit, start, descending=direction)

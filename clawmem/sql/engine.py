@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import weakref
@@ -27,6 +28,14 @@ _DRIVERS = {
     "postgresql": ("psycopg", "postgres"),
 }
 _SUPPORTED = "use sqlite:///…, mysql+pymysql://… or postgresql+psycopg://…"
+# Seconds a pooled connection is kept before it is replaced at checkout: below MySQL's and
+# MariaDB's default wait_timeout (8 hours) and any proxy's idle limit likely in front of them,
+# so an idle pool does not hand out connections the server has closed.
+POOL_RECYCLE = 1800
+# The connections held by held_connections(), by engine, in this thread or task.
+_HELD: contextvars.ContextVar[dict[Engine, Connection] | None] = contextvars.ContextVar(
+    "clawmem_held_connections", default=None
+)
 
 
 # str(raw, "utf-8", "replace") without a Python-level call per value.
@@ -87,7 +96,11 @@ def create_engine(url: str, **options: Any) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    options.setdefault("pool_pre_ping", True)
+    # No pre-ping: it costs a round trip on every checkout. A connection the server closed fails
+    # the one statement that finds it, SQLAlchemy then discards every pooled connection older
+    # than that failure, and the next checkout connects afresh (tests/test_dashboard_connections.py).
+    if parsed.get_backend_name() != "sqlite":
+        options.setdefault("pool_recycle", POOL_RECYCLE)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _private_file(parsed.database)
     try:
@@ -167,12 +180,60 @@ def engine_for(url: str) -> Engine:
 
 
 @contextlib.contextmanager
+def held_connections() -> Iterator[None]:
+    """Within this block, every :func:`connect` on an engine reads on one connection of that
+    engine, checked out at its first use and returned at the end (its transaction rolled back).
+
+    The dashboard holds one per request: a page's reads then cost one checkout and one
+    transaction, not one of each per read, and see one snapshot of the database.
+    """
+    token = _HELD.set({})
+    try:
+        yield
+    finally:
+        held = _HELD.get() or {}
+        _HELD.reset(token)
+        for connection in held.values():
+            connection.close()
+
+
+@contextlib.contextmanager
+def connect(engine: Engine) -> Iterator[Connection]:
+    """Yield a connection to read on: the one :func:`held_connections` holds for ``engine``, else
+    a new one from the pool, returned when the block ends."""
+    held = _HELD.get()
+    if held is None:
+        with engine.connect() as connection:
+            yield connection
+        return
+    connection = held.get(engine)
+    if connection is None or connection.closed:
+        connection = held[engine] = engine.connect()
+    try:
+        yield connection
+    except BaseException:
+        # A failed statement aborts the transaction on PostgreSQL: end it, so a read that
+        # catches the error (a missing table, say) does not fail every read after it.
+        connection.rollback()
+        raise
+
+
+def _end_held_read(engine: Engine) -> None:
+    # After a write, the held connection's reads start a new transaction that sees it.
+    held = _HELD.get()
+    connection = held.get(engine) if held is not None else None
+    if connection is not None and not connection.closed and connection.in_transaction():
+        connection.rollback()
+
+
+@contextlib.contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
     """Yield a connection inside one transaction that will write (committed on success)."""
     with engine.connect() as connection:
         connection = connection.execution_options(**{_WRITE: True})
         with connection.begin():
             yield connection
+    _end_held_read(engine)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ and rows come back with ``expires_at`` in Unix seconds and values decoded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -470,4 +470,21 @@ def rows_of_keys(
     """Return the rows of ``keys`` in the namespace that exist, expired ones included."""
     table = tables(prefix, shape).memory
     select = sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
+    return [memory_row(row, shape, values) for row in conn.execute(select)]
+
+
+def rows_across(
+    conn: Connection,
+    prefix: str,
+    wanted: Mapping[str, Sequence[str]],
+    shape: str = CLAWMEM_SCHEMA,
+    values: StoredValues | None = None,
+) -> list[MemoryRow]:
+    """Return the rows of each namespace's keys in ``wanted`` that exist, expired ones
+    included, in one statement."""
+    table = tables(prefix, shape).memory
+    select = sa.select(table).where(sa.or_(*(
+        sa.and_(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
+        for namespace, keys in wanted.items()
+    )))
     return [memory_row(row, shape, values) for row in conn.execute(select)]

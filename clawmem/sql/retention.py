@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from clawmem.sql.conversations import check_order_column, delete_conversations
-from clawmem.sql.engine import write_transaction
+from clawmem.sql.engine import connect, write_transaction
 from clawmem.sql.schema import tables
 
 _WINDOW = re.compile(r"([0-9]+)([dh])")
@@ -121,7 +121,7 @@ class Batch:
 
 def _namespaces(engine: Engine, prefix: str, where: sa.ColumnElement[bool]) -> list[str]:
     conversations = tables(prefix).conversations
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         return sorted(conn.execute(sa.select(conversations.c.namespace).where(where).distinct()).scalars())
 
 

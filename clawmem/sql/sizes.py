@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from clawmem.sql.engine import connect
 from clawmem.sql.schema import drop_tables, tables
 from clawmem.sql.vectors import drop_vector_table, has_vector_table, vector_table
 
@@ -104,7 +105,7 @@ def table_stats(engine: Engine, prefix: str) -> list[TableStats]:
     if found:
         measure = _SIZE_QUERIES.get(engine.dialect.name)
         if measure is not None:
-            with engine.connect() as conn:
+            with connect(engine) as conn:
                 sizes = measure(conn, list(found))
     return [
         TableStats(name, name in found, found[name].rows if name in found else None, sizes.get(name))
@@ -116,7 +117,7 @@ def sqlite_file_bytes(engine: Engine) -> int | None:
     """Return page_count * page_size of a SQLite database (the whole file), else ``None``."""
     if engine.dialect.name != "sqlite":
         return None
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
         size = conn.exec_driver_sql("PRAGMA page_size").scalar()
     return int(pages or 0) * int(size or 0)
@@ -124,23 +125,27 @@ def sqlite_file_bytes(engine: Engine) -> int | None:
 
 def present_tables(engine: Engine, prefix: str) -> list[str]:
     """Return the names of the prefix's three tables that exist, in :func:`table_names` order."""
-    existing = set(sa.inspect(engine).get_table_names())
+    with connect(engine) as conn:
+        existing = set(sa.inspect(conn).get_table_names())
     return [name for name in table_names(prefix) if name in existing]
 
 
 def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
     """Return the prefix's tables that exist (the three, then the vectors derived from the
     memory table), with exact row counts (sizes left out)."""
-    present = set(present_tables(engine, prefix))
-    if has_vector_table(engine, prefix):
-        present.add(vector_table(prefix).name)
-    found = []
-    with engine.connect() as conn:
-        for table in [*_three(prefix), vector_table(prefix)]:
-            if table.name in present:
-                rows = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
-                found.append(TableStats(table.name, True, int(rows or 0), None))
-    return found
+    with connect(engine) as conn:
+        existing = set(sa.inspect(conn).get_table_names())
+    counted = [table for table in (*_three(prefix), vector_table(prefix)) if table.name in existing]
+    if not counted:
+        return []
+    # One statement for every count: one round trip, not four.
+    select = sa.select(*(
+        sa.select(sa.func.count()).select_from(table).scalar_subquery() for table in counted
+    ))
+    with connect(engine) as conn:
+        rows = conn.execute(select).one()
+    return [TableStats(table.name, True, int(count or 0), None)
+            for table, count in zip(counted, rows, strict=True)]
 
 
 def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:

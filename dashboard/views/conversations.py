@@ -29,6 +29,7 @@ from dashboard.views.rendering import (
     sort_arg,
     sort_links,
     text_arg,
+    url_maker,
     wants_fragment,
 )
 from dashboard.views.turns import recall_rows, turn_preview
@@ -75,16 +76,19 @@ def _filters() -> dict[str, str]:
     return {name: value for name, value in given.items() if value}
 
 
-def _summary_row(conversation: ConversationSummary) -> dict[str, Any]:
+def _summary_row(
+    conversation: ConversationSummary, links: tuple[Callable[[str], str], Callable[[str], str]] | None = None
+) -> dict[str, Any]:
+    """Return the row a list shows of ``conversation``; ``links`` (of :func:`_row_links`) build
+    its links when there are many rows."""
+    to_conversation, to_subject = links or _row_links()
     return {
         "id": conversation.id,
-        "url": url_for("conversations.detail", conversation_id=conversation.id),
+        "url": to_conversation(conversation.id),
         "title": conversation.title or "(untitled)",
         "user_id": conversation.user_id or "anonymous",
         # The subject's page; the anonymous ones share no subject.
-        "subject_url": url_for("subjects.detail", user_id=conversation.user_id)
-        if conversation.user_id
-        else None,
+        "subject_url": to_subject(conversation.user_id) if conversation.user_id else None,
         "namespace": conversation.namespace,
         # Both columns are NOT NULL: no time means one the row's writer left unreadable.
         "created_at": conversation.created_at or UNREADABLE_TIME,
@@ -105,6 +109,8 @@ def _chosen(filters: dict[str, str], since: datetime | None, until: datetime | N
         "until": until,
         "query": filters.get("q"),
     }
+def _row_links() -> tuple[Callable[[str], str], Callable[[str], str]]:
+    return url_maker("conversations.detail", "conversation_id"), url_maker("subjects.detail", "user_id")
 
 
 def _list_page(
@@ -126,10 +132,11 @@ def _list_page(
         scanned = {"conversations": scan.conversations_read, "messages": scan.messages_read,
                    "complete": scan.complete, "limit": SCAN_LIMIT}
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
+    links = _row_links()
     # A search reads message text, which no index serves: its count stops at a bound.
     bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     return {
-        "rows": [{**_summary_row(c), "match": found.get(c.id)} for c in page.items],
+        "rows": [{**_summary_row(c, links), "match": found.get(c.id)} for c in page.items],
         "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
         "bound": bound,
         "scanned": scanned,

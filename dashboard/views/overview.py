@@ -15,7 +15,7 @@ from clawmem.compaction import configured_thresholds
 from clawmem.errors import redact
 from clawmem.jobs.status import retention_status
 from clawmem.records import NamespaceCount
-from clawmem.sql.activity import day_edges
+from clawmem.sql.activity import Activity, day_edges
 from clawmem.sql.schema import tables
 from clawmem.sql.sizes import TableStats
 from clawmem.subjects import subject_namespace, subject_of_namespace
@@ -46,6 +46,8 @@ def _encryption_line() -> dict[str, Any]:
     cipher = state.site().cipher
     return {"on": cipher.enabled, "primary": cipher.primary_id, "problem": state.key_problem(),
             "keys": len(cipher.keyring.key_ids) if cipher.keyring else 0, "strict": cipher.strict}
+
+
 NOT_REPORTED = "not reported"
 
 
@@ -62,8 +64,7 @@ def _tokens_daily(tokens: list[int | None] | None, days: list[str]) -> dict[str,
             "sum": sum(heights)}
 
 
-def _growth(memory_total: int, now: datetime) -> dict[str, Any]:
-    activity = operations.activity(state.site(), CHART_DAYS)
+def _growth(activity: Activity, memory_total: int, now: datetime) -> dict[str, Any]:
     days = [charts.day_label(day) for day in activity.days]
     memory_added = state.driver().rows_per_day(day_edges(now, CHART_DAYS))
     return {
@@ -175,7 +176,8 @@ def _totals() -> Totals:
     key = (site.settings.database_url, site.prefix)
     found = cache.get(key)
     if found is None or not 0 <= now - found.counted_at < TOTALS_MAX_AGE:
-        found = Totals(operations.table_stats(site), operations.message_roles(site), now)
+        stats = operations.table_stats(site)
+        found = Totals(stats, operations.message_roles(site, stats), now)
         if all(table.exists for table in found.tables):  # never keep "missing" past init-db
             cache[key] = found
     return found
@@ -185,7 +187,6 @@ def _totals() -> Totals:
 def index() -> str:
     """The three tables, the retention window, unswept keys, the privacy switch and the drivers."""
     settings = state.settings()
-    conversations = state.conversations()
     driver = state.driver()
     namespaces = driver.namespace_counts()
     memory_counts = {
@@ -206,7 +207,9 @@ def index() -> str:
     schema = tables(settings.table_prefix)
     rows = {t.name: t.rows or 0 for t in found}
     counts = {"conversations": rows[schema.conversations.name], "messages": rows[schema.messages.name]}
-    newest = conversations.newest(by="updated_at")
+    # The charts' counts and the conversations' first and last times, in one statement.
+    activity = operations.activity(state.site(), CHART_DAYS)
+    newest = activity.newest
     privacy = {
         "store_messages": settings.store_messages,
         "conversations": counts["conversations"],
@@ -225,7 +228,7 @@ def index() -> str:
         roles=totals.roles,
         counted={"at": format_time(utc_datetime(lambda: totals.counted_at)),
                  "max_age": format_duration(TOTALS_MAX_AGE)},
-        retention=_retention(conversations.oldest(), now, settings.retention_days),
+        retention=_retention(activity.oldest, now, settings.retention_days),
         scheduled_retention=retention_view(retention_status(state.site())),
         memory=memory_counts,
         memory_commands={"sweep": shell_command("flask", "claw", "sweep", "--dry-run")},
@@ -238,7 +241,7 @@ def index() -> str:
         },
         compaction=configured_thresholds(settings),
         recall={"top_k": settings.recall_top_k, "namespace": settings.recall_namespace},
-        growth=_growth(memory_counts["total"], now),
+        growth=_growth(activity, memory_counts["total"], now),
         ttl_chart=_ttl_chart(namespaces),
         injected=_injected_chart(settings.recall_namespace),
         encryption=_encryption_line(),

@@ -11,8 +11,9 @@ import shlex
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
-from flask import abort, has_request_context, render_template, request, url_for
+from flask import abort, g, has_request_context, render_template, request, url_for
 from markupsafe import Markup, escape
 
 from clawmem.errors import InvalidCursor
@@ -140,7 +141,13 @@ def shell_command(*words: object) -> str:
 def display_zone() -> Any:
     """Return the zone absolute times are printed in: ``CLAW_DISPLAY_TZ`` of the app (UTC outside
     a request)."""
-    return state.settings().display_zone if has_request_context() else UTC
+    if not has_request_context():
+        return UTC
+    # Asked for every time a page prints (hundreds on a list): looked up once per request.
+    zone = g.get("clawmem_display_zone")
+    if zone is None:
+        zone = g.clawmem_display_zone = state.settings().display_zone
+    return zone
 
 
 def zone_name(zone: Any = None) -> str:
@@ -149,16 +156,16 @@ def zone_name(zone: Any = None) -> str:
     return "UTC" if zone is UTC else str(zone)
 
 
-def format_time(moment: Any, missing: str = "") -> str:
-    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` in the display zone
-    (``CLAW_DISPLAY_TZ``; its abbreviation, such as ``CEST``, ends it), ``missing`` for ``None``,
-    and :data:`UNREADABLE_TIME` for anything else: a time another program stored that no
-    datetime holds."""
+def format_time(moment: Any, missing: str = "", zone: Any = None) -> str:
+    """Return a naive-UTC datetime as ``2024-05-01 12:03:04 UTC`` in ``zone`` (by default the
+    display zone, ``CLAW_DISPLAY_TZ``; its abbreviation, such as ``CEST``, ends it), ``missing``
+    for ``None``, and :data:`UNREADABLE_TIME` for anything else: a time another program stored
+    that no datetime holds."""
     if moment is None:
         return missing
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
-    zone = display_zone()
+    zone = zone if zone is not None else display_zone()
     try:
         local = moment.replace(tzinfo=UTC).astimezone(zone)
     except (OverflowError, ValueError):  # the first or last day of the calendar, moved off it
@@ -205,17 +212,32 @@ def when(moment: Any) -> Markup | str:
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
     now = state.clock()()
-    ahead = moment.replace(tzinfo=UTC).timestamp() - now
     zone = display_zone()
+    aware = moment.replace(tzinfo=UTC)
+    ahead = aware.timestamp() - now
     try:
-        then_day = moment.replace(tzinfo=UTC).astimezone(zone).date()
-        today = datetime.fromtimestamp(now, zone).date()
-        days_ahead: int | None = (then_day - today).days
+        local = aware.astimezone(zone)
+        days_ahead: int | None = (local.date() - datetime.fromtimestamp(now, zone).date()).days
+        absolute = f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or zone_name(zone)}"
     except (OverflowError, ValueError, OSError):
-        days_ahead = None
-    return Markup('<time datetime="{}Z">{}</time> <span class="absolute">({})</span>').format(
-        moment.isoformat(timespec="seconds"), relative_words(ahead, days_ahead), format_time(moment)
-    )
+        days_ahead, absolute = None, format_time(moment, zone=zone)
+    # Joined from escaped parts: Markup.format costs more than the rest of this on a list page.
+    stamp, words = escape(moment.isoformat(timespec="seconds")), escape(relative_words(ahead, days_ahead))
+    absolute = escape(absolute)
+    return Markup(f'<time datetime="{stamp}Z">{words}</time> <span class="absolute">({absolute})</span>')
+
+
+# What werkzeug's converters leave unquoted in a path value (BaseConverter.to_url).
+_PATH_SAFE = "!$&'()*+,/:;=@"
+_URL_VALUE = "clawmem-url-value"
+
+
+def url_maker(endpoint: str, name: str, **values: Any) -> Callable[[str], str]:
+    """Return what gives ``url_for(endpoint, **{name: value}, **values)`` for any ``value`` of
+    a path part, from one URL built here: a list builds one link per row, and url_for costs
+    more than the rest of the row."""
+    head, _, tail = url_for(endpoint, **{name: _URL_VALUE}, **values).partition(_URL_VALUE)
+    return lambda value: f"{head}{quote(str(value), safe=_PATH_SAFE)}{tail}"
 
 
 def marked(text: str | None, query: str | None) -> Markup:

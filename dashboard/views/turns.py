@@ -21,7 +21,7 @@ from clawmem.errors import InvalidKey
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.words import text_of
-from clawmem.rules import is_expired
+from clawmem.rules import is_expired, validate_namespace
 from clawmem.sql.conversations import StoredMessage
 from clawmem.subjects import subject_namespace
 from dashboard import state
@@ -61,22 +61,26 @@ def _now_state(entry: dict[str, Any], row: Any, recorded_at: datetime, now: int)
     return "unchanged"
 
 
+def _accepted(namespace: str) -> bool:
+    try:
+        validate_namespace(namespace)
+    except ValueError:
+        return False
+    return True
+
+
 def recall_rows(records: Sequence[StoredMessage]) -> dict[str, list[dict[str, Any]]]:
     """Return, per ``recall`` message id, its entries each with its state now and a link to the
-    entry as it is now (one read per namespace for the whole page)."""
+    entry as it is now (one read for the whole page)."""
     entries = {record.id: given(record) for record in records}
     wanted: dict[str, set[str]] = {}
     for listed in entries.values():
         for entry in listed:
             wanted.setdefault(str(entry.get("namespace") or ""), set()).add(entry["key"])
     driver, now = state.driver(), now_seconds(state.clock())
-    rows = {}
-    for namespace, keys in wanted.items():
-        try:
-            found = driver.fetch(namespace, sorted(keys))
-        except ValueError:  # a namespace the rules no longer accept: nothing can be read there
-            found = {}
-        rows.update({(namespace, key): row for key, row in found.items()})
+    # A namespace the rules no longer accept: nothing can be read there.
+    readable = {namespace: keys for namespace, keys in wanted.items() if _accepted(namespace)}
+    rows = driver.fetch_across(readable)
     shown: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         shown[record.id] = []
