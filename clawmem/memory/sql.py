@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -10,20 +9,20 @@ from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from clawmem.clock import Clock
 from clawmem.codecs import UndecodableValue, codec_for, readable_entries
 from clawmem.errors import StorageError
 from clawmem.memory.base import FeedingMemory, check_filter
-from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed
+from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed, written_log
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start
 from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, kv
 from clawmem.sql import subjects as matching
-from clawmem.sql.engine import describe_error, retry_deadlocks, write_transaction
+from clawmem.sql.engine import describe_error, reading_line, retry_deadlocks, write_transaction
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
@@ -54,8 +53,9 @@ class SqlMemory(FeedingMemory):
         self.shape = shape  # of the tables: clawmem, or phpclaw-wordpress (SPEC 4.8)
         self.codec = codec_for(shape)
         self._deleted = LocalDeletions()
-        self._watch_lock = threading.Lock()
-        self._watch: Any = None  # SQLite: a connection of its own, to read data_version
+        # The connection a turn's reads take (the feed and the read-back), and on a SQLite
+        # file this driver's writes (see clawmem.sql.engine.ReadingLine).
+        self._line = reading_line(engine)
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
@@ -75,25 +75,41 @@ class SqlMemory(FeedingMemory):
         return (False, None) if encoded is None else (True, self.codec.read(namespace, key, encoded))
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
-        # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
-        def upsert() -> None:
-            with write_transaction(self.engine) as conn:
-                kv.upsert_entry(
-                    conn, self.prefix, namespace, key, encoded, expires_at, self.clock, self.shape
-                )
+        def upsert(conn: Connection) -> None:
+            kv.upsert_entry(conn, self.prefix, namespace, key, encoded, expires_at, self.clock, self.shape)
 
-        retry_deadlocks(upsert)
+        # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
+        retry_deadlocks(lambda: self._write(upsert, namespace, key))
 
     def _forget(self, key: str, namespace: str, now: int) -> None:
-        with write_transaction(self.engine) as conn:
-            kv.delete_entry(conn, self.prefix, namespace, key, self.shape)
+        delete = partial(kv.delete_entry, prefix=self.prefix, namespace=namespace, key=key, shape=self.shape)
+        self._write(delete, namespace, key)
         self._deleted.add(namespace, key)
 
     def _flush(self, namespace: str) -> int:
-        with write_transaction(self.engine) as conn:
-            count = kv.delete_namespace(conn, self.prefix, namespace, self.shape)
+        count: int = self._write(
+            lambda conn: kv.delete_namespace(conn, self.prefix, namespace, self.shape), namespace, None
+        )
         self._deleted.add(namespace, None)
         return count
+
+    def _write(self, work: Any, namespace: str, key: str | None, restart: bool = False) -> Any:
+        """Run ``work(connection)`` in one write transaction. On a SQLite file it runs on the
+        reading line, and the feed's log of this process's writes learns of it as it commits:
+        ``key`` written or deleted, ``None`` for the whole namespace, or with ``restart`` a
+        change the log cannot list (a sweep)."""
+        if self._line is None or not self._line.sqlite:
+            with write_transaction(self.engine) as conn:
+                return work(conn)
+
+        def logged(_done: Any) -> None:
+            log = written_log(self._line)
+            if restart:
+                log.restart(namespace)
+            else:
+                log.add(namespace, key)
+
+        return self._line.write(work, logged)
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
@@ -123,8 +139,8 @@ class SqlMemory(FeedingMemory):
             return counts
         deleted = {}
         for namespace in counts:
-            with write_transaction(self.engine) as conn:
-                count = kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
+            sweep = partial(kv.delete_expired, prefix=self.prefix, namespace=namespace, now=now)
+            count = self._write(partial(sweep, shape=self.shape), namespace, None, restart=True)
             if count:
                 deleted[namespace] = count
         return deleted
@@ -206,55 +222,59 @@ class SqlMemory(FeedingMemory):
 
     # -- the recall index ---------------------------------------------------------------------
 
-    def _data_version(self) -> int | None:
-        if self.engine.dialect.name != "sqlite":
-            return None
-        if self._watch is None:
-            # Held for the driver's lifetime, so out of the pool: otherwise every driver on a
-            # shared engine keeps one of its connections, and the pool runs dry.
-            watch = self.engine.raw_connection()
-            watch.detach()
-            self._watch = watch
-        cursor = self._watch.cursor()
-        try:
-            cursor.execute("PRAGMA data_version")
-            return int(cursor.fetchone()[0])
-        finally:
-            cursor.close()
-
     def _changes(self, namespace: str, cursor: Any) -> Changes:
-        with self._watch_lock:
-            version = self._data_version()
-        if isinstance(cursor, SqlCursor) and not cursor.broken:
-            if version is not None and version == cursor.marker:
-                return Changes(cursor)
-        else:
+        if not isinstance(cursor, SqlCursor) or cursor.broken:
             cursor = None
-        local = self._deleted.position(namespace)
+        if self._line is None:  # an in-memory SQLite database: one process, no marker
+            with self.engine.connect() as conn:
+                return self._follow(namespace, cursor, conn)
+        return self._line.run(partial(self._follow, namespace, cursor))
+
+    def _reading(self, work: Any) -> Any:
+        """Run ``work(connection)`` on the reading line (on a pooled connection without one)."""
+        if self._line is not None:
+            return self._line.run(work)
         with self.engine.connect() as conn:
-            # Read before the rows, so a commit after it is seen by the next call.
-            marker = version if version is not None else kv.commit_marker(conn)
-            if cursor is not None and marker is not None and marker == cursor.marker:
-                return Changes(cursor)
-            decode = partial(self.codec.read, namespace)
-            feed = SqlFeed(conn, self.prefix, self.shape, namespace, decode)
-            if cursor is None:
-                cursor = SqlCursor(local=local)
+            return work(conn)
+
+    def _follow(self, namespace: str, cursor: SqlCursor | None, conn: Connection) -> Changes:
+        own = self._line is not None and self._line.sqlite  # SQLite: this process's writes are logged
+        # Read before the rows, so a commit after it is seen by the next call.
+        marker = self._line.data_version() if own else kv.commit_marker(conn)  # type: ignore[union-attr]
+        written = written_log(self._line).position(namespace) if own else (0, 0)
+        local = self._deleted.position(namespace)
+        feed = SqlFeed(conn, self.prefix, self.shape, namespace, partial(self.codec.read, namespace))
+        if cursor is None:
+            cursor = SqlCursor(local=local, written=written)
+            if own:
                 entries = feed.load(cursor)
-                cursor.marker = marker
-                return Changes(cursor, entries, reset=True)
-            try:
-                deletions = self._deleted.since(namespace, cursor.local)
-                feed.forget_local(cursor, deletions or [])
-                cursor.local = local
-                feed.catch_up(cursor)
-            except BaseException:
-                cursor.broken = True  # the copy may miss what was read: start again next time
-                raise
+            else:  # streamed, which PostgreSQL does only inside a transaction
+                with self.engine.connect() as pooled:
+                    entries = SqlFeed(pooled, self.prefix, self.shape, namespace, feed.decode).load(cursor)
+            cursor.marker = marker
+            return Changes(cursor, entries, reset=True)
+        try:
+            if marker is not None and marker == cursor.marker:
+                if not own:
+                    return Changes(cursor)  # nothing committed since
+                logged = written_log(self._line).since(namespace, cursor.written)
+                if logged is not None:  # only this process wrote since, and the log says what
+                    if not logged:
+                        return Changes(cursor)
+                    feed.apply_own(cursor, logged)
+                    cursor.written, cursor.local = written, local
+                    return feed.batch(cursor)
+            deletions = self._deleted.since(namespace, cursor.local)
+            feed.forget_local(cursor, deletions or [])
+            cursor.local, cursor.written = local, written
+            feed.catch_up(cursor, marker)
+        except BaseException:
+            cursor.broken = True  # the copy may miss what was read: start again next time
+            raise
         cursor.marker = marker
-        entries = [entry for entry in feed.changed.values() if entry is not None]
-        gone = [key for key, entry in feed.changed.items() if entry is None]
-        return Changes(cursor, entries, gone)
+        return feed.batch(cursor)
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
-        return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys))
+        return self._reading(
+            lambda conn: kv.rows_of_keys(conn, self.prefix, namespace, sorted(keys), self.shape)
+        )

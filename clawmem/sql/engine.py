@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -103,6 +105,128 @@ def create_engine(url: str, **options: Any) -> Engine:
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
         sa.event.listen(engine, "connect", _postgres_connect)
     return engine
+
+
+class ReadingLine:
+    """One connection of an engine's database kept for the short reads of a recall turn: no
+    checkout from the pool, so no pre-ping, and threads take turns on it.
+
+    To a server (PostgreSQL, MariaDB) it stays open in autocommit, so a read is one round trip
+    with no ``BEGIN`` or ``ROLLBACK``; a connection the server dropped is opened again and the
+    read run once more (reads only, so running one twice is harmless).
+
+    On a SQLite file the driver also writes through it (:meth:`write`): ``PRAGMA data_version``
+    on it then changes only when another connection commits, so a feed can tell its own
+    process's writes, which it logs, from everyone else's."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._lock = threading.Lock()
+        self._connection: Connection | None = None
+        self._raw: Any = None
+        self.sqlite = engine.dialect.name == "sqlite"
+        if self.sqlite:
+            base = weakref.ref(engine)  # the lines of engines are kept only while they are
+
+            def connect() -> Any:
+                # One of the engine's own connections (its pragmas set), held for the line's
+                # lifetime out of the pool it came from; opened on first use, as a pool's are.
+                found = base()
+                if found is None:
+                    raise sa.exc.InvalidRequestError("the engine of this reading line is gone")
+                raw = found.raw_connection()
+                raw.detach()
+                self._raw = raw
+                return raw.dbapi_connection
+
+            self.engine = sa.create_engine(engine.url, creator=connect, poolclass=sa.pool.StaticPool)
+            sa.event.listen(self.engine, "begin", _sqlite_begin)
+            return
+        self.engine = create_engine(
+            engine.url,  # type: ignore[arg-type]  # make_url takes a URL as it is
+            poolclass=sa.pool.StaticPool,
+            isolation_level="AUTOCOMMIT",
+            pool_pre_ping=False,
+            pool_reset_on_return=None,
+        )
+
+    def run(self, work: Callable[[Connection], _T]) -> _T:
+        """Return ``work(connection)`` run on the line (on SQLite, in one read transaction)."""
+        if self.sqlite:
+            with self._lock, self.engine.connect() as connection:
+                return work(connection)
+        for attempt in range(2):
+            with self._lock:
+                if self._connection is None:
+                    # Never closed between reads: closing ends its (empty) transaction with a
+                    # ROLLBACK that PyMySQL sends even in autocommit.
+                    self._connection = self.engine.connect()
+                try:
+                    return work(self._connection)
+                except BaseException as exc:
+                    self._drop()  # whatever it was in the middle of goes with it
+                    dropped = isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
+                    if attempt or not dropped:
+                        raise
+        raise AssertionError("unreachable")
+
+    def write(self, work: Callable[[Connection], _T], then: Callable[[_T], None]) -> _T:
+        """SQLite: return ``work(connection)`` run in one write transaction on the line, and
+        call ``then`` with its result once committed, before any other use of the line."""
+        with self._lock:
+            with self.engine.connect() as connection:
+                connection = connection.execution_options(**{_WRITE: True})
+                with connection.begin():
+                    done = work(connection)
+            then(done)
+            return done
+
+    def data_version(self) -> int:
+        """SQLite: return ``PRAGMA data_version`` of the line's connection, which changes when
+        another connection commits. Call it from ``run``'s work, before its first statement."""
+        cursor = self._raw.dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA data_version")
+            return int(cursor.fetchone()[0])
+        finally:
+            cursor.close()
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                connection.close()
+
+    def close(self) -> None:
+        """Close the line's connection to a server (the next read opens another)."""
+        if self.sqlite:
+            return  # held until the line goes: the feed's log is only true while it is
+        with self._lock:
+            self._drop()
+            self.engine.dispose()
+
+
+_LINES: weakref.WeakKeyDictionary[Engine, ReadingLine] = weakref.WeakKeyDictionary()
+_LINES_LOCK = threading.Lock()
+
+
+def reading_line(engine: Engine) -> ReadingLine | None:
+    """Return the process's :class:`ReadingLine` to ``engine``'s database (one per engine,
+    closed when the engine is disposed), or ``None`` for an in-memory SQLite database, which
+    every connection sees apart."""
+    if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
+        return None
+    with _LINES_LOCK:
+        line = _LINES.get(engine)
+        if line is None:
+            line = _LINES[engine] = ReadingLine(engine)
+            disposed = weakref.ref(line)
+
+            def close(_engine: Engine) -> None:
+                if (kept := disposed()) is not None:
+                    kept.close()
+
+            sa.event.listen(engine, "engine_disposed", close)
+        return line
 
 
 def _missing_driver_message(url: URL, module: str) -> str:

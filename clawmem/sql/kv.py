@@ -400,6 +400,43 @@ def commit_marker(conn: Connection) -> str | None:
     return str(conn.execute(sa.select(sa.func.pg_current_snapshot().cast(sa.Text))).scalar())
 
 
+def parse_snapshot(text: str) -> tuple[int, int, frozenset[int]]:
+    """Return ``(xmin, xmax, in progress)`` of a PostgreSQL snapshot as :func:`commit_marker`
+    gives it (``xmin:xmax:xip,xip``)."""
+    low, high, running = text.split(":")
+    return int(low), int(high), frozenset(int(xid) for xid in running.split(",") if xid)
+
+
+def written_after(earlier: str, later: str) -> int:
+    """Return a transaction id (64-bit) at or below that of every transaction that committed
+    between the PostgreSQL snapshots ``earlier`` and ``later``.
+
+    Such a transaction either began after ``earlier`` (its id is at least that snapshot's
+    xmax) or was in progress then. While every transaction in progress then still is, only the
+    first kind committed, and xmax bounds them; otherwise the oldest one in progress then (the
+    snapshot's xmin) does, subtransactions included, whose ids come after their parent's."""
+    low, high, running = parse_snapshot(earlier)
+    still_running = parse_snapshot(later)[2]
+    return high if running <= still_running else low
+
+
+def versions_since(
+    conn: Connection, prefix: str, namespace: str, xid: int, shape: str = CLAWMEM_SCHEMA
+) -> tuple[int, set[str]]:
+    """Return, on PostgreSQL, how many rows the namespace holds and the keys of those whose row
+    version was written by transaction ``xid`` (64-bit) or a later one, in one pass.
+
+    ``age(xmin)`` counts transactions back from now, so the comparison is safe across the
+    32-bit wrap of ``xmin``; a frozen row's age is the largest there is."""
+    table = tables(prefix, shape).memory
+    recent = sa.text("age(xmin) <= age(CAST(:since AS xid))").bindparams(since=str(xid % 2**32))
+    select = sa.select(sa.func.count(), sa.func.array_agg(table.c.lookup_key).filter(recent)).where(
+        table.c.namespace == namespace
+    )
+    count, keys = conn.execute(select).one()
+    return int(count), {as_text(key) for key in keys or ()}
+
+
 def namespace_keys(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> set[str]:
     """Return every key of the namespace, expired ones included."""
     table = tables(prefix, shape).memory
