@@ -15,18 +15,28 @@ words drawn from the same vocabulary:
   earlier ones freed, so read it on the largest size, or run one backend and size at a time.
 
 SQL rows are stamped ``--spacing`` seconds apart (default 60), the newest now, as a namespace
-written over time is. After a commit it has not seen (always on MariaDB, which cannot tell),
-SqlMemory reads the key, stamp and version of the rows stamped within its overlap window (five
-minutes) of the newest, on MariaDB only when the window's digest changed; ``--spacing 1`` puts
-300 rows there, and ``--spacing 0`` all of them, as after a bulk import with one stamp.
-With ``--churn`` one entry is written through the driver before each timed turn, so every turn
-finds a commit it has not seen (no "nothing changed" shortcut).
+written over time is. Each backend runs these cases (``--cases``), the spaced ones on one load in
+turn, the bulk-stamped one on a load of its own:
+
+- ``quiet``: nothing is written between turns;
+- ``churn``: one entry is written through the driver before each timed turn;
+- ``foreign``: one entry is written by a second driver with a connection of its own (another
+  worker or process) before each timed turn;
+- ``bulk``: every row carries one ``updated_at``, as an import writes them, and one entry is
+  written through the driver before each timed turn (SQL backends only).
+
+``trips`` is the median, and ``most`` the largest, number of requests an indexed turn sent to the
+server and waited for: on PostgreSQL counted from libpq's own trace (``BEGIN``, ``ROLLBACK`` and
+a pool's pre-ping included), on MariaDB from PyMySQL's commands (``COM_PING`` included), on Redis
+from redis-py's sends (one per pipeline). A shared server's other traffic can add some on
+PostgreSQL, whose snapshot every commit on the server moves.
 Nothing is left behind: each SQL run has a table prefix of its own, dropped afterwards, and each
 Redis run a key prefix of its own, deleted afterwards. Never part of the test suite.
 
     .venv/bin/python -m bench.recall [--sizes 10000,100000] [--backends array,sqlite,mysql,postgres,redis]
-        [--vocabularies uniform,zipf] [--turns 50] [--scan-turns 10] [--spacing 60] [--churn]
-    .venv/bin/python -m bench.recall --sizes 1000000 --backends array,sqlite   # about 10 minutes
+        [--vocabularies uniform,zipf] [--cases quiet,churn,foreign,bulk] [--turns 50] [--scan-turns 10]
+        [--spacing 60]
+    .venv/bin/python -m bench.recall --sizes 1000000 --backends array,sqlite --cases quiet  # about 10 min
 
 At 1M entries a scanned turn takes seconds, so at most ``--scan-turns-1m`` (default 3) are scanned.
 Servers: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``),
