@@ -196,11 +196,15 @@ class SqlFeed:
             return
         since = None if cursor.newest is None else cursor.newest - REINDEX_OVERLAP
         # Read before the marks: a row changed after it makes the next digest differ.
-        digest = (since, kv.window_digest(self.conn, self.prefix, self.namespace, since, self.shape))
+        found = kv.window_digest(self.conn, self.prefix, self.namespace, since, self.shape)
+        digest = (since, None if found is None else found[0])
         if digest[1] is None or digest != cursor.digest:
             self._probe_window(cursor, since)
             cursor.digest = digest
-        self._reconcile(cursor, kv.count_namespace(self.conn, self.prefix, self.namespace, self.shape))
+        if found is None:
+            self._reconcile(cursor, kv.count_namespace(self.conn, self.prefix, self.namespace, self.shape))
+        else:  # MariaDB counted the namespace with the digest, in the same statement
+            self._reconcile(cursor, found[1])
 
     def _reconcile(self, cursor: SqlCursor, count: int) -> None:
         """Compare the namespace's row ``count`` with the keys ``cursor`` knows, and read every

@@ -374,21 +374,25 @@ def index_probe(
 
 def window_digest(
     conn: Connection, prefix: str, namespace: str, since: datetime | None, shape: str = CLAWMEM_SCHEMA
-) -> tuple[int, int] | None:
+) -> tuple[tuple[int, int], int] | None:
     """Return, on MariaDB/MySQL, the count and a 64-bit XOR of a hash of each row's key, stamp,
-    expiry and value among the rows :func:`index_probe` would return: equal twice only if none
-    of them changed (up to a 2^-64 chance). ``None`` elsewhere."""
+    expiry and value among the rows :func:`index_probe` would return (equal twice only if none
+    of them changed, up to a 2^-64 chance), and how many rows the namespace holds, in one
+    statement. ``None`` elsewhere."""
     if conn.dialect.name not in ("mysql", "mariadb"):
         return None
     table = tables(prefix, shape).memory
     expires = sa.func.coalesce(table.c.expires_at, "none")
     row = sa.func.concat_ws("|", table.c.lookup_key, table.c.updated_at, expires, table.c.value)
     hashed = sa.cast(sa.func.conv(sa.func.left(sa.func.md5(row), 16), 16, 10), mysql.BIGINT(unsigned=True))
-    select = sa.select(sa.func.count(), sa.func.bit_xor(hashed)).where(table.c.namespace == namespace)
+    total = sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace)
+    select = sa.select(sa.func.count(), sa.func.bit_xor(hashed), total.scalar_subquery()).where(
+        table.c.namespace == namespace
+    )
     if since is not None:
         select = select.where(table.c.updated_at >= since)
-    count, digest = conn.execute(select).one()
-    return int(count), int(digest or 0)
+    count, digest, rows = conn.execute(select).one()
+    return (int(count), int(digest or 0)), int(rows)
 
 
 def commit_marker(conn: Connection) -> str | None:
