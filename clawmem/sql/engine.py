@@ -122,20 +122,22 @@ class ReadingLine:
     def __init__(self, engine: Engine) -> None:
         self._lock = threading.Lock()
         self._connection: Connection | None = None
-        self._raw: Any = None
         self.sqlite = engine.dialect.name == "sqlite"
         if self.sqlite:
             base = weakref.ref(engine)  # the lines of engines are kept only while they are
+            held = self._held = []  # the connection, out of reach of a cycle through the line
+            # Bumped when the connection is closed: data_version counts per connection.
+            self._opened = 0
 
             def connect() -> Any:
-                # One of the engine's own connections (its pragmas set), held for the line's
-                # lifetime out of the pool it came from; opened on first use, as a pool's are.
+                # One of the engine's own connections (its pragmas set), held until the line
+                # is closed, out of the pool it came from; opened on first use, as a pool's are.
                 found = base()
                 if found is None:
                     raise sa.exc.InvalidRequestError("the engine of this reading line is gone")
                 raw = found.raw_connection()
                 raw.detach()
-                self._raw = raw
+                held[:] = [raw]
                 return raw.dbapi_connection
 
             self.engine = sa.create_engine(engine.url, creator=connect, poolclass=sa.pool.StaticPool)
@@ -180,13 +182,14 @@ class ReadingLine:
             then(done)
             return done
 
-    def data_version(self) -> int:
+    def data_version(self) -> tuple[int, int]:
         """SQLite: return ``PRAGMA data_version`` of the line's connection, which changes when
-        another connection commits. Call it from ``run``'s work, before its first statement."""
-        cursor = self._raw.dbapi_connection.cursor()
+        another connection commits, with how many connections the line had closed before it.
+        Call it from ``run``'s work, before its first statement."""
+        cursor = self._held[0].dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA data_version")
-            return int(cursor.fetchone()[0])
+            return self._opened, int(cursor.fetchone()[0])
         finally:
             cursor.close()
 
@@ -197,12 +200,14 @@ class ReadingLine:
                 connection.close()
 
     def close(self) -> None:
-        """Close the line's connection to a server (the next read opens another)."""
-        if self.sqlite:
-            return  # held until the line goes: the feed's log is only true while it is
+        """Close the line's connection (the next use opens another)."""
         with self._lock:
             self._drop()
             self.engine.dispose()
+            if self.sqlite and self._held:
+                # A new connection's data_version starts afresh: the marker says it is another.
+                self._opened += 1
+                self._held.clear()
 
 
 _LINES: weakref.WeakKeyDictionary[Engine, ReadingLine] = weakref.WeakKeyDictionary()
