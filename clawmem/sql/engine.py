@@ -122,10 +122,11 @@ class ReadingLine:
     def __init__(self, engine: Engine) -> None:
         self._lock = threading.Lock()
         self._connection: Connection | None = None
+        base = weakref.ref(engine)  # the lines of engines are kept only while they are
         self.sqlite = engine.dialect.name == "sqlite"
         if self.sqlite:
-            base = weakref.ref(engine)  # the lines of engines are kept only while they are
-            held = self._held = []  # the connection, out of reach of a cycle through the line
+            held: list[Any] = []  # the connection, out of reach of a cycle through the line
+            self._held = held
             # Bumped when the connection is closed: data_version counts per connection.
             self._opened = 0
 
@@ -142,14 +143,17 @@ class ReadingLine:
 
             self.engine = sa.create_engine(engine.url, creator=connect, poolclass=sa.pool.StaticPool)
             sa.event.listen(self.engine, "begin", _sqlite_begin)
-            return
-        self.engine = create_engine(
-            engine.url,  # type: ignore[arg-type]  # make_url takes a URL as it is
-            poolclass=sa.pool.StaticPool,
-            isolation_level="AUTOCOMMIT",
-            pool_pre_ping=False,
-            pool_reset_on_return=None,
-        )
+        else:
+            self.engine = create_engine(
+                engine.url,  # type: ignore[arg-type]  # make_url takes a URL as it is
+                poolclass=sa.pool.StaticPool,
+                isolation_level="AUTOCOMMIT",
+                pool_pre_ping=False,
+                pool_reset_on_return=None,
+            )
+        # What listens to the engine's statements (a query count, a trace) hears the line's too.
+        for name in ("before_cursor_execute", "after_cursor_execute"):
+            sa.event.listen(self.engine, name, _relay(base, name))
 
     def run(self, work: Callable[[Connection], _T]) -> _T:
         """Return ``work(connection)`` run on the line (on SQLite, in one read transaction)."""
@@ -208,6 +212,15 @@ class ReadingLine:
                 # A new connection's data_version starts afresh: the marker says it is another.
                 self._opened += 1
                 self._held.clear()
+
+
+def _relay(engine: weakref.ref[Engine], event: str) -> Callable[..., None]:
+    def relay(*args: Any) -> None:
+        found = engine()
+        if found is not None:
+            getattr(found.dispatch, event)(*args)
+
+    return relay
 
 
 _LINES: weakref.WeakKeyDictionary[Engine, ReadingLine] = weakref.WeakKeyDictionary()
