@@ -15,18 +15,28 @@ words drawn from the same vocabulary:
   earlier ones freed, so read it on the largest size, or run one backend and size at a time.
 
 SQL rows are stamped ``--spacing`` seconds apart (default 60), the newest now, as a namespace
-written over time is. After a commit it has not seen (always on MariaDB, which cannot tell),
-SqlMemory reads the key, stamp and version of the rows stamped within its overlap window (five
-minutes) of the newest, on MariaDB only when the window's digest changed; ``--spacing 1`` puts
-300 rows there, and ``--spacing 0`` all of them, as after a bulk import with one stamp.
-With ``--churn`` one entry is written through the driver before each timed turn, so every turn
-finds a commit it has not seen (no "nothing changed" shortcut).
+written over time is. Each backend runs these cases (``--cases``), the spaced ones on one load in
+turn, the bulk-stamped one on a load of its own:
+
+- ``quiet``: nothing is written between turns;
+- ``churn``: one entry is written through the driver before each timed turn;
+- ``foreign``: one entry is written by a second driver with a connection of its own (another
+  worker or process) before each timed turn;
+- ``bulk``: every row carries one ``updated_at``, as an import writes them, and one entry is
+  written through the driver before each timed turn (SQL backends only).
+
+``trips`` is the median, and ``most`` the largest, number of requests an indexed turn sent to the
+server and waited for: on PostgreSQL counted from libpq's own trace (``BEGIN``, ``ROLLBACK`` and
+a pool's pre-ping included), on MariaDB from PyMySQL's commands (``COM_PING`` included), on Redis
+from redis-py's sends (one per pipeline). A shared server's other traffic can add some on
+PostgreSQL, whose snapshot every commit on the server moves.
 Nothing is left behind: each SQL run has a table prefix of its own, dropped afterwards, and each
 Redis run a key prefix of its own, deleted afterwards. Never part of the test suite.
 
     .venv/bin/python -m bench.recall [--sizes 10000,100000] [--backends array,sqlite,mysql,postgres,redis]
-        [--vocabularies uniform,zipf] [--turns 50] [--scan-turns 10] [--spacing 60] [--churn]
-    .venv/bin/python -m bench.recall --sizes 1000000 --backends array,sqlite   # about 10 minutes
+        [--vocabularies uniform,zipf] [--cases quiet,churn,foreign,bulk] [--turns 50] [--scan-turns 10]
+        [--spacing 60]
+    .venv/bin/python -m bench.recall --sizes 1000000 --backends array,sqlite --cases quiet  # about 10 min
 
 At 1M entries a scanned turn takes seconds, so at most ``--scan-turns-1m`` (default 3) are scanned.
 Servers: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``),
@@ -37,6 +47,7 @@ Servers: ``CLAW_BENCH_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -228,7 +239,80 @@ def loaded(backend: str, data: Data, clock: FakeClock, directory: str, spacing: 
     return sql_memory(url, data, clock, spacing)
 
 
+# -- round trips ---------------------------------------------------------------------------------
+
+
+class RoundTrips:
+    """Counts the requests each backend's client sends and waits for, as the wire sees them:
+    PostgreSQL's from libpq's own trace (one ``ReadyForQuery`` ends each, so ``BEGIN``,
+    ``ROLLBACK`` and the pool's pre-ping count too), MariaDB's from PyMySQL's command calls
+    (``COM_PING`` included), Redis's from redis-py's sends (one for a whole pipeline)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._traces: list[Any] = []
+
+    def install(self) -> None:
+        import pymysql
+        import redis
+        import sqlalchemy as sa
+
+        counter = self
+
+        send = redis.connection.AbstractConnection.send_packed_command
+
+        def counted_send(connection: Any, command: Any, check_health: bool = True) -> None:
+            counter.count += 1
+            send(connection, command, check_health)
+
+        redis.connection.AbstractConnection.send_packed_command = counted_send  # type: ignore[method-assign]
+        execute = pymysql.connections.Connection._execute_command
+
+        def counted_execute(connection: Any, command: int, sql: Any) -> None:
+            counter.count += 1
+            execute(connection, command, sql)
+
+        pymysql.connections.Connection._execute_command = counted_execute  # type: ignore[method-assign]
+
+        @sa.event.listens_for(sa.pool.Pool, "connect")
+        def trace(dbapi_connection: Any, _record: Any) -> None:
+            pgconn = getattr(dbapi_connection, "pgconn", None)
+            if pgconn is None:
+                return
+            from psycopg import pq
+
+            trace_file = tempfile.TemporaryFile()  # noqa: SIM115  # kept open for the run
+            pgconn.trace(trace_file.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            self._traces.append([trace_file, 0])
+
+    def total(self) -> int:
+        """Return the requests sent so far."""
+        if self._traces:
+            ctypes.CDLL(None).fflush(None)  # libpq writes its trace through stdio buffers
+            for entry in self._traces:
+                trace_file, offset = entry
+                trace_file.seek(offset)
+                text = trace_file.read()
+                entry[1] = offset + len(text)
+                self.count += text.count(b"\tReadyForQuery")
+        return self.count
+
+
+ROUND_TRIPS = RoundTrips()
+
+
 # -- timing ------------------------------------------------------------------------------------------
+
+# What happens before each timed turn: nothing; a write through the driver; a write by another
+# driver on its own connection (another worker or process); and, on a namespace whose rows all
+# carry one updated_at (as an import writes them), a write through the driver.
+CASES = {
+    "quiet": "nothing written between turns",
+    "churn": "one entry written through the driver before each turn",
+    "foreign": "one entry written by another driver, on its own connection, before each turn",
+    "bulk": "every row stamped alike (an import), one entry written through the driver before each turn",
+}
 
 
 @dataclass(frozen=True)
@@ -236,6 +320,7 @@ class Result:
     backend: str
     entries: int
     kind: str
+    case: str
     load_s: float
     warm_up_ms: float
     median_ms: float
@@ -244,6 +329,8 @@ class Result:
     scanned: int
     same: bool
     hits: float
+    round_trips: float | None
+    most_round_trips: int | None
     index_bytes: int
     rss_bytes: int
 
@@ -258,38 +345,44 @@ def report_of(result: AugmentResult) -> tuple[Any, ...]:
     return result.text, decisions, len(result.decisions), result.zero_overlap, result.error
 
 
-def timed(augmenter: MessageAugmenter, message: str) -> tuple[float, AugmentResult]:
+def timed(augmenter: MessageAugmenter, message: str) -> tuple[float, int, AugmentResult]:
+    trips = ROUND_TRIPS.total()
     started = time.perf_counter()
     result = augmenter.augment(message)
-    return (time.perf_counter() - started) * 1000, result
+    elapsed = (time.perf_counter() - started) * 1000
+    return elapsed, ROUND_TRIPS.total() - trips, result
 
 
 def measure(
-    backend: str, memory: Any, data: Data, load_s: float, turns: int, scan_turns: int, churn: bool
+    backend: str, memory: Any, other: Any, data: Data, case: str, load_s: float, turns: int, scan_turns: int
 ) -> Result:
     indexed = MessageAugmenter(memory, namespace=NAMESPACE, announce=False)
     scanning = MessageAugmenter(memory, namespace=NAMESPACE, announce=False, ranker=scan_ranking)
     gc.collect()
     before = rss_bytes()
-    warm_up, _ = timed(indexed, data.messages[0])  # builds the namespace's index
+    warm_up, _, _ = timed(indexed, data.messages[0])  # builds the namespace's index, or catches up
     grown = rss_bytes() - before
-    timings, scans, hits, same = [], [], [], True
+    timings, trips, scans, hits, same = [], [], [], [], True
     for number, message in enumerate(data.messages[1 : turns + 1]):
-        if churn:  # another write committed before each turn, as in a busy deployment
-            memory.set(f"churn{number:05d}", "written between turns", NAMESPACE)
-        elapsed, result = timed(indexed, message)
+        if case in ("churn", "bulk"):
+            memory.set(f"{case}{number:05d}", "written between turns", NAMESPACE)
+        elif case == "foreign":
+            other.set(f"{case}{number:05d}", "written between turns", NAMESPACE)
+        elapsed, sent, result = timed(indexed, message)
         timings.append(elapsed)
+        trips.append(sent)
         hits.append(len(result.decisions))
         if number < scan_turns:
-            elapsed, scanned = timed(scanning, message)
+            elapsed, _, scanned = timed(scanning, message)
             scans.append(elapsed)
             same = same and report_of(scanned) == report_of(result)
     index_bytes = fresh_index(memory, NAMESPACE).nbytes()
     p95 = statistics.quantiles(timings, n=20)[-1] if len(timings) > 1 else timings[0]
+    counted = backend in ("mysql", "postgres", "redis")
     return Result(
-        backend, len(data.keys), data.kind, load_s, warm_up, statistics.median(timings), p95,
+        backend, len(data.keys), data.kind, case, load_s, warm_up, statistics.median(timings), p95,
         statistics.median(scans) if scans else float("nan"), len(scans), same, statistics.mean(hits),
-        index_bytes, grown,
+        statistics.median(trips) if counted else None, max(trips) if counted else None, index_bytes, grown,
     )  # fmt: skip
 
 
@@ -304,29 +397,66 @@ def run(args: argparse.Namespace) -> list[Result]:
                     scan_turns = (
                         min(args.scan_turns, args.scan_turns_1m) if size >= ONE_MILLION else args.scan_turns
                     )
-                    started = time.perf_counter()
-                    with loaded(backend, data, clock, directory, args.spacing) as memory:
-                        load_s = time.perf_counter() - started
-                        result = measure(backend, memory, data, load_s, args.turns, scan_turns, args.churn)
-                        del memory
-                    gc.collect()
-                    results.append(result)
-                    print(row(result), file=sys.stderr, flush=True)
+                    # The spaced cases share one load, in order; the bulk-stamped case has its own.
+                    spaced = [case for case in args.cases if case != "bulk"]
+                    loads = [(args.spacing, spaced)] if spaced else []
+                    if "bulk" in args.cases and backend in SQL_BACKENDS:
+                        loads.append((0.0, ["bulk"]))
+                    for spacing, cases in loads:
+                        started = time.perf_counter()
+                        with loaded(backend, data, clock, directory, spacing) as memory:
+                            load_s = time.perf_counter() - started
+                            other = another_driver(memory)
+                            for case in cases:
+                                result = measure(
+                                    backend, memory, other, data, case, load_s, args.turns, scan_turns
+                                )
+                                results.append(result)
+                                print(row(result), file=sys.stderr, flush=True)
+                            del memory, other
+                        gc.collect()
     return results
 
 
+SQL_BACKENDS = ("sqlite", "mysql", "postgres")
+
+
+def another_driver(memory: Any) -> Any:
+    """Return a second driver on the same backend with a connection of its own, as another
+    worker or process has (the same driver for the in-memory one, which has no other)."""
+    if isinstance(memory, ArrayMemory):
+        return memory
+    from clawmem.memory.redis import RedisMemory
+    from clawmem.memory.sql import SqlMemory
+    from clawmem.sql.engine import create_engine
+
+    if isinstance(memory, RedisMemory):
+        import redis
+
+        options = memory.client.connection_pool.connection_kwargs
+        client = redis.Redis(connection_pool=redis.ConnectionPool(**options))
+        return RedisMemory(client=client, prefix=memory.prefix, clock=memory.clock)
+    assert isinstance(memory, SqlMemory)
+    engine = create_engine(memory.engine.url)
+    return SqlMemory(engine, prefix=memory.prefix, clock=memory.clock)
+
+
 HEADER = (
-    f"{'backend':<9}{'entries':>9} {'vocab':<8}{'load s':>8}{'warm-up ms':>12}{'median ms':>11}{'p95 ms':>9}"
-    f"{'scan ms':>10}{'x faster':>10}{'same':>6}{'hits':>9}{'index MB':>10}{'RSS +MB':>9}"
+    f"{'backend':<9}{'entries':>8} {'vocab':<8}{'case':<8}{'load s':>7}{'warm-up ms':>11}{'median ms':>10}"
+    f"{'p95 ms':>8}{'scan ms':>9}{'x faster':>9}{'trips':>6}{'most':>5}{'same':>5}{'hits':>7}"
+    f"{'index MB':>9}{'RSS +MB':>8}"
 )
 
 
 def row(result: Result) -> str:
     same = ("yes" if result.same else "NO") if result.scanned else "-"
+    trips = "-" if result.round_trips is None else f"{result.round_trips:g}"
+    most = "-" if result.most_round_trips is None else str(result.most_round_trips)
     return (
-        f"{result.backend:<9}{result.entries:>9} {result.kind:<8}{result.load_s:>8.1f}"
-        f"{result.warm_up_ms:>12.0f}{result.median_ms:>11.2f}{result.p95_ms:>9.2f}{result.scan_ms:>10.0f}{result.ratio:>10.0f}{same:>6}"
-        f"{result.hits:>9.0f}{result.index_bytes / 2**20:>10.1f}{result.rss_bytes / 2**20:>9.0f}"
+        f"{result.backend:<9}{result.entries:>8} {result.kind:<8}{result.case:<8}{result.load_s:>7.1f}"
+        f"{result.warm_up_ms:>11.0f}{result.median_ms:>10.2f}{result.p95_ms:>8.2f}{result.scan_ms:>9.0f}"
+        f"{result.ratio:>9.0f}{trips:>6}{most:>5}{same:>5}{result.hits:>7.0f}"
+        f"{result.index_bytes / 2**20:>9.1f}{result.rss_bytes / 2**20:>8.0f}"
     )
 
 
@@ -335,27 +465,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="10000,100000", help="entry counts, comma-separated")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--vocabularies", default="uniform,zipf")
+    parser.add_argument("--cases", default=",".join(CASES), help="what happens between turns: " + "; ".join(
+        f"{name}: {meaning}" for name, meaning in CASES.items()))  # fmt: skip
     parser.add_argument("--turns", type=int, default=50, help="indexed turns timed after the warm-up")
     parser.add_argument("--scan-turns", type=int, default=10, help="of those, how many are also scanned")
     parser.add_argument("--scan-turns-1m", type=int, default=3, help="the same, at 1M entries and more")
     parser.add_argument("--spacing", type=float, default=60.0, help="seconds between rows' updated_at")
-    parser.add_argument(
-        "--churn", action="store_true", help="write one entry through the driver before each timed turn"
-    )
     args = parser.parse_args(argv)
     args.sizes = [int(size) for size in args.sizes.split(",")]
     args.backends = [name.strip() for name in args.backends.split(",")]
     args.vocabularies = [name.strip() for name in args.vocabularies.split(",")]
-    unknown = set(args.backends) - set(BACKENDS) or set(args.vocabularies) - {"uniform", "zipf"}
+    args.cases = [name.strip() for name in args.cases.split(",")]
+    unknown = (
+        set(args.backends) - set(BACKENDS)
+        or set(args.vocabularies) - {"uniform", "zipf"}
+        or set(args.cases) - set(CASES)
+    )
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    ROUND_TRIPS.install()
     print(HEADER, file=sys.stderr)
     results = run(args)
     print(
         f"augment() per turn: top_k=3, {WORDS_PER_ENTRY} words per entry, {WORDS_PER_MESSAGE} per message, "
         f"{VOCABULARY_SIZE} words (zipf s={ZIPF_S}); {args.turns} indexed turns after the warm-up; "
-        "'x faster' is the scan's median over the index's; 'same' compares text and report"
+        "'x faster' is the scan's median over the index's; 'trips' and 'most' are the median and "
+        "largest round trips of an indexed turn; 'same' compares text and report"
     )
+    for name, meaning in CASES.items():
+        print(f"  {name}: {meaning}")
     print(HEADER)
     for result in results:
         print(row(result))

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from clawmem.clock import Clock
 from clawmem.codecs import StoredValues, UndecodableValue, codec_for
 from clawmem.errors import StorageError
 from clawmem.memory.base import FeedingMemory, check_filter, contains_text, passes_filter
-from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed
+from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed, written_log
 from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
 from clawmem.records import Changes, MemoryRow, NamespaceCount
@@ -28,19 +24,12 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namesp
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, kv, vectors
 from clawmem.sql import subjects as matching
-from clawmem.sql.engine import connect, describe_error, retry_deadlocks, write_transaction
+from clawmem.sql.engine import connect, describe_error, reading_line, retry_deadlocks, write_transaction
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
 # How many of a namespace's newest rows a search of sealed values decrypts and scans.
 SCAN_LIMIT = 10_000
-_WATCHES = itertools.count(1)
-_INHERITED: list[Any] = []  # a parent's SQLite connections, held in a forked child so none closes
-
-
-def _after_fork(memory: SqlMemory | None) -> None:
-    if memory is not None:
-        memory._forked()
 
 
 class SqlMemory(FeedingMemory):
@@ -70,24 +59,11 @@ class SqlMemory(FeedingMemory):
         self.codec = codec_for(shape)
         self.values = StoredValues(self.codec)
         self._deleted = LocalDeletions()
-        self._watch_lock = threading.Lock()
-        self._watch: Any = None  # SQLite: a connection of its own, to read data_version
         self._vectors: bool | None = None  # whether the prefix's vectors table exists
         self._last_scan: Any = None
-        # data_version is only comparable on one connection: a new one starts a new count.
-        self._watch_number = next(_WATCHES)
-        reference = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _after_fork(reference()))
-
-    def _forked(self) -> None:
-        """In a forked child: watch on a connection of its own (the parent's stays the parent's,
-        unclosed and unused). Its count is new, so no cursor the parent left matches it: the
-        child's first read catches up from that cursor."""
-        if self._watch is not None:
-            _INHERITED.append(self._watch)
-            self._watch = None
-        self._watch_lock = threading.Lock()
-        self._watch_number = next(_WATCHES)
+        # The connection a turn's reads take (the feed and the read-back), and on a SQLite
+        # file this driver's writes (see clawmem.sql.engine.ReadingLine).
+        self._line = reading_line(engine)
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(exc)
@@ -107,14 +83,13 @@ class SqlMemory(FeedingMemory):
         return (False, None) if encoded is None else (True, self.values.read(namespace, key, encoded))
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
-        # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
-        def upsert() -> None:
-            with write_transaction(self.engine) as conn:
-                kv.upsert_entry(conn, self.prefix, namespace, key, stored, expires_at, self.clock, self.shape)
-
         stored = self.values.seal(namespace, key, encoded)
 
-        retry_deadlocks(upsert)
+        def upsert(conn: Connection) -> None:
+            kv.upsert_entry(conn, self.prefix, namespace, key, stored, expires_at, self.clock, self.shape)
+
+        # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
+        retry_deadlocks(lambda: self._write(upsert, namespace, key))
 
     def _has_vectors(self) -> bool:
         """Return whether the prefix's vectors table exists (looked up once, then remembered:
@@ -131,20 +106,45 @@ class SqlMemory(FeedingMemory):
     def _forget(self, key: str, namespace: str, now: int) -> None:
         # The entry's vector goes with it: it would tell what the entry said.
         with_vectors = self._has_vectors()
-        with write_transaction(self.engine) as conn:
+
+        def delete(conn: Connection) -> None:
             kv.delete_entry(conn, self.prefix, namespace, key, self.shape)
             if with_vectors:
                 vectors.delete_keys(conn, self.prefix, namespace, [key])
+
+        self._write(delete, namespace, key)
         self._deleted.add(namespace, key)
 
     def _flush(self, namespace: str) -> int:
         with_vectors = self._has_vectors()
-        with write_transaction(self.engine) as conn:
+
+        def delete(conn: Connection) -> int:
             count = kv.delete_namespace(conn, self.prefix, namespace, self.shape)
             if with_vectors:
                 vectors.delete_namespace(conn, self.prefix, namespace)
+            return count
+
+        count: int = self._write(delete, namespace, None)
         self._deleted.add(namespace, None)
         return count
+
+    def _write(self, work: Any, namespace: str, key: str | None, restart: bool = False) -> Any:
+        """Run ``work(connection)`` in one write transaction. On a SQLite file it runs on the
+        reading line, and the feed's log of this process's writes learns of it as it commits:
+        ``key`` written or deleted, ``None`` for the whole namespace, or with ``restart`` a
+        change the log cannot list (a sweep)."""
+        if self._line is None or not self._line.sqlite:
+            with write_transaction(self.engine) as conn:
+                return work(conn)
+
+        def logged(_done: Any) -> None:
+            log = written_log(self._line)
+            if restart:
+                log.restart(namespace)
+            else:
+                log.add(namespace, key)
+
+        return self._line.write(work, logged)
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         with connect(self.engine) as conn:
@@ -178,11 +178,13 @@ class SqlMemory(FeedingMemory):
         deleted = {}
         with_vectors = self._has_vectors()
         for namespace in counts:
-            with write_transaction(self.engine) as conn:
+            def sweep(conn: Connection, namespace: str = namespace) -> int:
                 if with_vectors:
                     expired = kv.expired_keys(conn, self.prefix, namespace, now, self.shape)
                     vectors.delete_keys(conn, self.prefix, namespace, expired)
-                count = kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
+                return kv.delete_expired(conn, self.prefix, namespace, now, self.shape)
+
+            count = self._write(sweep, namespace, None, restart=True)
             if count:
                 deleted[namespace] = count
         return deleted
@@ -303,65 +305,69 @@ class SqlMemory(FeedingMemory):
 
     # -- the recall index ---------------------------------------------------------------------
 
-    def _data_version(self) -> tuple[int, int] | None:
-        if self.engine.dialect.name != "sqlite":
-            return None
-        if self._watch is None:
-            # Held for the driver's lifetime, so out of the pool: otherwise every driver on a
-            # shared engine keeps one of its connections, and the pool runs dry.
-            watch = self.engine.raw_connection()
-            watch.detach()
-            self._watch = watch
-        cursor = self._watch.cursor()
-        try:
-            cursor.execute("PRAGMA data_version")
-            return self._watch_number, int(cursor.fetchone()[0])
-        finally:
-            cursor.close()
-
     def _changes(self, namespace: str, cursor: Any) -> Changes:
-        with self._watch_lock:
-            version = self._data_version()
-        if isinstance(cursor, SqlCursor) and not cursor.broken:
-            if version is not None and version == cursor.marker:
-                return Changes(cursor)
-        else:
+        if not isinstance(cursor, SqlCursor) or cursor.broken:
             cursor = None
+        if self._line is None:  # an in-memory SQLite database: one process, no marker
+            with self.engine.connect() as conn:
+                return self._follow(namespace, cursor, conn)
+        return self._line.run(partial(self._follow, namespace, cursor))
+
+    def _reading(self, work: Any) -> Any:
+        """Run ``work(connection)`` on the reading line (on a pooled connection without one)."""
+        if self._line is not None:
+            return self._line.run(work)
+        with self.engine.connect() as conn:
+            return work(conn)
+
+    def _follow(self, namespace: str, cursor: SqlCursor | None, conn: Connection) -> Changes:
+        own = self._line is not None and self._line.sqlite  # SQLite: this process's writes are logged
+        # Read before the rows, so a commit after it is seen by the next call.
+        marker = self._line.data_version() if own else kv.commit_marker(conn)  # type: ignore[union-attr]
+        written = written_log(self._line).position(namespace) if own else (0, 0)
         local = self._deleted.position(namespace)
-        # SQLite's version was read on a connection of its own, so the rows are read in a
-        # transaction begun after it, never in an older one a caller holds (a dashboard
-        # request's); elsewhere the marker is read in the same transaction as the rows.
-        with self.engine.connect() if version is not None else connect(self.engine) as conn:
-            # Read before the rows, so a commit after it is seen by the next call.
-            marker = version if version is not None else kv.commit_marker(conn)
-            if cursor is not None and marker is not None and marker == cursor.marker:
-                return Changes(cursor)
-            decode = partial(self.values.read, namespace)
-            feed = SqlFeed(conn, self.prefix, self.shape, namespace, decode)
-            if cursor is None:
-                cursor = SqlCursor(local=local)
+        feed = SqlFeed(conn, self.prefix, self.shape, namespace, partial(self.values.read, namespace))
+        if cursor is None:
+            cursor = SqlCursor(local=local, written=written)
+            if own:
                 entries = feed.load(cursor)
-                cursor.marker = marker
-                return Changes(cursor, entries, reset=True)
-            try:
-                deletions = self._deleted.since(namespace, cursor.local)
-                feed.forget_local(cursor, deletions or [])
-                cursor.local = local
-                feed.catch_up(cursor)
-            except BaseException:
-                cursor.broken = True  # the copy may miss what was read: start again next time
-                raise
+            else:  # streamed, which PostgreSQL does only inside a transaction
+                with self.engine.connect() as pooled:
+                    entries = SqlFeed(pooled, self.prefix, self.shape, namespace, feed.decode).load(cursor)
+            cursor.marker = marker
+            return Changes(cursor, entries, reset=True)
+        try:
+            if marker is not None and marker == cursor.marker:
+                if not own:
+                    return Changes(cursor)  # nothing committed since
+                logged = written_log(self._line).since(namespace, cursor.written)
+                if logged is not None:  # only this process wrote since, and the log says what
+                    if not logged:
+                        return Changes(cursor)
+                    feed.apply_own(cursor, logged)
+                    cursor.written, cursor.local = written, local
+                    return feed.batch(cursor)
+            deletions = self._deleted.since(namespace, cursor.local)
+            feed.forget_local(cursor, deletions or [])
+            cursor.local, cursor.written = local, written
+            feed.catch_up(cursor, marker)
+        except BaseException:
+            cursor.broken = True  # the copy may miss what was read: start again next time
+            raise
         cursor.marker = marker
-        entries = [entry for entry in feed.changed.values() if entry is not None]
-        gone = [key for key, entry in feed.changed.items() if entry is None]
-        return Changes(cursor, entries, gone)
+        return feed.batch(cursor)
 
     def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
-        return self._read("fetch", kv.rows_of_keys, namespace, sorted(keys), values=self.values)
+        ordered, values = sorted(keys), self.values
+        return self._reading(
+            lambda conn: kv.rows_of_keys(conn, self.prefix, namespace, ordered, self.shape, values=values)
+        )
 
     def _fetch_across(self, wanted: dict[str, set[str]]) -> list[MemoryRow]:
         sorted_keys = {namespace: sorted(keys) for namespace, keys in wanted.items()}
-        return self._read("fetch", kv.rows_across, sorted_keys, values=self.values)
+        return self._reading(
+            lambda conn: kv.rows_across(conn, self.prefix, sorted_keys, self.shape, values=self.values)
+        )
 
 
 def _json(value: Any) -> str:

@@ -1,23 +1,30 @@
 """The change feed of the key/value table: what changed in a namespace since a cursor, whoever
 wrote it (another worker, the CLI, another program with plain SQL).
 
-Each call reads the key, stamp and version (see :func:`clawmem.sql.kv.row_version`) of the rows
-stamped since the newest ``updated_at`` the cursor saw (less :data:`REINDEX_OVERLAP`), reads the
-values of only those that changed, and compares the namespace's row count with the keys the
-cursor knows, reading every key again only when rows went missing. Deletions this process made
-are told to the cursor directly (:class:`LocalDeletions`), so they never look missing.
+On PostgreSQL each row's ``xmin`` names the transaction that wrote it, so one pass over the
+namespace counts its rows and names those written since the cursor's snapshot
+(:func:`clawmem.sql.kv.versions_since`): only those are read, whatever their ``updated_at``.
+
+Elsewhere a call reads the key, stamp and version (see :func:`clawmem.sql.kv.row_version`) of
+the rows stamped since the newest ``updated_at`` the cursor saw (less :data:`REINDEX_OVERLAP`),
+reads the values of only those that changed, and compares the namespace's row count with the
+keys the cursor knows, reading every key again only when rows went missing.
+
+Deletions this process made are told to the cursor directly (:class:`LocalDeletions`), so they
+never look missing.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from clawmem.codecs import UndecodableValue, warn_unreadable
-from clawmem.records import FedEntry
+from clawmem.records import Changes, FedEntry
 from clawmem.sql import kv
 from clawmem.sql.lenient import as_text, read_expiry, read_value
 
@@ -45,6 +52,7 @@ class SqlCursor:
     # MariaDB: the window's bounds and digest (see clawmem.sql.kv.window_digest) when last probed.
     digest: tuple[Any, Any] = (None, None)
     local: tuple[int, int] = (0, 0)  # (generation, position) in this process's deletion log
+    written: tuple[int, int] = (0, 0)  # SQLite: the same in the reading line's log of writes
     broken: bool = False  # a call failed half-way: the next one starts again from a full read
 
 
@@ -64,6 +72,12 @@ class LocalDeletions:
                 log = self._logs[namespace] = (self._generation, [])
             log[1].append(key)
 
+    def restart(self, namespace: str) -> None:
+        """Start the namespace's log again: a change it cannot list happened (a sweep)."""
+        with self._lock:
+            self._generation += 1
+            self._logs[namespace] = (self._generation, [])
+
     def position(self, namespace: str) -> tuple[int, int]:
         with self._lock:
             generation, keys = self._logs.get(namespace, (0, []))
@@ -76,6 +90,21 @@ class LocalDeletions:
             if generation != position[0]:
                 return None
             return list(keys[position[1] :])
+
+
+# SQLite: per reading line, the keys this process wrote or deleted through it (None: the whole
+# namespace), which PRAGMA data_version does not count (see clawmem.sql.engine.ReadingLine).
+_WRITTEN: weakref.WeakKeyDictionary[Any, LocalDeletions] = weakref.WeakKeyDictionary()
+_WRITTEN_LOCK = threading.Lock()
+
+
+def written_log(line: Any) -> LocalDeletions:
+    """Return the log of the writes made through the SQLite reading line ``line``."""
+    with _WRITTEN_LOCK:
+        log = _WRITTEN.get(line)
+        if log is None:
+            log = _WRITTEN[line] = LocalDeletions()
+        return log
 
 
 def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
@@ -115,12 +144,31 @@ class SqlFeed:
 
     def load(self, cursor: SqlCursor) -> list[FedEntry]:
         """Return every recallable entry, and fill ``cursor`` as of this read."""
-        # The window's marks are read before the values: a row changed in between shows a
-        # different mark on the next call and is read again, never the other way round.
-        newest = kv.newest_stamp(self.conn, self.prefix, self.namespace, self.shape)
-        since = newest - REINDEX_OVERLAP if isinstance(newest, datetime) else None
-        cursor.window = _marks(kv.index_probe(self.conn, self.prefix, self.namespace, since, self.shape))
+        if not self._by_version():
+            # The window's marks are read before the values: a row changed in between shows a
+            # different mark on the next call and is read again, never the other way round.
+            newest = kv.newest_stamp(self.conn, self.prefix, self.namespace, self.shape)
+            since = newest - REINDEX_OVERLAP if isinstance(newest, datetime) else None
+            probe = kv.index_probe(self.conn, self.prefix, self.namespace, since, self.shape)
+            cursor.window = _marks(probe)
         return self._decoded(cursor, kv.index_rows(self.conn, self.prefix, self.namespace, None, self.shape))
+
+    def _by_version(self) -> bool:
+        # PostgreSQL: rows are found by the transaction that wrote them, not by their stamp.
+        return self.conn.dialect.name == "postgresql"
+
+    def batch(self, cursor: SqlCursor) -> Changes:
+        """Return what this call found as one batch of the feed."""
+        entries = [entry for entry in self.changed.values() if entry is not None]
+        gone = [key for key, entry in self.changed.items() if entry is None]
+        return Changes(cursor, entries, gone)
+
+    def apply_own(self, cursor: SqlCursor, logged: list[str | None]) -> None:
+        """Read again the keys this process wrote (``None``: it flushed the namespace) when no
+        other connection committed since ``cursor``: nothing else can have changed."""
+        if None in logged:
+            self.forget_local(cursor, [None])
+        self._read_keys(cursor, sorted({key for key in logged if key is not None}))
 
     def forget_local(self, cursor: SqlCursor, deletions: list[str | None]) -> None:
         """Tell the cursor of the deletions this process made since it last answered."""
@@ -131,17 +179,36 @@ class SqlFeed:
                 cursor.unreadable.discard(gone)
                 self.changed[gone] = None
 
-    def catch_up(self, cursor: SqlCursor) -> None:
-        """Read the marks of the rows stamped within the overlap of the newest seen, read again
-        only those that differ, and compare the row count to find rows deleted (or stamped far
-        back) elsewhere."""
+    def catch_up(self, cursor: SqlCursor, marker: Any = None) -> None:
+        """Bring ``cursor`` from its marker to ``marker`` (read before this call): read the rows
+        written since, and compare the row count to find rows deleted elsewhere.
+
+        On PostgreSQL the rows written since are those of transactions that committed between
+        the two snapshots; elsewhere, the rows stamped within the overlap of the newest seen
+        whose marks differ (and, through the row count, rows stamped far back)."""
+        if self._by_version() and isinstance(cursor.marker, str) and isinstance(marker, str):
+            count, written = kv.versions_since(
+                self.conn, self.prefix, self.namespace, kv.written_after(cursor.marker, marker), self.shape
+            )
+            if written:
+                self._read_keys(cursor, sorted(written))
+            self._reconcile(cursor, count)
+            return
         since = None if cursor.newest is None else cursor.newest - REINDEX_OVERLAP
         # Read before the marks: a row changed after it makes the next digest differ.
-        digest = (since, kv.window_digest(self.conn, self.prefix, self.namespace, since, self.shape))
+        found = kv.window_digest(self.conn, self.prefix, self.namespace, since, self.shape)
+        digest = (since, None if found is None else found[0])
         if digest[1] is None or digest != cursor.digest:
             self._probe_window(cursor, since)
             cursor.digest = digest
-        count = kv.count_namespace(self.conn, self.prefix, self.namespace, self.shape)
+        if found is None:
+            self._reconcile(cursor, kv.count_namespace(self.conn, self.prefix, self.namespace, self.shape))
+        else:  # MariaDB counted the namespace with the digest, in the same statement
+            self._reconcile(cursor, found[1])
+
+    def _reconcile(self, cursor: SqlCursor, count: int) -> None:
+        """Compare the namespace's row ``count`` with the keys ``cursor`` knows, and read every
+        key only when they differ."""
         if count == len(cursor.known) + len(cursor.unreadable):
             return
         # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.

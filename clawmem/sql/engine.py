@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import functools
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -131,6 +132,159 @@ def _forget_pool_in_children(engine: Engine) -> None:
             forked.dispose(close=False)
 
     os.register_at_fork(after_in_child=after_fork)
+class ReadingLine:
+    """One connection of an engine's database kept for the short reads of a recall turn: no
+    checkout from the pool, so no pre-ping, and threads take turns on it.
+
+    To a server (PostgreSQL, MariaDB) it stays open in autocommit, so a read is one round trip
+    with no ``BEGIN`` or ``ROLLBACK``; a connection the server dropped is opened again and the
+    read run once more (reads only, so running one twice is harmless).
+
+    On a SQLite file the driver also writes through it (:meth:`write`): ``PRAGMA data_version``
+    on it then changes only when another connection commits, so a feed can tell its own
+    process's writes, which it logs, from everyone else's."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._lock = threading.Lock()
+        self._connection: Connection | None = None
+        base = weakref.ref(engine)  # the lines of engines are kept only while they are
+        self.sqlite = engine.dialect.name == "sqlite"
+        if self.sqlite:
+            held: list[Any] = []  # the connection, out of reach of a cycle through the line
+            self._held = held
+            # Bumped when the connection is closed: data_version counts per connection.
+            self._opened = 0
+
+            def connect() -> Any:
+                # One of the engine's own connections (its pragmas set), held until the line
+                # is closed, out of the pool it came from; opened on first use, as a pool's are.
+                found = base()
+                if found is None:
+                    raise sa.exc.InvalidRequestError("the engine of this reading line is gone")
+                raw = found.raw_connection()
+                raw.detach()
+                held[:] = [raw]
+                return raw.dbapi_connection
+
+            self.engine = sa.create_engine(engine.url, creator=connect, poolclass=sa.pool.StaticPool)
+            sa.event.listen(self.engine, "begin", _sqlite_begin)
+        else:
+            self.engine = create_engine(
+                engine.url,  # type: ignore[arg-type]  # make_url takes a URL as it is
+                poolclass=sa.pool.StaticPool,
+                isolation_level="AUTOCOMMIT",
+                pool_pre_ping=False,
+                pool_reset_on_return=None,
+            )
+        # What listens to the engine's statements (a query count, a trace) hears the line's too.
+        for name in ("before_cursor_execute", "after_cursor_execute"):
+            sa.event.listen(self.engine, name, _relay(base, name))
+        line = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (kept := line()) is not None and kept._forked())
+
+    def _forked(self) -> None:
+        """In a forked child (a gunicorn worker of a preloaded app): open a connection of its own
+        on first use. The parent's is dropped unclosed, since the parent still uses it, and on
+        SQLite the marker then names another connection, so the child's first read catches up."""
+        self._lock = threading.Lock()
+        self._connection = None
+        self.engine.dispose(close=False)
+        if self.sqlite and self._held:
+            _INHERITED.extend(self._held)  # kept, so that no finaliser closes the parent's
+            self._held.clear()
+            self._opened += 1
+
+    def run(self, work: Callable[[Connection], _T]) -> _T:
+        """Return ``work(connection)`` run on the line (on SQLite, in one read transaction)."""
+        if self.sqlite:
+            with self._lock, self.engine.connect() as connection:
+                return work(connection)
+        for attempt in range(2):
+            with self._lock:
+                if self._connection is None:
+                    # Never closed between reads: closing ends its (empty) transaction with a
+                    # ROLLBACK that PyMySQL sends even in autocommit.
+                    self._connection = self.engine.connect()
+                try:
+                    return work(self._connection)
+                except BaseException as exc:
+                    self._drop()  # whatever it was in the middle of goes with it
+                    dropped = isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
+                    if attempt or not dropped:
+                        raise
+        raise AssertionError("unreachable")
+
+    def write(self, work: Callable[[Connection], _T], then: Callable[[_T], None]) -> _T:
+        """SQLite: return ``work(connection)`` run in one write transaction on the line, and
+        call ``then`` with its result once committed, before any other use of the line."""
+        with self._lock:
+            with self.engine.connect() as connection:
+                connection = connection.execution_options(**{_WRITE: True})
+                with connection.begin():
+                    done = work(connection)
+            then(done)
+            return done
+
+    def data_version(self) -> tuple[int, int]:
+        """SQLite: return ``PRAGMA data_version`` of the line's connection, which changes when
+        another connection commits, with how many connections the line had closed before it.
+        Call it from ``run``'s work, before its first statement."""
+        cursor = self._held[0].dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA data_version")
+            return self._opened, int(cursor.fetchone()[0])
+        finally:
+            cursor.close()
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                connection.close()
+
+    def close(self) -> None:
+        """Close the line's connection (the next use opens another)."""
+        with self._lock:
+            self._drop()
+            self.engine.dispose()
+            if self.sqlite and self._held:
+                # A new connection's data_version starts afresh: the marker says it is another.
+                self._opened += 1
+                self._held.clear()
+
+
+def _relay(engine: weakref.ref[Engine], event: str) -> Callable[..., None]:
+    def relay(*args: Any) -> None:
+        found = engine()
+        if found is not None:
+            getattr(found.dispatch, event)(*args)
+
+    return relay
+
+
+_INHERITED: list[Any] = []  # a parent's SQLite connections, held in a forked child so none closes
+_LINES: weakref.WeakKeyDictionary[Engine, ReadingLine] = weakref.WeakKeyDictionary()
+_LINES_LOCK = threading.Lock()
+
+
+def reading_line(engine: Engine) -> ReadingLine | None:
+    """Return the process's :class:`ReadingLine` to ``engine``'s database (one per engine,
+    closed when the engine is disposed), or ``None`` for an in-memory SQLite database, which
+    every connection sees apart."""
+    if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
+        return None
+    with _LINES_LOCK:
+        line = _LINES.get(engine)
+        if line is None:
+            line = _LINES[engine] = ReadingLine(engine)
+            disposed = weakref.ref(line)
+
+            def close(_engine: Engine) -> None:
+                if (kept := disposed()) is not None:
+                    kept.close()
+
+            sa.event.listen(engine, "engine_disposed", close)
+        return line
 
 
 def _missing_driver_message(url: URL, module: str) -> str:

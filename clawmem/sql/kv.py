@@ -427,21 +427,25 @@ def index_probe(
 
 def window_digest(
     conn: Connection, prefix: str, namespace: str, since: datetime | None, shape: str = CLAWMEM_SCHEMA
-) -> tuple[int, int] | None:
+) -> tuple[tuple[int, int], int] | None:
     """Return, on MariaDB/MySQL, the count and a 64-bit XOR of a hash of each row's key, stamp,
-    expiry and value among the rows :func:`index_probe` would return: equal twice only if none
-    of them changed (up to a 2^-64 chance). ``None`` elsewhere."""
+    expiry and value among the rows :func:`index_probe` would return (equal twice only if none
+    of them changed, up to a 2^-64 chance), and how many rows the namespace holds, in one
+    statement. ``None`` elsewhere."""
     if conn.dialect.name not in ("mysql", "mariadb"):
         return None
     table = tables(prefix, shape).memory
     expires = sa.func.coalesce(table.c.expires_at, "none")
     row = sa.func.concat_ws("|", table.c.lookup_key, table.c.updated_at, expires, table.c.value)
     hashed = sa.cast(sa.func.conv(sa.func.left(sa.func.md5(row), 16), 16, 10), mysql.BIGINT(unsigned=True))
-    select = sa.select(sa.func.count(), sa.func.bit_xor(hashed)).where(table.c.namespace == namespace)
+    total = sa.select(sa.func.count()).select_from(table).where(table.c.namespace == namespace)
+    select = sa.select(sa.func.count(), sa.func.bit_xor(hashed), total.scalar_subquery()).where(
+        table.c.namespace == namespace
+    )
     if since is not None:
         select = select.where(table.c.updated_at >= since)
-    count, digest = conn.execute(select).one()
-    return int(count), int(digest or 0)
+    count, digest, rows = conn.execute(select).one()
+    return (int(count), int(digest or 0)), int(rows)
 
 
 def commit_marker(conn: Connection) -> str | None:
@@ -451,6 +455,43 @@ def commit_marker(conn: Connection) -> str | None:
     if conn.dialect.name != "postgresql":
         return None
     return str(conn.execute(sa.select(sa.func.pg_current_snapshot().cast(sa.Text))).scalar())
+
+
+def parse_snapshot(text: str) -> tuple[int, int, frozenset[int]]:
+    """Return ``(xmin, xmax, in progress)`` of a PostgreSQL snapshot as :func:`commit_marker`
+    gives it (``xmin:xmax:xip,xip``)."""
+    low, high, running = text.split(":")
+    return int(low), int(high), frozenset(int(xid) for xid in running.split(",") if xid)
+
+
+def written_after(earlier: str, later: str) -> int:
+    """Return a transaction id (64-bit) at or below that of every transaction that committed
+    between the PostgreSQL snapshots ``earlier`` and ``later``.
+
+    Such a transaction either began after ``earlier`` (its id is at least that snapshot's
+    xmax) or was in progress then. While every transaction in progress then still is, only the
+    first kind committed, and xmax bounds them; otherwise the oldest one in progress then (the
+    snapshot's xmin) does, subtransactions included, whose ids come after their parent's."""
+    low, high, running = parse_snapshot(earlier)
+    still_running = parse_snapshot(later)[2]
+    return high if running <= still_running else low
+
+
+def versions_since(
+    conn: Connection, prefix: str, namespace: str, xid: int, shape: str = CLAWMEM_SCHEMA
+) -> tuple[int, set[str]]:
+    """Return, on PostgreSQL, how many rows the namespace holds and the keys of those whose row
+    version was written by transaction ``xid`` (64-bit) or a later one, in one pass.
+
+    ``age(xmin)`` counts transactions back from now, so the comparison is safe across the
+    32-bit wrap of ``xmin``; a frozen row's age is the largest there is."""
+    table = tables(prefix, shape).memory
+    recent = sa.text("age(xmin) <= age(CAST(:since AS xid))").bindparams(since=str(xid % 2**32))
+    select = sa.select(sa.func.count(), sa.func.array_agg(table.c.lookup_key).filter(recent)).where(
+        table.c.namespace == namespace
+    )
+    count, keys = conn.execute(select).one()
+    return int(count), {as_text(key) for key in keys or ()}
 
 
 def namespace_keys(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> set[str]:
