@@ -9,7 +9,7 @@ from flask import Blueprint
 from clawmem.compaction import configured_thresholds
 from clawmem.encryption import encryption_state
 from clawmem.errors import ConfigError, redact
-from clawmem.settings import ENV_PREFIX, Settings
+from clawmem.settings import CLAWMEM_SCHEMA, ENV_PREFIX, Settings
 from dashboard import state
 from dashboard.views.rendering import render_page, shell_command
 
@@ -115,8 +115,9 @@ def index() -> str:
         for name in Settings.setting_names()
     ]
     encryption = None
-    if cipher is not None:
-        # Two grouped counts per encrypted column: this page's, never the Overview's.
+    if cipher is not None and site.conversations.shape == CLAWMEM_SCHEMA:
+        # Two grouped counts per encrypted column: this page's, never the Overview's. phpClaw's
+        # tables are never encrypted (SPEC 13), and lack some of the columns counted.
         in_sql = settings.memory_driver == "sql"
         encryption = encryption_state(site.engine, site.prefix, cipher, sql_memory=in_sql)
     return render_page("settings/index.html", {}, rows=rows, compaction=configured_thresholds(settings),
