@@ -130,18 +130,23 @@ def entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
     }
 
 
-@bp.get("/<namespace>/")
-def namespace(namespace: str) -> str:
-    """The keys of one namespace by key, last write or expiry (``sort``), with TTL state and
-    how many there are; filter by state and search."""
+def _list_arguments(namespace: str) -> tuple[str, str, str, str]:
+    # A key list and its download read the same filters (400 for a bad one) and order.
     namespace = validate_namespace(namespace)
     status = text_arg("state", 20)
     try:
         check_filter(status or None)
     except ValueError as exc:
         abort(400, description=str(exc))
-    sort = sort_arg(SORTS, "key")
-    query, cursor = text_arg("q"), text_arg("cursor", 500)
+    return namespace, status, sort_arg(SORTS, "key"), text_arg("q")
+
+
+@bp.get("/<namespace>/")
+def namespace(namespace: str) -> str:
+    """The keys of one namespace by key, last write or expiry (``sort``), with TTL state and
+    how many there are; filter by state and search."""
+    namespace, status, sort, query = _list_arguments(namespace)
+    cursor = text_arg("cursor", 500)
     now = now_seconds(state.clock())
     driver = state.driver()
     listed = {"state": status or None, "query": query or None}
@@ -194,14 +199,7 @@ def _moment(value: Any) -> str | None:
 def download(namespace: str, format: str) -> Response:
     """The namespace's keys under the list's filters and order as CSV or JSON, streamed, at
     most ``DOWNLOAD_LIMIT`` rows: the value as its JSON text, expiry as Unix seconds (UTC)."""
-    namespace = validate_namespace(namespace)
-    status = text_arg("state", 20)
-    try:
-        check_filter(status or None)
-    except ValueError as exc:
-        abort(400, description=str(exc))
-    sort = sort_arg(SORTS, "key")
-    query = text_arg("q")
+    namespace, status, sort, query = _list_arguments(namespace)
     driver, now = state.driver(), now_seconds(state.clock())
     listed = {"state": status or None, "query": query or None}
 
