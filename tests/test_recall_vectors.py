@@ -315,9 +315,7 @@ def test_embed_refuses_a_bad_option_in_one_line(vector_engine, prefix, url, tmp_
     assert result.exit_code != 0 and error in result.output
 
 
-def test_embed_needs_the_vectors_table(url, prefix, tmp_path, sql_backend):
-    if sql_backend != "sqlite":
-        pytest.skip("one backend shows it")
+def test_embed_needs_the_vectors_table(url, prefix, tmp_path):
     engine = create_engine(url)
     create_tables(engine, prefix)
     result = invoke(url, prefix, tmp_path, "embed", "--embedder", "tests.embedders:counting")
@@ -326,6 +324,7 @@ def test_embed_needs_the_vectors_table(url, prefix, tmp_path, sql_backend):
     assert invoke(url, prefix, tmp_path, "embed", "--embedder", "tests.embedders:counting").exit_code == 0
     drop_vector_table(engine, prefix)
     drop_tables(engine, prefix)
+    engine.dispose()
 
 
 @pytest.mark.parametrize("sql_backend", ["sqlite"])
