@@ -226,7 +226,7 @@ class Cipher:
             raise Undecryptable(where(), key_id, reason)
         try:
             plain = aead.decrypt(nonce, ciphertext, associated_data)
-        except Exception:  # cryptography's InvalidTag: the one failure an authenticated open has
+        except _open_failures():
             raise Undecryptable(
                 where(), key_id, "wrong key, or the text was altered or moved from another place"
             ) from None
@@ -246,6 +246,7 @@ class Cipher:
                 self._aead_for(key_id)
         a2b = binascii.a2b_base64
         opened = self._opened
+        failures = _open_failures()
 
         def open_fast(text: str, associated_data: bytes) -> str | None:
             place = (associated_data, text)
@@ -260,7 +261,7 @@ class Cipher:
             try:
                 raw = a2b(body + "=" * (-len(body) % 4))
                 plain = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated_data).decode("utf-8")
-            except Exception:  # any failure: the careful path opens it again and names it
+            except failures:  # the careful path opens it again and says why
                 return None
             if len(opened) >= OPENED_KEPT:
                 opened.clear()
@@ -294,3 +295,13 @@ class Cipher:
 
 # The cipher that seals nothing: what every store uses until keys are set.
 PLAIN = Cipher()
+
+
+def _open_failures() -> tuple[type[Exception], ...]:
+    # What a failed open raises: a tag that does not authenticate (cryptography's InvalidTag),
+    # and ValueError for bad base64, a nonce of the wrong size or a plaintext that is not UTF-8.
+    try:
+        from cryptography.exceptions import InvalidTag
+    except ImportError:  # without it no key loads, so nothing is ever decrypted
+        return (ValueError,)
+    return (InvalidTag, ValueError)
