@@ -14,8 +14,6 @@ With encryption at rest on, the backing seals a vector like a value (vectors lea
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -24,6 +22,7 @@ import numpy as np
 
 from clawmem.errors import EmbeddingMismatch
 from clawmem.recall.embeddings import Embedder, VectorStore, _Space, text_print, unit
+from clawmem.recall.feeds import release_scratch
 
 VectorRow = tuple[str, str, str]  # (key, text print as 16 hex digits, vector text)
 ADOPT_CHUNK = 1024  # rows read back are held a chunk at a time
@@ -74,13 +73,6 @@ def print_of(stored: str) -> int | None:
     except ValueError:
         return None
     return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else None
-
-
-def _return_freed_memory() -> None:
-    """Give the pages freed since back to the system (glibc keeps them otherwise: some 60 bytes
-    an entry after a load); elsewhere nothing happens."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _normalised(rows: np.ndarray) -> np.ndarray:
@@ -161,7 +153,7 @@ class PersistedVectors(VectorStore):
             space = _Space(self.dimension, capacity=self.backing.count(namespace))
             self._adopt(space, namespace, self.backing.rows(namespace), fresh=True)
             if space.size >= TRIM_AFTER:
-                _return_freed_memory()
+                release_scratch()  # glibc would keep some 60 bytes an entry of the load
             self._spaces[namespace] = space
         return space
 
