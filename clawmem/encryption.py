@@ -72,12 +72,6 @@ class EncryptionState:
         """Return the plaintext rows left in every encrypted column counted."""
         return sum(column.plaintext for column in self.columns)
 
-    @property
-    def unknown_key_ids(self) -> tuple[str, ...]:
-        """Return the key ids rows are sealed under that no configured key has (a removed key,
-        or a subject's data key from a key store)."""
-        return tuple(sorted(key for key in self.per_key if key not in self.key_ids))
-
 
 def encryption_state(
     engine: Engine, prefix: str, cipher: Cipher, count: bool = True, sql_memory: bool = True

@@ -216,7 +216,7 @@ class Cipher:
             key_id, nonce, ciphertext = unpack(text)
         except MalformedEnvelope as exc:
             raise Undecryptable(where(), key_id_of(text), f"the envelope is damaged ({exc})") from None
-        aead = self._aeads.get(key_id) or self._aead_for(key_id)
+        aead = self._aead_for(key_id)
         if aead is None:
             reason = (
                 "encryption is off (no CLAW_ENCRYPTION_KEYS)"
@@ -273,14 +273,6 @@ class Cipher:
     def forget_opened(self) -> None:
         """Drop the plaintexts :meth:`fast_opener` keeps (after an erasure, or a key removed)."""
         self._opened.clear()
-
-    def open_optional(self, text: str | None, context: Context) -> str | None:
-        """Return :meth:`open` of ``text``, or ``None`` when ``text`` is ``None`` (a NULL column)."""
-        return None if text is None else self.open(text, context)
-
-    def seal_optional(self, text: str | None, context: Context, subject: str | None = None) -> str | None:
-        """Return :meth:`seal` of ``text``, or ``None`` when ``text`` is ``None`` (a NULL column)."""
-        return None if text is None else self.seal(text, context, subject)
 
     def forget_key(self, key_id: str) -> None:
         """Drop the cached key of ``key_id`` and every plaintext kept, so the next open asks the

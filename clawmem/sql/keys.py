@@ -49,7 +49,7 @@ class SealedRow:
     text: str
 
 
-def _table(prefix: str, name: str) -> sa.Table:
+def table_named(prefix: str, name: str) -> sa.Table:
     return getattr(tables(prefix), name)
 
 
@@ -74,7 +74,7 @@ def column_keys(conn: Connection, prefix: str) -> list[ColumnKeys]:
     rows left (``NULL`` and empty columns counted as neither). Two grouped scans per column."""
     found = []
     for table_name, column_name, _ in SEALED_COLUMNS:
-        table = _table(prefix, table_name)
+        table = table_named(prefix, table_name)
         column = table.c[column_name]
         key_id = key_id_expression(column, conn.dialect.name).label("key_id")
         rows = conn.execute(sa.select(key_id, sa.func.count()).where(_sealed(column)).group_by(key_id))
@@ -93,7 +93,7 @@ def newest_sealed(conn: Connection, prefix: str, key_id: str | None = None) -> l
     with ``None``); columns with no such row are left out. One indexed read per column."""
     found = []
     for table_name, column_name, moment in SEALED_COLUMNS:
-        table = _table(prefix, table_name)
+        table = table_named(prefix, table_name)
         column = table.c[column_name]
         where = [table.c.namespace, table.c.lookup_key] if table_name == "memory" else [table.c.id]
         select = (

@@ -17,8 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from clawmem.crypto.envelope import like_pattern
 from clawmem.sql.engine import write_transaction
-from clawmem.sql.keys import SEALED_COLUMNS
-from clawmem.sql.schema import tables
+from clawmem.sql.keys import SEALED_COLUMNS, table_named
 
 # The encrypted columns of each table (those of clawmem.sql.keys), in the order a row's texts are held.
 ROTATED: dict[str, tuple[str, ...]] = {}
@@ -38,10 +37,6 @@ class StoredRow:
     user_id: str | None = None
     namespace: str | None = None
     key: str | None = None
-
-
-def _table(prefix: str, name: str) -> sa.Table:
-    return getattr(tables(prefix), name)
 
 
 def _behind(column: sa.Column[str], primary: str) -> sa.ColumnElement[bool]:
@@ -64,7 +59,7 @@ def _a_subjects(prefix: str, table: sa.Table, name: str, template: str) -> sa.Co
     if name == "conversations":
         return table.c.user_id != ""
     if name == "messages":
-        conversations = _table(prefix, "conversations")
+        conversations = table_named(prefix, "conversations")
         owned = sa.select(conversations.c.id).where(conversations.c.user_id != "")
         return table.c.conversation_id.in_(owned)
     head, _, tail = template.partition("{user_id}")
@@ -94,7 +89,7 @@ def count_behind(conn: Connection, prefix: str, name: str, primary: str, subject
     """Return how many rows of table ``name`` hold a value not under the key id ``primary`` (and,
     with ``subjects`` the subject namespace template of a site with a key store, a subject's
     value not under a data key)."""
-    table = _table(prefix, name)
+    table = table_named(prefix, name)
     where = _needs_rotation(prefix, table, name, primary, subjects)
     return int(conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar() or 0)
 
@@ -110,13 +105,13 @@ def rows_behind(
 ) -> list[StoredRow]:
     """Return up to ``limit`` rows of table ``name`` with an id above ``after`` that
     :func:`count_behind` counts, by id (a message with its conversation's user id)."""
-    table = _table(prefix, name)
+    table = table_named(prefix, name)
     texts = [table.c[column] for column in ROTATED[name]]
     where = sa.and_(table.c.id > after, _needs_rotation(prefix, table, name, primary, subjects))
     if name == "memory":
         query = sa.select(table.c.id, *texts, table.c.namespace, table.c.lookup_key)
     elif name == "messages":
-        conversations = _table(prefix, "conversations")
+        conversations = table_named(prefix, "conversations")
         query = sa.select(table.c.id, *texts, conversations.c.user_id).select_from(
             table.outerjoin(conversations, conversations.c.id == table.c.conversation_id)
         )
@@ -140,7 +135,7 @@ def write_rotated(
     was read with; return how many rows changed (the others were written meanwhile)."""
     if not changes:
         return 0
-    table = _table(prefix, name)
+    table = table_named(prefix, name)
     columns = ROTATED[name]
     statement = (
         sa.update(table)

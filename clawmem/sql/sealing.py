@@ -159,10 +159,7 @@ def open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: boo
             associated = f"{head}{len(row_id)}:{row_id}|7:content".encode("utf-8", "surrogatepass")
             text = open_fast(content, associated)
             if text is not None:
-                copy = object.__new__(type(message))
-                copy.__dict__.update(message.__dict__)
-                copy.__dict__["content"] = text
-                opened.append(copy)
+                opened.append(_with(message, content=text))
                 continue
         opened.append(open_message(cipher, prefix, message, raising))  # names a failure, or marks it
     return opened
