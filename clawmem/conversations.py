@@ -569,7 +569,7 @@ class ConversationLog:
         if self._last_scan is not None and self._last_scan[0] == memo:
             return self._last_scan[1]
         needle = query.casefold()
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             titles, contents = sql.scan_candidates(conn, self.prefix, limit + 1, **filters)
         complete = len(titles) <= limit and len(contents) <= limit
         titles, contents = titles[:limit], contents[:limit]

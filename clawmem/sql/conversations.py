@@ -600,17 +600,18 @@ def summaries(
         rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
                            nullable=name in ("title", "total_tokens"))
         counted = page_role_counts(conn, prefix, [row.id for row in rows])
-    return [
-        ConversationSummary(
+    found = []
+    for row in rows:
+        said, recall, checkpoints = counted.get(row.id, (0, 0, 0))
+        found.append(ConversationSummary(
             **conversation_fields(row),
-            message_count=int(counted.get(row.id, (0, 0, 0))[0] or 0),
-            recall_count=int(counted.get(row.id, (0, 0, 0))[1] or 0),
-            checkpoint_count=int(counted.get(row.id, (0, 0, 0))[2] or 0),
+            message_count=int(said or 0),
+            recall_count=int(recall or 0),
+            checkpoint_count=int(checkpoints or 0),
             raw_created_at=raw_moment(row.created_at),
             raw_updated_at=raw_moment(row.updated_at),
-        )
-        for row in rows
-    ]
+        ))
+    return found
 
 
 def page_role_counts(

@@ -135,14 +135,13 @@ def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
     memory table), with exact row counts (sizes left out)."""
     with connect(engine) as conn:
         existing = set(sa.inspect(conn).get_table_names())
-    counted = [table for table in (*_three(prefix), vector_table(prefix)) if table.name in existing]
-    if not counted:
-        return []
-    # One statement for every count: one round trip, not four.
-    select = sa.select(*(
-        sa.select(sa.func.count()).select_from(table).scalar_subquery() for table in counted
-    ))
-    with connect(engine) as conn:
+        counted = [table for table in (*_three(prefix), vector_table(prefix)) if table.name in existing]
+        if not counted:
+            return []
+        # One statement for every count: one round trip, not four.
+        select = sa.select(*(
+            sa.select(sa.func.count()).select_from(table).scalar_subquery() for table in counted
+        ))
         rows = conn.execute(select).one()
     return [TableStats(table.name, True, int(count or 0), None)
             for table, count in zip(counted, rows, strict=True)]

@@ -17,7 +17,7 @@ from clawmem.integrations.openai_agents import session_id_of
 from clawmem.pipeline import billed_tokens, provider_history
 from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
 from dashboard import state
-from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT
+from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT, moment_text
 from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
@@ -174,15 +174,11 @@ DOWNLOAD_COLUMNS = ("id", "title", "user_id", "namespace", "created_at", "update
                     "recall_records", "checkpoints", "total_tokens")
 
 
-def _moment(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(sep=" ", timespec="seconds")
-
-
 def _download_row(conversation: ConversationSummary) -> dict[str, Any]:
     return {
         "id": conversation.id, "title": conversation.title, "user_id": conversation.user_id,
-        "namespace": conversation.namespace, "created_at": _moment(conversation.created_at),
-        "updated_at": _moment(conversation.updated_at), "messages": conversation.message_count,
+        "namespace": conversation.namespace, "created_at": moment_text(conversation.created_at),
+        "updated_at": moment_text(conversation.updated_at), "messages": conversation.message_count,
         "recall_records": conversation.recall_count, "checkpoints": conversation.checkpoint_count,
         "total_tokens": conversation.total_tokens,  # None: not reported (an empty CSV cell)
     }

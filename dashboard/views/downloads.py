@@ -22,6 +22,11 @@ DOWNLOAD_FORMATS = ("csv", "json")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+def moment_text(value: Any) -> str | None:
+    """Return a stored time as ``YYYY-MM-DD HH:MM:SS`` text, ``None`` for none (or no time)."""
+    return value.isoformat(sep=" ", timespec="seconds") if hasattr(value, "isoformat") else None
+
+
 def spreadsheet_safe(cell: Any) -> Any:
     """Return ``cell`` as a spreadsheet should read it: text that a spreadsheet would take for a
     formula gets a leading ``'``; numbers and empty cells are left as they are."""

@@ -21,7 +21,7 @@ from clawmem.records import MemoryRow
 from clawmem.rules import ttl_state, validate_namespace
 from clawmem.subjects import subject_of_namespace
 from dashboard import state
-from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT
+from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT, moment_text
 from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
@@ -191,10 +191,6 @@ def _scanned(driver: BaseMemory, namespace: str, status: str | None, query: str)
 KEY_COLUMNS = ("namespace", "key", "state", "expires_at", "value", "bytes", "created_at", "updated_at")
 
 
-def _moment(value: Any) -> str | None:
-    return value.isoformat(sep=" ", timespec="seconds") if hasattr(value, "isoformat") else None
-
-
 @bp.get("/<namespace>/export.<any(csv, json):format>")
 def download(namespace: str, format: str) -> Response:
     """The namespace's keys under the list's filters and order as CSV or JSON, streamed, at
@@ -211,8 +207,8 @@ def download(namespace: str, format: str) -> Response:
             yield {"namespace": row.namespace, "key": row.key, "state": ttl_state(row.expires_at, now)[0],
                    "expires_at": row.expires_at,
                    "value": row.value if row.raw_value else json.dumps(row.value, ensure_ascii=False),
-                   "bytes": row.bytes, "created_at": _moment(row.created_at),
-                   "updated_at": _moment(row.updated_at)}
+                   "bytes": row.bytes, "created_at": moment_text(row.created_at),
+                   "updated_at": moment_text(row.updated_at)}
 
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
     about = {"namespace": namespace, "filters": filters, "sort": sort, "times": "UTC"}
