@@ -85,12 +85,3 @@ class SqlVectorBacking:
         with write_transaction(self.engine) as conn:
             return vectors.delete_other_models(conn, self.prefix, model_id, dimension)
 
-    def delete_orphans(self, namespace: str, live: dict[str, str]) -> int:
-        """Delete the vectors of ``namespace`` whose key is not in ``live`` (key -> text print)
-        or whose print differs; return how many went."""
-        held = self.prints(namespace)
-        gone = [key for key in held if key not in live]
-        stale = [(key, printed) for key, printed in held.items() if key in live and live[key] != printed]
-        if gone or stale:
-            self.delete(namespace, gone, stale)
-        return len(gone) + len(stale)

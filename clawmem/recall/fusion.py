@@ -31,9 +31,10 @@ from clawmem.recall.injection import line_bytes
 from clawmem.recall.persisted import Stores
 from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
-from clawmem.recall.sources import Readable, serving_driver
+from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.weighted_index import IndexedWeighted
 from clawmem.recall.words import entry_words, keywords, text_of
+from clawmem.rules import is_expired
 
 DEPTH = 100  # each list's first entries that hybrid fuses (on LoCoMo's dev split 50 fused as well as all)
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
@@ -101,7 +102,7 @@ class SemanticScorer:
             own = [(entry.key, entry.text) for entry in entries if entry.order == order]
             driver = serving_driver(memory, namespace)[0]
             store = self.store_for(driver)
-            if isinstance(driver, ChangeFeed):
+            if conforms(driver, ChangeFeed):
                 store.follow(driver.changes, namespace, now)
             store.refresh(namespace, len(own))
             if self.embed_on_read:
@@ -172,15 +173,13 @@ class SemanticScorer:
             rows = driver.fetch(namespace, [key for key, _, _ in found])
             for key, printed, cosine in found:
                 row = rows.get(key)
-                if (
-                    row is None
-                    or getattr(row, "raw_value", False)
-                    or (row.expires_at is not None and now >= row.expires_at)
-                    or text_print(text_of(row.value)) != printed
-                ):
+                if row is None or getattr(row, "raw_value", False) or is_expired(row.expires_at, now):
+                    continue
+                text = text_of(row.value)
+                if text_print(text) != printed:
                     continue
                 cosine = round(cosine, COSINE_DIGITS)
-                item = Scored(namespace, key, text_of(row.value), cosine, order_of[namespace])
+                item = Scored(namespace, key, text, cosine, order_of[namespace])
                 item.signals["cosine"] = cosine
                 nearest.append(item)
         meaning = _order(nearest, COSINE_DIGITS)[:DEPTH]

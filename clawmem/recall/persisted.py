@@ -23,6 +23,7 @@ import numpy as np
 from clawmem.errors import EmbeddingMismatch
 from clawmem.recall.embeddings import Embedder, VectorStore, _Space, text_print, unit
 from clawmem.recall.feeds import release_scratch
+from clawmem.recall.sources import conforms
 
 VectorRow = tuple[str, str, str]  # (key, text print as 16 hex digits, vector text)
 ADOPT_CHUNK = 1024  # rows read back are held a chunk at a time
@@ -216,7 +217,7 @@ class Stores:
 
     def of(self, driver: object, embedder: Embedder) -> PersistedVectors | None:
         """Return the persisted store of ``driver``'s vectors, or ``None``."""
-        if not isinstance(driver, VectorKeeping):
+        if not conforms(driver, VectorKeeping):
             return None
         backing = driver.vector_backing()
         if backing is None:
