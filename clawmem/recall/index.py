@@ -38,12 +38,8 @@ _DENSE_SHARE = 8
 _DENSE_FROM = 65_536
 
 
-def fingerprint(value: Any, expires_at: int | None) -> int:
-    """Return what tells two stored states of an entry apart: its value text and its expiry."""
-    return _fingerprint(value, text_of(value), expires_at)
-
-
 def _fingerprint(value: Any, text: str, expires_at: int | None) -> int:
+    # What tells two stored states of an entry apart: its value's type and text, and its expiry.
     return hash((type(value).__name__, text, expires_at))
 
 
@@ -197,12 +193,13 @@ class WordIndex:
             return self._put(key, value, expires_at, self.table.slot_of(key))
 
     def _put(self, key: str, value: Any, expires_at: int | None, slot: int | None) -> bool:
-        print_ = fingerprint(value, expires_at)
-        with self.lock:
-            if slot is not None and self.prints[slot] == print_:
-                return False
-            self._add(key, text_of(value), expires_at, print_, slot)
-            return True
+        # Called with the lock held (put, confirm); the value's text is made once.
+        text = text_of(value)
+        print_ = _fingerprint(value, text, expires_at)
+        if slot is not None and self.prints[slot] == print_:
+            return False
+        self._add(key, text, expires_at, print_, slot)
+        return True
 
     def remove(self, key: str) -> None:
         """Drop ``key`` (nothing happens when it is not indexed)."""
