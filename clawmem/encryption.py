@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from clawmem.crypto import Cipher, Context
 from clawmem.errors import Undecryptable
 from clawmem.sql import keys as sql
+from clawmem.sql.engine import connect
 from clawmem.sql.sizes import present_tables
 
 log = logging.getLogger("clawmem.encryption")
@@ -36,11 +37,13 @@ def check_keys(engine: Engine, prefix: str, cipher: Cipher) -> int:
     key), column and key id when one cannot be opened: a missing key, a wrong key or altered
     text is found at start-up, not at the first read.
     """
-    if not present_tables(engine, prefix):
-        return 0
+    return _check_present(engine, prefix, cipher) if present_tables(engine, prefix) else 0
+
+
+def _check_present(engine: Engine, prefix: str, cipher: Cipher) -> int:
     key_ids: list[str | None] = [None, *(cipher.keyring.key_ids if cipher.keyring else ())]
     checked: set[tuple[str, str, str, str | None, str | None]] = set()
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         for key_id in key_ids:
             for row in sql.newest_sealed(conn, prefix, key_id):
                 place = (row.table, row.column, row.row_id, row.namespace, row.key)
@@ -88,8 +91,11 @@ def encryption_state(
         memory_counted=sql_memory,
     )
     problem = None
+    present: list[str] | None = None
     try:
-        check_keys(engine, prefix, cipher)
+        present = present_tables(engine, prefix)
+        if present:
+            _check_present(engine, prefix, cipher)
     except Undecryptable as exc:
         problem = str(exc)
     except sa.exc.SQLAlchemyError:
@@ -97,8 +103,10 @@ def encryption_state(
     if not count:
         return dataclasses.replace(state, problem=problem)
     columns: list[sql.ColumnKeys] = []
-    if present_tables(engine, prefix):
-        with engine.connect() as conn:
+    if present is None:  # the database failed above: asked again, it raises for the page to report
+        present = present_tables(engine, prefix)
+    if present:
+        with connect(engine) as conn:
             columns = [c for c in sql.column_keys(conn, prefix) if sql_memory or c.table != "memory"]
     per_key: dict[str, int] = {}
     for column in columns:
