@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem.errors import ConfigError, InvalidNamespace
-from clawmem.recall.words import text_of
+from clawmem.recall.words import text_of, whole_token_pattern
 from clawmem.rules import validate_namespace
 
 DEFAULT_SUBJECT_NAMESPACE = "user:{user_id}"
@@ -84,7 +84,7 @@ def subject_of_namespace(namespace: str, template: str = DEFAULT_SUBJECT_NAMESPA
 
 def mention_pattern(user_id: str) -> re.Pattern[str]:
     """Return the regex of ``user_id`` as a whole token: no letter or digit right before or after."""
-    return re.compile(r"(?<![^\W_])" + re.escape(user_id) + r"(?![^\W_])")
+    return whole_token_pattern(user_id)
 
 
 def mentions(pattern: re.Pattern[str], key: str, value: Any) -> bool:

@@ -19,7 +19,8 @@ DEFAULT_TOP_K = 3
 
 # A word is a maximal run of Unicode letters and digits; a single ' ’ or - between two such
 # runs joins them into one word ("don't", "well-known").
-_WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
+_LETTER_OR_DIGIT = r"[^\W_]"
+_WORD = re.compile(rf"{_LETTER_OR_DIGIT}+(?:['’\-]{_LETTER_OR_DIGIT}+)*")
 
 
 def keywords(text: str) -> list[str]:
@@ -30,6 +31,12 @@ def keywords(text: str) -> list[str]:
         if len(word) >= MIN_WORD_CHARS:
             seen.setdefault(word, None)
     return list(seen)
+
+
+def whole_token_pattern(text: str) -> re.Pattern[str]:
+    """Return the regex of ``text`` standing as a whole token: no letter or digit (as words
+    count them) right before or after it."""
+    return re.compile(rf"(?<!{_LETTER_OR_DIGIT}){re.escape(text)}(?!{_LETTER_OR_DIGIT})")
 
 
 def text_of(value: Any) -> str:
