@@ -27,7 +27,7 @@ from clawmem.compaction import SUMMARY_INSTRUCTION, HistoryCompactor, ProviderSu
 from clawmem.conversations import ConversationLog
 from clawmem.memory.array import ArrayMemory
 from clawmem.pipeline import Claw
-from clawmem.providers.base import Message, ProviderReply
+from clawmem.providers.base import ChatMessage, ProviderReply
 from clawmem.providers.openai import to_wire
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables
@@ -51,7 +51,7 @@ SUMMARY = (
 )
 
 
-def wire_bytes(messages: Sequence[Message]) -> int:
+def wire_bytes(messages: Sequence[ChatMessage]) -> int:
     """Return the size of the chat-completions body an HTTP provider would send for ``messages``."""
     body = json.dumps({"model": "bench", "messages": to_wire(messages)}, ensure_ascii=False)
     return len(body.encode("utf-8"))
@@ -68,7 +68,7 @@ class CountingProvider:
     sent: list[int] = field(default_factory=list)  # bytes of every request, in order
     summary_sent: list[int] = field(default_factory=list)
 
-    def complete(self, messages: Sequence[Message]) -> ProviderReply:
+    def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply:
         size = wire_bytes(messages)
         self.sent.append(size)
         if messages and messages[-1].get("content") == SUMMARY_INSTRUCTION:

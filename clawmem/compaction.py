@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem import events
+from clawmem.providers.base import ChatMessage
 from clawmem.recall.words import keywords
 from clawmem.rules import validate_count
 from clawmem.settings import Settings
@@ -34,7 +35,6 @@ SUMMARY_INSTRUCTION = "Summarise the conversation above in 2\u20133 sentences. B
 BYTES_PER_TOKEN = 4
 SUMMARISED_ROLES = ("user", "assistant")  # the only messages the extractive summary reads
 
-Message = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Summary:
 Summarizer = Callable[[list[dict[str, Any]]], "str | Summary"]
 
 
-def message_bytes(message: Message) -> int:
+def message_bytes(message: ChatMessage) -> int:
     """Return the UTF-8 size of a message's content plus the JSON of its ``tool_input``."""
     return utf8_len(message.get("content") or "") + tool_input_bytes(message.get("tool_input"))
 
@@ -59,17 +59,17 @@ def tool_input_bytes(tool_input: Any) -> int:
     return 0 if tool_input is None else utf8_len(json.dumps(tool_input))
 
 
-def history_bytes(history: Sequence[Message]) -> int:
+def history_bytes(history: Sequence[ChatMessage]) -> int:
     """Return the total :func:`message_bytes` of ``history``."""
     return sum(message_bytes(message) for message in history)
 
 
-def estimate_tokens(history: Sequence[Message]) -> int:
+def estimate_tokens(history: Sequence[ChatMessage]) -> int:
     """Return the seed's token estimate: total message bytes integer-divided by 4."""
     return history_bytes(history) // BYTES_PER_TOKEN
 
 
-def split_history(history: Sequence[Message]) -> tuple[int, int]:
+def split_history(history: Sequence[ChatMessage]) -> tuple[int, int]:
     """Return ``(start, boundary)``: ``history[start:boundary]`` is summarised, the rest kept.
 
     A leading ``system`` message is set aside (``start`` is 1) and always kept. Of the other
@@ -134,7 +134,7 @@ class HistoryCompactor:
         self.max_tokens = max_tokens
         self.enabled = enabled
 
-    def trigger(self, history: Sequence[Message]) -> str | None:
+    def trigger(self, history: Sequence[ChatMessage]) -> str | None:
         """Return ``"messages"`` or ``"tokens"`` when that threshold is exceeded, else ``None``."""
         # The size is only measured when a token threshold can use it.
         size = history_bytes(history) if self.max_tokens > 0 else 0
@@ -147,7 +147,7 @@ class HistoryCompactor:
             return "tokens"
         return None
 
-    def apply(self, history: Sequence[Message]) -> CompactionResult:
+    def apply(self, history: Sequence[ChatMessage]) -> CompactionResult:
         """Return the history to send, compacted when a trigger trips; never raises for a
         failing summariser (the summary becomes ``(summary unavailable)``)."""
         messages = [dict(message) for message in history]
@@ -319,7 +319,7 @@ def as_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
     ]
 
 
-def first_crossings(history: Sequence[Message], max_messages: int, max_tokens: int) -> dict[str, int]:
+def first_crossings(history: Sequence[ChatMessage], max_messages: int, max_tokens: int) -> dict[str, int]:
     """Return, per threshold that ``history`` exceeds, the 1-based message at which it was first
     exceeded: ``{"messages": 21, "tokens": 18}``. Thresholds of 0 are off and never listed."""
     return crossings_of_sizes([message_bytes(message) for message in history], max_messages, max_tokens)

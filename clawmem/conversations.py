@@ -41,7 +41,7 @@ from clawmem.sql.conversations import (
     Conversation,
     ConversationRow,
     ConversationSummary,
-    MessageRecord,
+    Message,
     MessageSize,
     StoredMessage,
 )
@@ -60,7 +60,6 @@ _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
 SCAN_LIMIT = 10_000
 
 ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
-Message = MessageRecord  # what a caller appends: role, content, tool_name, tool_input, metadata
 
 
 def validate_conversation_id(conversation_id: object) -> str:
@@ -99,7 +98,7 @@ def wordpress_user_id(conversation_id: str, user_id: str) -> int | None:
 
 def check_messages(
     conversation_id: str, messages: Iterable[Any], max_bytes: int = DEFAULT_MAX_VALUE_BYTES
-) -> list[MessageRecord]:
+) -> list[Message]:
     """Return ``messages`` as records after checking each one; raise ``TypeError`` or
     ``ValueError`` naming the conversation and the message, before anything is written.
 
@@ -110,7 +109,7 @@ def check_messages(
     records = []
     for index, message in enumerate(messages):
         where = f"message {index}"
-        if isinstance(message, MessageRecord):
+        if isinstance(message, Message):
             fields = {
                 "role": message.role,
                 "content": message.content,
@@ -153,7 +152,7 @@ def check_messages(
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"conversation {conversation_id!r}: {where} metadata: {exc}") from None
         tool_name = _text(conversation_id, f"{where} tool_name", fields.get("tool_name"))
-        records.append(MessageRecord(role, content, tool_name, tool_input, metadata))
+        records.append(Message(role, content, tool_name, tool_input, metadata))
     return records
 
 
@@ -415,7 +414,7 @@ class ConversationLog:
         self._saved(conversation_id, namespace, records, gated=False)
         return list(ids)
 
-    def _saved(self, conversation_id: str, namespace: str, records: list[MessageRecord], gated: bool) -> None:
+    def _saved(self, conversation_id: str, namespace: str, records: list[Message], gated: bool) -> None:
         events.emit(
             "conversation.saved",
             driver=self.name,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from clawmem.errors import ProviderError
-from clawmem.providers.base import Message, Provider, ProviderReply, ToolCall
+from clawmem.providers.base import ChatMessage, Provider, ProviderReply, ToolCall
 from clawmem.providers.echo import EchoProvider
 from clawmem.providers.openai import OpenAICompatibleProvider
 
 __all__ = [
     "EchoProvider",
-    "Message",
+    "ChatMessage",
     "OpenAICompatibleProvider",
     "Provider",
     "ProviderError",

@@ -8,7 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from clawmem.errors import ProviderError
 
-Message = Mapping[str, Any]
+# A chat message as providers are sent it and compaction reads it: "role", "content", and on
+# tool rows "tool_name" and "tool_input". What ConversationLog.append takes is clawmem.Message.
+ChatMessage = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Provider(Protocol):
     name: str
     model: str
 
-    def complete(self, messages: Sequence[Message]) -> ProviderReply: ...
+    def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply: ...
 
 
-__all__ = ["Message", "Provider", "ProviderError", "ProviderReply", "ToolCall", "token_usage"]
+__all__ = ["ChatMessage", "Provider", "ProviderError", "ProviderReply", "ToolCall", "token_usage"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from clawmem.providers.base import Message, ProviderReply, ToolCall
+from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall
 
 
 class EchoProvider:
@@ -25,7 +25,7 @@ class EchoProvider:
     def __repr__(self) -> str:
         return f"EchoProvider(model={self.model!r}, calls={self.calls})"
 
-    def complete(self, messages: Sequence[Message]) -> ProviderReply:
+    def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply:
         """Return the echo of the last ``user`` message (empty text when there is none)."""
         self.calls += 1
         sent = [dict(message) for message in messages]

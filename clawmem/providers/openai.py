@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clawmem.errors import ProviderError, redact
-from clawmem.providers.base import Message, ProviderReply, ToolCall, token_usage
+from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall, token_usage
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ _BODY_EXCERPT_CHARS = 200
 _WIRE_ROLES = ("system", "user", "assistant")
 
 
-def to_wire(messages: Sequence[Message]) -> list[dict[str, str]]:
+def to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     """Return ``messages`` as chat-completions messages.
 
     A stored ``tool`` row has no call id to answer, so it is sent as an assistant note that
@@ -120,7 +120,7 @@ class OpenAICompatibleProvider:
     def _timed_out(self) -> ProviderError:
         return self._fail(f"no response within {self.timeout:g} s (timeout)")
 
-    def complete(self, messages: Sequence[Message]) -> ProviderReply:
+    def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply:
         """Return the model's reply to ``messages``; raises :class:`ProviderError` on any failure."""
         body = json.dumps({"model": self.model, "messages": to_wire(messages)}, ensure_ascii=False)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -37,7 +37,7 @@ def check_order_column(column: str, name: str = "by") -> str:
 
 
 @dataclass(frozen=True)
-class MessageRecord:
+class Message:
     """A message to append: its role, content, for tool rows the call, and what belongs to
     this message alone (``metadata``: a turn's provider usage, a framework's item, a job id)."""
 
@@ -168,7 +168,7 @@ def insert_messages(
     conn: Connection,
     prefix: str,
     conversation_id: str,
-    messages: Iterable[MessageRecord],
+    messages: Iterable[Message],
     created_at: datetime,
     shape: str = CLAWMEM_SCHEMA,
     seal: Callable[[str, str, str | None], str | None] | None = None,
