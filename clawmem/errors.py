@@ -70,6 +70,11 @@ class ConfigError(ValueError):
     """A setting could not be parsed; the message names the variable and the accepted form."""
 
 
+class KeyFileError(ConfigError):
+    """A private key file (the audit key, the dashboard's generated secret key) could not be
+    read or made, or holds too short a key; the message names the file, never the key."""
+
+
 class GuardBlocked(RuntimeError):
     """A guard refused the turn. The message names each pattern and where it matched, never the text."""
 

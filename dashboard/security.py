@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from flask import Flask, Request, Response, abort, request, session
@@ -14,9 +12,10 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from clawmem.errors import ConfigError
+from clawmem.keyfile import MIN_KEY_CHARS, kept_key
 
 SECRET_KEY_FILE = "secret_key"
-MIN_SECRET_KEY_CHARS = 32
+MIN_SECRET_KEY_CHARS = MIN_KEY_CHARS
 # The largest request body read: only the sign-in and sign-out forms have one, and they are tiny.
 MAX_BODY_BYTES = 64 * 1024
 # The longest query string and query value any page takes (the preview's message is the longest
@@ -36,29 +35,10 @@ SECURITY_HEADERS = {
 
 
 def load_or_create_secret_key(instance_path: str | os.PathLike[str]) -> str:
-    """Return the secret key stored in ``<instance>/secret_key``, creating it (mode 0600) on first use.
-
-    Several workers may start at once: the key is written to a private temp file and linked
-    into place, so exactly one key wins and every worker reads that one.
-    """
-    path = Path(instance_path) / SECRET_KEY_FILE
-    if not path.exists():
-        descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
-        try:
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(secrets.token_hex(32))
-            # If another worker linked its key first, everyone uses that one.
-            with contextlib.suppress(FileExistsError):
-                os.link(temp_name, path)
-        finally:
-            os.unlink(temp_name)
-    key = path.read_text().strip()
-    if len(key) < MIN_SECRET_KEY_CHARS:
-        raise RuntimeError(
-            f"{path} holds a secret key shorter than {MIN_SECRET_KEY_CHARS} characters; "
-            "delete it to regenerate"
-        )
-    return key
+    """Return the secret key stored in ``<instance>/secret_key``, creating it (mode 0600) on
+    first use; several workers starting at once all read the one key that won. Raises
+    :class:`~clawmem.errors.KeyFileError` when it cannot be read or made, or is too short."""
+    return kept_key(Path(instance_path) / SECRET_KEY_FILE, "a secret key", "delete it to regenerate")
 
 
 def check_secret_key(key: object) -> str:

@@ -17,14 +17,11 @@ first deletion its subject is logged as ``null``, with ``unhashed`` saying why.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import hmac
 import json
 import os
-import secrets
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,8 +32,9 @@ import click
 import sqlalchemy as sa
 
 from clawmem.cli import current_site
-from clawmem.errors import StorageError, redact
+from clawmem.errors import KeyFileError, StorageError, redact
 from clawmem.ids import new_id
+from clawmem.keyfile import kept_key
 from clawmem.sql.engine import describe_error
 
 HASH_HEX_CHARS = 32
@@ -55,23 +53,9 @@ def subject_hash(text: str, key: bytes) -> str:
 
 def audit_key(instance_path: str | os.PathLike[str]) -> bytes:
     """Return the install's audit key, ``<instance>/audit_key``, creating it (mode 0600, 32
-    random bytes as hex) on first use. Concurrent first runs agree on one key: it is written to
-    a private temporary file and linked into place, and a run that loses reads the winner's.
-    Raises ``OSError`` when it cannot be read or made, and ``ValueError`` for a damaged file."""
-    path = Path(instance_path) / AUDIT_KEY_FILE
-    if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{AUDIT_KEY_FILE}.")
-        try:
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(secrets.token_hex(32))
-            with contextlib.suppress(FileExistsError):
-                os.link(temp_name, path)
-        finally:
-            os.unlink(temp_name)
-    key = path.read_text().strip()
-    if len(key) < 32:
-        raise ValueError(f"{path} holds an audit key shorter than 32 characters; restore it from a backup")
+    random bytes as hex) on first use, as :func:`clawmem.keyfile.kept_key` does. Raises
+    :class:`~clawmem.errors.KeyFileError` when it cannot be read or made, or is damaged."""
+    key = kept_key(Path(instance_path) / AUDIT_KEY_FILE, "an audit key", "restore it from a backup")
     return key.encode("ascii", errors="replace")
 
 
@@ -339,15 +323,11 @@ def audited(
             if missing is not None:
                 raise click.ClickException(missing)
             needs_key = any(isinstance(params.get(name), str) for name in secret)
-            key_path = site.audit_path.parent / AUDIT_KEY_FILE
-            note = None
             try:
-                if needs_key and read_only and not key_path.exists():
-                    key, note = None, NO_KEY_YET
-                else:
-                    key = audit_key(site.audit_path.parent) if needs_key else b""
-            except (OSError, ValueError) as exc:
+                key = (existing_audit_key() if read_only else running_audit_key()) if needs_key else b""
+            except KeyFileError as exc:
                 raise click.ClickException(f"cannot read the audit key: {describe_failure(exc)}") from None
+            note = NO_KEY_YET if key is None else None
             arguments = {
                 name: (None if key is None else subject_hash(value, key))
                 if name in secret and isinstance(value, str)

@@ -20,9 +20,17 @@ import click
 
 from clawmem import operations
 from clawmem.cli import current_site
-from clawmem.cli.audit import AuditEntry, audited, existing_audit_key, running_audit_key, subject_hash
+from clawmem.cli.audit import (
+    AUDIT_KEY_FILE,
+    AuditEntry,
+    audited,
+    existing_audit_key,
+    running_audit_key,
+    subject_hash,
+)
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
 from clawmem.cli.worker import cancel_queued_turns
+from clawmem.errors import KeyFileError
 from clawmem.keystores import cipher_for, keystore_of
 from clawmem.site import Site
 from clawmem.subjects import Subject
@@ -308,12 +316,12 @@ def audit_hash(text: str | None) -> None:
         raise click.UsageError("give the TEXT to hash, as an argument or one line on stdin")
     try:
         key = existing_audit_key()
-    except (OSError, ValueError) as exc:
+    except KeyFileError as exc:
         raise click.ClickException(f"cannot read the audit key: {exc}") from None
     if key is None:
         raise click.ClickException(
-            f"no audit key at {current_site().audit_path.parent / 'audit_key'}: no command that deletes has "
-            "run on this install yet (set CLAW_INSTANCE_PATH to the instance folder of the install)"
+            f"no audit key at {current_site().audit_path.parent / AUDIT_KEY_FILE}: no command that deletes "
+            "has run on this install yet (set CLAW_INSTANCE_PATH to the instance folder of the install)"
         )
     click.echo(subject_hash(text, key))
 
