@@ -222,7 +222,7 @@ class HistoryCompactor:
                 text, usage = summary, None
             else:
                 raise TypeError(f"a summariser must return str or Summary, got {type(summary).__name__}")
-        except Exception as exc:  # any summariser failure: the turn goes on without a summary
+        except Exception as exc:  # the summariser's boundary (a provider call, or the caller's code)
             # The class only: the message may quote conversation text.
             log.warning("compaction summary unavailable: %s", type(exc).__name__)
             return SUMMARY_UNAVAILABLE, None, type(exc).__name__

@@ -87,5 +87,5 @@ def emit(name: str, **fields: Any) -> None:
     for listener in listeners:
         try:
             listener(dict(payload))
-        except Exception:
+        except Exception:  # a listener is the caller's code: log its traceback, never stop the operation
             log.exception("listener %r for event %s raised; the operation goes on", listener, name)

@@ -16,7 +16,7 @@ import click
 
 from clawmem.cli import ClawGroup, current_site
 from clawmem.errors import ConfigError, StorageError
-from clawmem.jobs.backend import open_huey, queue_location
+from clawmem.jobs.backend import open_huey, queue_errors, queue_location
 from clawmem.jobs.schedule import ACCEPTED_SYNTAX, RetentionSchedule, schedule_from_settings
 from clawmem.jobs.turns import TurnQueue
 from clawmem.jobs.worker import add_periodic_tasks, claw_factory, provider_from_settings, run_consumer
@@ -134,7 +134,7 @@ def cancel_queued_turns(site: Site, user_id: str, dry_run: bool) -> None:
         counts = cancel_subject_turns(site.settings, user_id, dry_run=dry_run, clock=site.clock)
     except ConfigError as exc:
         raise click.ClickException(f"cannot cancel the subject's queued turns: {exc}") from None
-    except Exception as exc:  # the queue's own client errors (Redis down, a locked file)
+    except queue_errors() as exc:
         raise click.ClickException(
             f"cannot cancel the subject's queued turns: {type(exc).__name__}: {exc}"
         ) from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 
 from clawmem.clock import Clock
 from clawmem.crypto import PLAIN, Cipher, Context
-from clawmem.errors import ConfigError, Undecryptable, redact
+from clawmem.errors import ConfigError, StorageError, Undecryptable, redact
 from clawmem.settings import ENV_PREFIX, Settings
 
 QUEUE_SCHEMES = ("sqlite", "redis", "rediss")
@@ -88,6 +89,20 @@ def queue_location(settings: Settings) -> QueueLocation:
             raise ConfigError(f"{ENV_PREFIX}QUEUE_URL sqlite:/// needs a file path, got {redact(url)!r}")
         return QueueLocation("sqlite", path, queue_name(settings))
     return QueueLocation("redis", redact(url), queue_name(settings))
+
+
+def queue_errors() -> tuple[type[Exception], ...]:
+    """Return what a queue raises when it cannot be reached or read: the job records'
+    :class:`StorageError`, the file system's and SQLite's errors and, when the redis module is
+    installed, Redis's."""
+    errors: list[type[Exception]] = [StorageError, OSError, sqlite3.Error]
+    try:
+        import redis
+    except ImportError:
+        pass
+    else:
+        errors.append(redis.RedisError)
+    return tuple(errors)
 
 
 def open_huey(settings: Settings) -> Any:

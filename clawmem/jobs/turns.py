@@ -16,6 +16,7 @@ worker`` of the site runs the turn through :class:`clawmem.Claw`. What keeps it 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -33,6 +34,8 @@ from clawmem.keystores import cipher_for
 from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
 from clawmem.site import Site
+
+log = logging.getLogger("clawmem.worker")
 
 LEASE_SECONDS = 60.0  # a running job's lease; its worker renews it every third of that
 MAX_ATTEMPTS = 3
@@ -224,7 +227,7 @@ class TurnQueue:
             reply = self.claw().send(
                 payload["message"], conversation_id, payload.get("user_id", ""), job_id=job_id
             )
-        except Exception as exc:
+        except Exception as exc:  # the job's boundary: any failure of the turn is its record's outcome
             self._release_lease(job_id)
             return self._failed(record, exc)
         self._release_lease(job_id)
@@ -268,8 +271,10 @@ class TurnQueue:
                         current = self.book.get(job_id)
                         if current is not None and current.status == "running" and current.worker == worker:
                             self.book.put(current.changed(lease_until=self.clock() + self.lease_seconds))
-                    except Exception:  # a store that failed now may answer at the next renewal
-                        continue
+                    except Exception as exc:  # the lease thread's loop must outlive any one failure
+                        # A store that failed now may answer at the next renewal; the class only,
+                        # as a message may quote stored data.
+                        log.warning("lease of job %s not renewed: %s", job_id, type(exc).__name__)
 
     def _failed(self, record: JobRecord, exc: BaseException) -> float | None:
         reason = one_line(exc) or type(exc).__name__

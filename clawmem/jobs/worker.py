@@ -72,7 +72,7 @@ def _from_factory(settings: Settings) -> Provider:
         raise ConfigError(f"{ENV_PREFIX}PROVIDER_FACTORY {spec!r} is not callable")
     try:
         provider = factory(settings)
-    except Exception as exc:
+    except Exception as exc:  # the operator's own factory: whatever it raises is named, not hidden
         raise ConfigError(
             f"{ENV_PREFIX}PROVIDER_FACTORY {spec!r} failed: {type(exc).__name__}: {redact(str(exc))}"
         ) from None

@@ -134,9 +134,10 @@ class MessageAugmenter:
         if self.top_k > 0:
             try:
                 ranking, lines, planned = self.rank(message, namespaces)
-            except Exception as exc:  # any backend failure: the turn goes on without memory
+            except Exception as exc:  # the memory backend's and the embedder's boundary, both
+                # possibly the caller's own code: the turn goes on without memory, and the log
+                # names the class only, as an exception message may quote stored data.
                 error = type(exc).__name__
-                # The class only: an exception message may quote stored data.
                 log.warning("memory recall skipped for namespaces %s: %s", ", ".join(namespaces), error)
             else:
                 decisions = Decisions(ranking, planned, self.top_k)
