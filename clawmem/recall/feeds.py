@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from clawmem.recall.index import WordIndex
-from clawmem.recall.sources import conforms, serving_driver
+from clawmem.recall.sources import Listing, conforms, serving_driver
 from clawmem.records import Changes, MemoryRow
 
 
@@ -103,7 +103,7 @@ def fresh_index(
         return followed.index
 
 
-def warm(memory: Any, namespaces: Sequence[str] | None = None) -> int:
+def warm(memory: Listing, namespaces: Sequence[str] | None = None) -> int:
     """Bring the index of each of ``namespaces`` (every namespace ``memory`` lists, by default)
     up to date, and return how many entries they hold. Called before gunicorn forks its workers
     (``--preload``), it builds one index that every worker shares: a worker starts with it and

@@ -20,6 +20,13 @@ class Readable(Protocol):
 
 
 @runtime_checkable
+class Listing(Readable, Protocol):
+    """A memory recall can scan that also lists its namespaces (what warming the index reads)."""
+
+    def namespaces(self) -> list[str]: ...
+
+
+@runtime_checkable
 class Wrapper(Protocol):
     """A memory that holds no storage of its own (a router, the privacy switch)."""
 
