@@ -3,10 +3,12 @@ subject export and erasure, sizes and uninstall.
 
 Each is a function of a :class:`~clawmem.site.Site` returning a typed result. With
 ``dry_run=True`` it deletes nothing and returns the same result it would have returned, so a
-preview and a run can be compared line by line. The CLI (``clawmem`` and ``flask claw``) and
-the dashboard call these and nothing below them. Entries are reached through the operator API
-every driver has (:class:`~clawmem.memory.base.BaseMemory`); only uninstall names the SQL
-tables and the file driver's directory of the site, which it removes whichever driver is set.
+preview and a run can be compared line by line. The CLI (``clawmem`` and ``flask claw``) makes
+its changes through these. Entries are reached through the operator API every driver has
+(:class:`~clawmem.memory.base.BaseMemory`), so nothing here asks which driver is set.
+Conversations, retention, init-db, activity and the table sizes work on the site's SQL tables;
+uninstall drops them and, asked to, the file driver's directory of the site, whichever driver
+is set.
 """
 
 from __future__ import annotations

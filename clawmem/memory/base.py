@@ -130,7 +130,9 @@ class BaseMemory(SearchableMemory):
     Subclasses set ``name`` and ``backend_errors`` and implement the ``_get``, ``_set``,
     ``_forget``, ``_flush``, ``_all``, ``_sweep`` and ``_records`` primitives, which receive
     validated input; ``_fetch``, ``_fetch_across`` and ``_namespaces`` have defaults to
-    override (a driver that publishes a change feed adds ``_changes``: :class:`FeedingMemory`).
+    override, as have ``_call``, ``_describe`` and ``_encode`` (how a backend error is wrapped
+    and described, and a value encoded); a driver that publishes a change feed adds
+    ``_changes`` (:class:`FeedingMemory`).
     ``_get`` returns a ``(found, value)`` pair so that a stored ``None`` is not a miss.
     """
 

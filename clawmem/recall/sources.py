@@ -1,7 +1,8 @@
 """What recall reads of a memory, as protocols: recall stands below the drivers and wrappers,
 which implement these without importing them.
 
-- :class:`Readable`: ``all(namespace)``, the full read every memory gives (the scan).
+- :class:`Readable`: ``all(namespace)``, the full read every memory gives (the scan);
+  :class:`Listing` also lists the namespaces (what warming the index reads).
 - :class:`Wrapper`: a memory that holds no storage and names the one that serves a namespace.
 - :class:`clawmem.recall.feeds.ChangeFeed`: a driver whose changes recall follows in an index.
 - :class:`InsertionOrdered`: a driver that lists entries in insertion order (phpClaw's ties).

@@ -1,5 +1,5 @@
-"""What memory reaches the model: the injection preview, its unmatched entries and the
-cold-memory report.
+"""What memory reaches the model: the injection preview (with another scoring beside it, when
+asked), its unmatched entries and the cold-memory report.
 
 Each page shows what :mod:`clawmem.recall` answers (a :class:`clawmem.MessageAugmenter` turn,
 or :mod:`clawmem.recall.survey`); nothing here scores or ranks.
