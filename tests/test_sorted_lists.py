@@ -1,9 +1,9 @@
 """Every order of the conversation list and of a namespace's keys pages exactly: each row once,
-in the order a sort of the whole set gives, ties and missing values included, on every backend."""
+in the order a sort of the whole set gives, ties and missing values included, on every backend
+(a namespace's keys on every driver: tests/conformance/test_operator_api.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,11 +16,9 @@ from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
 from clawmem.memory.sql import SqlMemory
 from clawmem.paging import SORTS as KEY_SORTS
-from clawmem.paging import encode_cursor
-from clawmem.records import MemoryRow
 from clawmem.sql.conversations import SORTS as CONVERSATION_SORTS
 from clawmem.sql.schema import create_tables, tables
-from tests.conftest import DRIVERS
+from tests.conformance.test_operator_api import fill_sorted, walk
 
 # Lower-case letters only, so that every backend's collation orders them as Python does.
 TITLES = ["delta", "alpha", None, "charlie", "alpha", "bravo", None, "delta"]
@@ -84,27 +82,16 @@ def expected_order(rows: list[dict[str, Any]], sort: str, descending: bool | Non
     return [row["id"] for row in sorted(rows, key=lambda row: (row[column], row["id"]), reverse=True)]
 
 
-def _walk(fetch: Callable[[str | None], Any]) -> Iterator[Any]:
-    cursor = None
-    while True:
-        page = fetch(cursor)
-        yield from page.items
-        if page.next_cursor is None:
-            return
-        assert page.items, "a page with a next cursor holds rows"
-        cursor = page.next_cursor
-
-
 @pytest.mark.parametrize("sort", list(CONVERSATION_SORTS))
 def test_every_conversation_order_pages_each_row_once_in_order(
     engine: sa.engine.Engine, prefix: str, sort: str
 ) -> None:
     rows = insert_conversations(engine, prefix)
     log = ConversationLog(engine, prefix=prefix)
-    listed = [c.id for c in _walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort))]
+    listed = [c.id for c in walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort))]
     assert listed == expected_order(rows, sort)
     of_one = {"user_id": "cust-1"}
-    filtered = [c.id for c in _walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort, **of_one))]
+    filtered = [c.id for c in walk(lambda cursor: log.list(limit=4, cursor=cursor, sort=sort, **of_one))]
     assert filtered == [i for i in expected_order(rows, sort) if i in {r["id"] for r in rows[1::3]}]
     assert log.count(user_id="cust-1") == len(filtered) == 15
     assert log.count() == 45
@@ -112,7 +99,7 @@ def test_every_conversation_order_pages_each_row_once_in_order(
     assert log.count(query="alpha", at_most=5) == 5 < titled_alpha
     assert log.count(query="alpha", at_most=1000) == titled_alpha == 12
     for descending in (True, False):
-        turned = [c.id for c in _walk(
+        turned = [c.id for c in walk(
             lambda cursor, d=descending: log.list(limit=4, cursor=cursor, sort=sort, descending=d))]
         assert turned == expected_order(rows, sort, descending), descending
 
@@ -149,72 +136,6 @@ def test_search_finds_the_start_of_each_conversations_first_matching_message(
 # -- a namespace's keys, on every driver ------------------------------------------------------
 
 
-def _fill(memory: Any, clock: FakeClock) -> None:
-    # Keys written at three moments (ties within each), expiring at four moments or never;
-    # "c" expires after a minute.
-    for keys in (["m", "b", "x"], ["a", "k", "z", "c"], ["q", "d"]):
-        for index, key in enumerate(keys):
-            ttl = [None, 600, 600, 60][index % 4]
-            memory.set(key, {"note": f"value of {key}"}, "sorted", ttl=ttl)
-        clock.advance(10)
-
-
-def _expected_keys(rows: list[MemoryRow], sort: str) -> list[str]:
-    if sort == "key":
-        return sorted(row.key for row in rows)
-    value = {"updated": lambda row: row.updated_at, "expires": lambda row: row.expires_at}[sort]
-    newest_first = KEY_SORTS[sort]
-    present = sorted(
-        (r for r in rows if value(r) is not None), key=lambda r: (value(r), r.key), reverse=newest_first
-    )
-    missing = sorted((r for r in rows if value(r) is None), key=lambda r: r.key, reverse=newest_first)
-    return [row.key for row in present + missing]
-
-
-@pytest.mark.parametrize("sort", list(KEY_SORTS))
-@pytest.mark.parametrize("driver", list(DRIVERS))
-def test_every_key_order_pages_each_entry_once_in_order(
-    make_driver: Callable[[str], Any], clock: FakeClock, driver: str, sort: str
-) -> None:
-    memory = make_driver(driver)
-    _fill(memory, clock)
-    clock.advance(100)  # the 60-second entries are now expired, not yet swept
-    rows = memory.records("sorted")
-
-    def keys(**filters: Any) -> list[str]:
-        pages = _walk(lambda cursor: memory.entries("sorted", limit=2, sort=sort, cursor=cursor, **filters))
-        return [row.key for row in pages]
-
-    listed = keys()
-    assert listed == _expected_keys(rows, sort)
-    assert len(listed) == 9
-    live = keys(state="live")
-    assert live == [key for key in _expected_keys(rows, sort) if key != "c"]
-    assert memory.count_entries("sorted", state="live") == len(live) == 8
-    assert memory.count_entries("sorted", query="VALUE OF Q") == 1
-    assert memory.count_entries("sorted") == memory.count("sorted") == 9
-
-
-@pytest.mark.parametrize("driver", ["array", "sql-sqlite"])
-def test_a_key_cursor_of_another_order_is_refused(make_driver: Callable[[str], Any], clock: FakeClock,
-                                                  driver: str) -> None:
-    memory = make_driver(driver)
-    _fill(memory, clock)
-    for sort in KEY_SORTS:
-        cursor = memory.entries("sorted", limit=2, sort=sort).next_cursor
-        for other in KEY_SORTS:
-            if other != sort:
-                with pytest.raises(InvalidCursor):
-                    memory.entries("sorted", limit=2, sort=other, cursor=cursor)
-    with pytest.raises(ValueError, match="sort must be one of key, updated, expires"):
-        memory.entries("sorted", sort="size")
-    forged = [["expires", str(2**63), "a"], ["expires", "soon", "a"], ["updated", "yesterday", "a"],
-              ["key", "a", "b"], ["updated", 'raw:"soon"', "a"] if driver == "array" else ["key", None, "a"]]
-    for values in forged:
-        with pytest.raises(InvalidCursor):
-            memory.entries("sorted", limit=2, sort=values[0], cursor=encode_cursor(values))
-
-
 def test_init_db_adds_the_sort_indexes_to_existing_tables(engine: sa.engine.Engine, prefix: str) -> None:
     schema = tables(prefix)
     three = (schema.conversations, schema.messages, schema.memory)
@@ -243,7 +164,7 @@ def test_rows_with_unreadable_times_page_once_in_every_order(
     schema = tables(prefix)
     rows = insert_conversations(engine, prefix, 12)
     memory = SqlMemory(engine, prefix=prefix, clock=clock)
-    _fill(memory, clock)
+    fill_sorted(memory, clock)
     with engine.begin() as conn:
         for row in rows[::4]:
             conn.exec_driver_sql(
@@ -255,9 +176,9 @@ def test_rows_with_unreadable_times_page_once_in_every_order(
                              "WHERE lookup_key IN ('b', 'k')")
     log = ConversationLog(engine, prefix=prefix)
     for sort in CONVERSATION_SORTS:
-        listed = [c.id for c in _walk(lambda cursor, sort=sort: log.list(limit=2, cursor=cursor, sort=sort))]
+        listed = [c.id for c in walk(lambda cursor, sort=sort: log.list(limit=2, cursor=cursor, sort=sort))]
         assert sorted(listed) == sorted(row["id"] for row in rows), sort
     for sort in KEY_SORTS:
-        keys = [r.key for r in _walk(lambda cursor, sort=sort: memory.entries("sorted", limit=2, sort=sort,
+        keys = [r.key for r in walk(lambda cursor, sort=sort: memory.entries("sorted", limit=2, sort=sort,
                                                                              cursor=cursor))]
         assert sorted(keys) == sorted("mbxakzcqd"), sort

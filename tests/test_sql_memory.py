@@ -110,17 +110,3 @@ def test_database_error_message_holds_no_value_text(engine: Any, prefix: str) ->
         assert "customer secret text" not in str(raised.value)
     finally:
         tables(prefix).memory.create(engine)
-
-
-def test_counts_of_one_namespace_agree_with_the_namespace_listing(
-    engine: Any, prefix: str, clock: Any
-) -> None:
-    memory = SqlMemory(engine, prefix=prefix, clock=clock)
-    for n in range(4):
-        memory.set(f"k{n}", n, "crm", ttl=None if n else 1)
-    memory.set("k", 1, "crm.archive")
-    clock.advance(10)
-    listed = {row.namespace: row.total for row in memory.namespace_counts()}
-    assert memory.count("crm") == listed["crm"] == 4  # the expired, unswept row counts
-    assert memory.count("crm.archive") == 1 and memory.count("empty") == 0
-    assert len(memory.records("crm")) == 4
