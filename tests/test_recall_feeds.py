@@ -3,7 +3,6 @@ machines that prove freshness are in tests/conformance/)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import uuid
 from pathlib import Path
@@ -15,8 +14,6 @@ import sqlalchemy as sa
 from clawmem.clock import FakeClock, utc_datetime
 from clawmem.ids import new_id
 from clawmem.memory.sql import SqlMemory
-from clawmem.recall import injection_counts, plan
-from clawmem.recall.rankings import scan_ranking
 from clawmem.records import MemoryHit
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
@@ -105,45 +102,6 @@ def test_a_bulk_stamped_namespace_reads_again_only_the_rows_that_changed(
         sa.event.listen(engine, "after_cursor_execute", lambda *args: rows_read.append(args[1].rowcount))
         assert [hit.key for hit in memory.search("tea", 5, "bulk")] == ["k123"]
         assert rows_read and max(rows_read) < 300
-    finally:
-        drop_tables(program, prefix)
-        engine.dispose()
-        program.dispose()
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "mysql", "postgres"])
-def test_a_survey_of_many_messages_catches_the_index_up_once(
-    backend: str, tmp_path: Path, prefix: str, clock: FakeClock
-) -> None:
-    # Cold memory ranks hundreds of recent messages: what another program wrote just before is
-    # counted, and the backend is asked a few things for 200 messages, as for 5, not one per message.
-    url = sql_url(backend, tmp_path)
-    engine, program = create_engine(url), create_engine(url)
-    create_tables(engine, prefix)
-    memory = SqlMemory(engine, prefix=prefix, clock=clock)
-    for number, words in enumerate(["green tea", "black tea", "coffee beans", "tea and coffee"]):
-        memory.set(f"k{number}", words, "survey")
-    messages = [f"{drink} please" for drink in itertools.islice(itertools.cycle(["tea", "coffee"]), 200)]
-    statements: list[str] = []
-    sa.event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
-    try:
-        issued = []
-        for count, newest in ((5, "tea please, hot"), (200, "coffee please")):
-            with program.begin() as conn:  # another program's write, just before the survey
-                conn.execute(sa.insert(tables(prefix).memory), {
-                    "id": new_id(), "namespace": "survey", "lookup_key": f"new{count}", "expires_at": None,
-                    "value": json.dumps(newest), "created_at": utc_datetime(clock),
-                    "updated_at": utc_datetime(clock)})  # fmt: skip
-            statements.clear()
-            counts = injection_counts(memory, messages[:count], "survey", 3, int(clock()))
-            issued.append(len(statements))
-            expected: dict[str, int] = {}
-            for message in messages[:count]:
-                for key, _ in plan(scan_ranking(memory, message, ["survey"], int(clock())), 3, 4096)[0]:
-                    expected[key] = expected.get(key, 0) + 1
-            assert dict(counts) == expected
-            assert counts[f"new{count}"] > 0, "another program's write is counted"
-        assert max(issued) <= 10, f"statements for 5 and 200 messages: {issued}"  # not one per message
     finally:
         drop_tables(program, prefix)
         engine.dispose()
