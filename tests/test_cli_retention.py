@@ -108,6 +108,7 @@ def test_prune_dry_run_reports_what_the_real_run_then_deletes(
     assert "batch 6: deleted 3 conversations" in real.output  # 38 in batches of 7
 
 
+@pytest.mark.slow
 def test_prune_racing_a_writer_that_appends_messages_leaves_no_orphans(
     app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:
@@ -382,6 +383,7 @@ def test_sweep_prunes_every_namespace_file_of_the_file_driver(
     assert len(stored) == 3 and all(set(entries) == {"keep"} for entries in stored.values())
 
 
+@pytest.mark.slow
 def test_a_writer_renewing_keys_during_a_sweep_loses_nothing(
     app: Flask, engine: sa.engine.Engine, prefix: str, clock: FakeClock
 ) -> None:

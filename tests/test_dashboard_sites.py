@@ -254,6 +254,7 @@ def _starts(app: Flask, site: str | None) -> list[str]:
 
 
 @pytest.mark.parametrize("label", ["alpha", "beta"])
+@pytest.mark.slow
 def test_no_page_or_fragment_of_one_site_shows_another_sites_data(
     sites_app: tuple[Flask, dict[str, set[str]]], label: str
 ) -> None:

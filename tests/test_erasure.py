@@ -204,6 +204,7 @@ COMMANDS = {
 
 @pytest.mark.parametrize("sql_backend", ["mysql", "postgres"])
 @pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.slow
 def test_a_killed_run_leaves_its_committed_batches_in_the_audit_log(
     engine: sa.engine.Engine, prefix: str, tmp_path: Path, command: str
 ) -> None:

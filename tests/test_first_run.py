@@ -60,6 +60,7 @@ def run_clawmem(
     )
 
 
+@pytest.mark.slow
 def test_the_readme_core_snippet_runs_in_an_empty_directory(
     tmp_path: Path, loopback: LoopbackCompletions
 ) -> None:
@@ -94,6 +95,7 @@ def test_the_readme_core_snippet_runs_in_an_empty_directory(
          "mysql+pymysql://… or postgresql+psycopg://…"),
     ],
 )
+@pytest.mark.slow
 def test_a_database_url_without_its_driver_is_one_line_naming_what_to_use(
     tmp_path: Path, url: str, advice: str
 ) -> None:
@@ -118,6 +120,7 @@ def test_the_dashboard_refuses_a_url_without_its_driver_in_one_line(make_app: Ca
         make_app(DATABASE_URL="postgres://postgres@127.0.0.1/test")
 
 
+@pytest.mark.slow
 def test_verbose_output_into_a_reader_that_went_away_stops_quietly(tmp_path: Path) -> None:
     environment = clean_environment(CLAW_INSTANCE_PATH=str(tmp_path / "instance"))
     (tmp_path / "instance").mkdir(mode=0o700)
@@ -275,6 +278,7 @@ def test_make_run_installs_only_the_runtime_and_make_test_adds_the_toolchain() -
     assert re.findall(r"pip install --quiet -r (\S+)", test) == ["requirements.txt", "requirements-test.txt"]
 
 
+@pytest.mark.slow
 def test_the_dashboard_and_the_core_import_nothing_of_the_test_toolchain() -> None:
     # Run in a fresh interpreter that refuses to import the toolchain: what make run starts.
     blocker = (

@@ -115,6 +115,7 @@ def _assert_refused(client: FlaskClient, url: str, params: dict[str, str] | None
 
 
 @pytest.mark.parametrize("dashboard_backend", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.slow
 def test_every_route_refuses_every_hostile_parameter(
     app: Flask, site: dict[str, str], errors_logged: Callable[[], list[str]]
 ) -> None:
@@ -146,6 +147,7 @@ def test_a_nul_or_broken_byte_in_the_address_is_refused_and_not_an_outage(
 
 
 @pytest.mark.parametrize("dashboard_backend", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.slow
 def test_any_query_value_never_fails_the_server(
     app: Flask, site: dict[str, str], errors_logged: Callable[[], list[str]]
 ) -> None:

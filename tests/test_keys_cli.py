@@ -281,6 +281,7 @@ def _run(tmp_path: Path, url: str, prefix: str, keys: str, *args: str) -> subpro
 
 
 @pytest.mark.parametrize("backend", ["mysql", "postgres"])
+@pytest.mark.slow
 def test_a_rotation_killed_midway_is_carried_on_and_the_old_key_can_go(
     tmp_path: Path, prefix: str, backend: str
 ) -> None:

@@ -15,6 +15,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
@@ -230,6 +231,7 @@ class AgreesWithAScan(RuleBasedStateMachine):
                 self.renew((namespace, key))
 
 
+@pytest.mark.slow
 def test_query_and_ttl_agree_with_a_scan(driver_name: str, make_driver: Any, clock: FakeClock) -> None:
     AgreesWithAScan.memory = make_driver(driver_name)
     AgreesWithAScan.clock = clock

@@ -531,6 +531,7 @@ OPERATIONS = st.lists(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(operations=OPERATIONS)
+@pytest.mark.slow
 def test_remember_and_get_agree_with_a_dict_with_expiry(
     tmp_path: Path, operations: list[tuple[Any, ...]]
 ) -> None:

@@ -254,6 +254,7 @@ operation = st.one_of(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=st.lists(operation, max_size=12))
+@pytest.mark.slow
 def test_random_histories_agree_with_the_sdks_sqlite_session(
     log: ConversationLog, operations: list[tuple[str, Any]]
 ) -> None:

@@ -58,6 +58,7 @@ def _texts(items: list[Any]) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_recall(
     engine: Any, prefix: str, clock: Any, tmp_path: Path
 ) -> None:
@@ -268,6 +269,7 @@ def _framework_example(name: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_agents_sdk_example_runs_in_an_empty_directory(tmp_path: Path, loopback: Any) -> None:
     example = _framework_example("OpenAI Agents SDK")
     assert example.count("http://127.0.0.1:8080/v1") == 1, "the example's model server URL changed"

@@ -711,6 +711,7 @@ def test_serialize_round_trips(value: Any) -> None:
 )
 @settings(max_examples=100, deadline=None)
 @given(VALUES)
+@pytest.mark.slow
 def test_serialize_and_json_encode_match_php_itself(value: Any) -> None:
     script = '$v = json_decode(stream_get_contents(STDIN), true); echo serialize($v), "\\n", json_encode($v);'
     found = subprocess.run(

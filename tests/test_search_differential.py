@@ -77,6 +77,7 @@ def driver(driver_name: str, make_driver: Callable[[str], Any]) -> Any:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations, final_queries=st.lists(phrases, min_size=1, max_size=3))
+@pytest.mark.slow
 def test_search_equals_rank_of_a_full_scan(
     driver: Any, clock: FakeClock, steps: list[tuple[Any, ...]], final_queries: list[str]
 ) -> None:

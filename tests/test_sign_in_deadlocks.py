@@ -100,6 +100,7 @@ def _fail_failed_login_inserts(app: Flask, backend: str, times: int) -> list[str
     return seen
 
 
+@pytest.mark.slow
 def test_a_deadlocked_sign_in_is_retried_and_answers_as_usual(app: Flask, backend: str) -> None:
     deadlocks = _fail_failed_login_inserts(app, backend, accounts.DEADLOCK_RETRIES - 1)
     wrong = sign_in(app.test_client(), ADMIN, "not the password")

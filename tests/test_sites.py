@@ -164,6 +164,7 @@ OPERATIONS = {"set": _set, "forget": _forget, "flush": _flush, "sweep": _sweep}
 @pytest.mark.parametrize("acting", ["shorter", "longer"])
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 @pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.slow
 def test_what_one_site_does_leaves_the_other_sites_data_byte_identical(
     open_site: Callable[[str, str], Site],
     prefix: str,

@@ -469,12 +469,13 @@ def written_after(earlier: str, later: str) -> int:
     between the PostgreSQL snapshots ``earlier`` and ``later``.
 
     Such a transaction either began after ``earlier`` (its id is at least that snapshot's
-    xmax) or was in progress then. While every transaction in progress then still is, only the
-    first kind committed, and xmax bounds them; otherwise the oldest one in progress then (the
-    snapshot's xmin) does, subtransactions included, whose ids come after their parent's."""
-    low, high, running = parse_snapshot(earlier)
-    still_running = parse_snapshot(later)[2]
-    return high if running <= still_running else low
+    xmax) or was in progress then and no longer is in ``later``. The oldest of those bounds
+    them all, subtransactions included, whose ids come after their parent's. A transaction in
+    progress at both moments has committed nothing yet, so however old it is, it does not
+    move the bound back."""
+    _, high, running = parse_snapshot(earlier)
+    finished = running - parse_snapshot(later)[2]
+    return min(finished, default=high)
 
 
 def versions_since(
