@@ -196,6 +196,30 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message
     ]
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(size=st.integers(1, 4000), texts=st.integers(1, 60), count=st.sampled_from([1, 3, 100, 5000]))
+def test_the_nearest_held_vectors_equal_a_full_sort_at_any_size(size, texts, count):
+    """Past a few times ``count`` vectors the first are sought above a bound taken from a
+    sample of them: many vectors tie (``texts`` distinct texts), and the cut must fall among
+    them as a sort of every cosine rounded does."""
+    embedder = HashedWords()
+    store = VectorStore(embedder)
+    entries = [(f"k{n:05d}", f"word{n % texts} other{n % 7}") for n in range(size)]
+    store.embed_missing("n", entries, batch=1024)
+    query = store.query("word1 other2")
+    vectors = store.embedder.embed([text for _, text in entries])
+    cosines = np.round(unit_rows(vectors) @ query, 5)
+    expected = sorted(range(size), key=lambda n: (-cosines[n], entries[n][0]))[:count]
+    found = store.nearest("n", query, count, 5)
+    assert [key for key, _, _ in found] == [entries[n][0] for n in expected]
+    assert [round(cosine, 5) for _, _, cosine in found] == pytest.approx([cosines[n] for n in expected])
+
+
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
 def test_held_vectors_of_an_old_text_or_a_gone_entry_are_not_used():
     memory = _memory({"n": {"a": "red apple", "b": "banana", "c": "cherry"}})
     scorer = SemanticScorer(HashedWords(), embed_on_read=False)
