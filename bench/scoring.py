@@ -83,7 +83,7 @@ def main() -> None:
     gc.collect()
     before = rss_bytes()
     store = scorer.store_for(memory)
-    store.embed_missing("bench", memory.all("bench").items(), batch=4096)
+    store.embed_missing("bench", memory.all("bench").items(), batch=256)
     embedder.filling = False
     gc.collect()
     per_entry = (rss_bytes() - before) / options.size
