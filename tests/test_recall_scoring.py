@@ -19,6 +19,7 @@ from clawmem.memory.array import ArrayMemory
 from clawmem.prompt import INJECTED
 from clawmem.recall import MessageAugmenter, weighted_index
 from clawmem.recall import fusion as fusion_module
+from clawmem.recall import index as index_module
 from clawmem.recall.embeddings import VectorStore
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
@@ -98,11 +99,15 @@ def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corp
     seed=st.integers(0, 2**32 - 1),
     count=st.sampled_from([1, 3, 7, 50, 1000]),
     dense=st.booleans(),
+    marks=st.booleans(),
+    batch=st.sampled_from([0, 1024]),
 )
-def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense):
+def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense, marks, batch):
     """The index answers the first ``count`` from the holders of the rarest words, or by one
     dense pass, and a partial selection: many entries tie (a few words, the same sets), and the
-    cut must fall among them exactly as the full sort does."""
+    cut must fall among them exactly as the full sort does. ``marks``: common words are looked
+    up in the byte per slot the query keeps for them (at any namespace size, not only past
+    65,536 slots). ``batch`` 0 tries a cut after each word taken."""
     rng = np.random.default_rng(seed)
     words = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
     memory = ArrayMemory()
@@ -113,6 +118,9 @@ def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, c
     message = " ".join(rng.choice(words, size=3))
     expected = weighted_scan(memory, message, ["sub", "main"], 0).first(count)
     with pytest.MonkeyPatch.context() as patch:
+        if marks:
+            patch.setattr(index_module, "_DENSE_FROM", 0)
+        patch.setattr(weighted_index, "_PRUNE_BATCH", batch)
         if dense:  # the holders of any word are too many to be read first
             patch.setattr(weighted_index, "_PRUNE_FROM", 0)
             patch.setattr(weighted_index, "_PRUNE_SHARE", 10**9)
