@@ -20,7 +20,7 @@ from clawmem.prompt import INJECTED
 from clawmem.recall import MessageAugmenter, weighted_index
 from clawmem.recall import fusion as fusion_module
 from clawmem.recall import index as index_module
-from clawmem.recall.embeddings import VectorStore
+from clawmem.recall.embeddings import VectorStore, _reaching, unit
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.scoring import weighted_scan
@@ -204,28 +204,32 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message
     ]
 
 
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(1, 3000), count=st.integers(1, 300), seed=st.integers(0, 2**32 - 1))
+def test_the_cosines_reaching_the_first_count_are_found_with_every_tie(size, count, seed):
+    """Past a few times ``count`` values the first are sought above a bound taken from a
+    sample of them; every value tying at the edge must still be found."""
+    levels = np.array([-0.5, 0.0, 0.1, 0.25, 0.25001, 0.7, 1.0], dtype=np.float32)
+    values = np.random.default_rng(seed).choice(levels, size)
+    edge = np.sort(values)[::-1][min(count, values.size) - 1]
+    assert _reaching(values, count).tolist() == np.flatnonzero(values >= edge).tolist()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(size=st.integers(1, 4000), texts=st.integers(1, 60), count=st.sampled_from([1, 3, 100, 5000]))
 def test_the_nearest_held_vectors_equal_a_full_sort_at_any_size(size, texts, count):
-    """Past a few times ``count`` vectors the first are sought above a bound taken from a
-    sample of them: many vectors tie (``texts`` distinct texts), and the cut must fall among
-    them as a sort of every cosine rounded does."""
-    embedder = HashedWords()
-    store = VectorStore(embedder)
+    """Many vectors tie (``texts`` distinct texts); the first ``count`` are those a sort of
+    every rounded cosine gives, by key among ties."""
+    store = VectorStore(HashedWords())
     entries = [(f"k{n:05d}", f"word{n % texts} other{n % 7}") for n in range(size)]
     store.embed_missing("n", entries, batch=1024)
     query = store.query("word1 other2")
-    vectors = store.embedder.embed([text for _, text in entries])
-    cosines = np.round(unit_rows(vectors) @ query, 5)
-    expected = sorted(range(size), key=lambda n: (-cosines[n], entries[n][0]))[:count]
+    cosines = unit(store.embedder.embed([text for _, text in entries])) @ query
+    rounded = np.round(cosines, 5)
+    expected = sorted(range(size), key=lambda n: (-rounded[n], entries[n][0]))[:count]
     found = store.nearest("n", query, count, 5)
     assert [key for key, _, _ in found] == [entries[n][0] for n in expected]
-    assert [round(cosine, 5) for _, _, cosine in found] == pytest.approx([cosines[n] for n in expected])
-
-
-def unit_rows(rows: np.ndarray) -> np.ndarray:
-    rows = np.asarray(rows, dtype=np.float32)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    assert [cosine for _, _, cosine in found] == pytest.approx([cosines[n] for n in expected], abs=1e-6)
 
 
 def test_held_vectors_of_an_old_text_or_a_gone_entry_are_not_used():
