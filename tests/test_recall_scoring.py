@@ -19,7 +19,8 @@ from clawmem.memory.array import ArrayMemory
 from clawmem.prompt import INJECTED
 from clawmem.recall import MessageAugmenter, weighted_index
 from clawmem.recall import fusion as fusion_module
-from clawmem.recall.embeddings import VectorStore
+from clawmem.recall import index as index_module
+from clawmem.recall.embeddings import VectorStore, _reaching, unit
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.scoring import weighted_scan
@@ -98,11 +99,15 @@ def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corp
     seed=st.integers(0, 2**32 - 1),
     count=st.sampled_from([1, 3, 7, 50, 1000]),
     dense=st.booleans(),
+    marks=st.booleans(),
+    batch=st.sampled_from([0, 1024]),
 )
-def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense):
+def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense, marks, batch):
     """The index answers the first ``count`` from the holders of the rarest words, or by one
     dense pass, and a partial selection: many entries tie (a few words, the same sets), and the
-    cut must fall among them exactly as the full sort does."""
+    cut must fall among them exactly as the full sort does. ``marks``: common words are looked
+    up in the byte per slot the query keeps for them (at any namespace size, not only past
+    65,536 slots). ``batch`` 0 tries a cut after each word taken."""
     rng = np.random.default_rng(seed)
     words = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
     memory = ArrayMemory()
@@ -113,6 +118,9 @@ def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, c
     message = " ".join(rng.choice(words, size=3))
     expected = weighted_scan(memory, message, ["sub", "main"], 0).first(count)
     with pytest.MonkeyPatch.context() as patch:
+        if marks:
+            patch.setattr(index_module, "_DENSE_FROM", 0)
+        patch.setattr(weighted_index, "_PRUNE_BATCH", batch)
         if dense:  # the holders of any word are too many to be read first
             patch.setattr(weighted_index, "_PRUNE_FROM", 0)
             patch.setattr(weighted_index, "_PRUNE_SHARE", 10**9)
@@ -194,6 +202,34 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message
     assert hybrid.matched(first) == [
         tuple(w for w in keywords(message) if w in held_words[c.namespace, c.key]) for c in first
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(1, 3000), count=st.integers(1, 300), seed=st.integers(0, 2**32 - 1))
+def test_the_cosines_reaching_the_first_count_are_found_with_every_tie(size, count, seed):
+    """Past a few times ``count`` values the first are sought above a bound taken from a
+    sample of them; every value tying at the edge must still be found."""
+    levels = np.array([-0.5, 0.0, 0.1, 0.25, 0.25001, 0.7, 1.0], dtype=np.float32)
+    values = np.random.default_rng(seed).choice(levels, size)
+    edge = np.sort(values)[::-1][min(count, values.size) - 1]
+    assert _reaching(values, count).tolist() == np.flatnonzero(values >= edge).tolist()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(size=st.integers(1, 4000), texts=st.integers(1, 60), count=st.sampled_from([1, 3, 100, 5000]))
+def test_the_nearest_held_vectors_equal_a_full_sort_at_any_size(size, texts, count):
+    """Many vectors tie (``texts`` distinct texts); the first ``count`` are those a sort of
+    every rounded cosine gives, by key among ties."""
+    store = VectorStore(HashedWords())
+    entries = [(f"k{n:05d}", f"word{n % texts} other{n % 7}") for n in range(size)]
+    store.embed_missing("n", entries, batch=1024)
+    query = store.query("word1 other2")
+    cosines = unit(store.embedder.embed([text for _, text in entries])) @ query
+    rounded = np.round(cosines, 5)
+    expected = sorted(range(size), key=lambda n: (-rounded[n], entries[n][0]))[:count]
+    found = store.nearest("n", query, count, 5)
+    assert [key for key, _, _ in found] == [entries[n][0] for n in expected]
+    assert [cosine for _, _, cosine in found] == pytest.approx([cosines[n] for n in expected], abs=1e-6)
 
 
 def test_held_vectors_of_an_old_text_or_a_gone_entry_are_not_used():

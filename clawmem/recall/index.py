@@ -70,6 +70,9 @@ class Candidates:
     key_order: np.ndarray
     line_size: np.ndarray
     postings: dict[str, np.ndarray]  # per query word: never changed in place, only replaced
+    # Per query word common enough to be kept as one byte per slot (1 where held): the bytes of
+    # the slots queried never change after the query (new slots are numbered above them).
+    marks: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _slot_of: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -389,12 +392,14 @@ class WordIndex:
             live, live_count = self._live(now)
             # A word's postings hold a slot once: one small add per posting, no sort, no cast.
             counts = np.zeros(self.size, dtype=np.uint8 if len(found) < 256 else np.uint16)
+            dense: dict[str, np.ndarray] = {}
             for word, postings in found.items():
                 marks = self._dense_marks(word, postings)
                 if marks is None:
                     counts[postings] += 1
                 else:
                     counts[: marks.size] += marks
+                    dense[word] = marks
             if found and live_count < self.size:  # dead or expired slots: their scores go
                 np.multiply(counts, live, out=counts)
             candidate_count = int(np.count_nonzero(counts))
@@ -407,6 +412,7 @@ class WordIndex:
                 self.table.key_order,
                 self.line_size,
                 found,
+                dense,
             )
 
     def _slot_of(self, key: str, hint: int | None) -> int | None:

@@ -23,6 +23,7 @@ from clawmem.recall.words import keywords
 # most _PRUNE_FROM slots or 1/_PRUNE_SHARE of the namespace; past that, one dense pass.
 _PRUNE_FROM = 4096
 _PRUNE_SHARE = 16
+_PRUNE_BATCH = 1024  # holders of the rarest words taken together before a cut is tried
 
 
 class IndexedWeighted(IndexRanking):
@@ -48,28 +49,32 @@ class IndexedWeighted(IndexRanking):
         self._scores: dict[str, np.ndarray] = {}
 
     def _scores_of(self, namespace: str) -> np.ndarray:
-        """Return the namespace's score per slot (0 for a slot sharing no word, dead or expired)."""
+        """Return the namespace's score per slot (0 for a slot sharing no word, dead or expired),
+        summed in the message's word order: one weighted count over every word's postings."""
         scores = self._scores.get(namespace)
         if scores is None:
             found = self._candidates[namespace]
-            scores = np.zeros(found.counts.size)
-            for word in self.words:
-                postings = found.postings.get(word)
-                if postings is not None:
-                    scores[postings] += self.idf[word]
-            scores[found.counts == 0] = 0
-            scores = self._scores[namespace] = scores
+            held = [(word, found.postings[word]) for word in self.words if word in found.postings]
+            if held:
+                # bincount adds each slot's weights in the order given: the message's
+                slots = np.concatenate([postings for _, postings in held])
+                weights = np.repeat([self.idf[word] for word, _ in held], [p.size for _, p in held])
+                scores = np.bincount(slots, weights=weights, minlength=found.counts.size)
+                scores[found.counts == 0] = 0
+            else:
+                scores = np.zeros(found.counts.size)
+            self._scores[namespace] = scores
         return scores
 
     def _first_of(self, namespace: str, count: int) -> list[tuple[float, str, int, float]]:
         """Return the namespace's first ``count`` candidates in rank order, as ``(rounded score,
         key, slot, score)``."""
-        slots = self._pruned(namespace, count)
-        if slots is None:
+        pruned = self._pruned(namespace, count)
+        if pruned is None:
             dense = self._scores_of(namespace)
             slots = np.flatnonzero(dense)
             return self._ordered(namespace, slots, dense[slots], count)
-        return self._ordered(namespace, slots, self._exact(namespace, slots), count)
+        return self._ordered(namespace, *pruned, count)
 
     def _ordered(
         self, namespace: str, slots: np.ndarray, exact: np.ndarray, count: int
@@ -93,52 +98,77 @@ class IndexedWeighted(IndexRanking):
         return out
 
     def _exact(self, namespace: str, slots: np.ndarray) -> np.ndarray:
-        """Return the score of each of ``slots`` (live candidates, ascending), summed in the
-        message's word order as the dense pass sums them."""
+        """Return the score of each of ``slots`` (ascending, as the postings' int32), summed in
+        the message's word order as the dense pass sums them."""
         found = self._candidates[namespace]
         scores = np.zeros(slots.size)
         for word in self.words:
             postings = found.postings.get(word)
             if postings is None or not postings.size:
                 continue
-            at = np.minimum(np.searchsorted(postings, slots), postings.size - 1)
-            scores[postings[at] == slots] += self.idf[word]
+            marks = found.marks.get(word)
+            if marks is not None and marks.size >= found.counts.size:
+                held = marks[slots].view(bool)
+            else:
+                at = np.minimum(np.searchsorted(postings, slots), postings.size - 1)
+                held = postings[at] == slots
+            np.add(scores, self.idf[word], out=scores, where=held)
         return scores
 
-    def _pruned(self, namespace: str, count: int) -> np.ndarray | None:
-        """Return live candidates among which the first ``count`` surely are, or ``None`` when
-        the dense pass over every slot is cheaper.
+    def _pruned(self, namespace: str, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Return live candidates among which the first ``count`` surely are, with their scores,
+        or ``None`` when the dense pass over every slot is cheaper.
 
-        Words are taken from the rarest: an entry holding none of the words taken yet scores at
-        most the weights of the words left, and one holding some scores at least their weights;
-        once ``count`` entries score more by the words taken than any other entry can, no other
-        entry can come before them.
+        Words are taken from the rarest (max-score pruning): an entry holding none of the words
+        taken yet scores at most the weights of the words left; once ``count`` holders of the
+        words taken score more than that, no other entry can come before them. Each holder is
+        scored once, when its word is taken; words are taken together while their holders are
+        fewer than :data:`_PRUNE_BATCH`, so a cut is tried once or twice a turn.
         """
         found = self._candidates[namespace]
         held = [(self.idf[w], w) for w in self.words if w in found.postings and found.postings[w].size]
         held.sort(key=lambda item: -item[0])
         left = sum(weight for weight, _ in held)
         limit = max(_PRUNE_FROM, found.counts.size // _PRUNE_SHARE)
-        pool = np.empty(0, dtype=np.int32)
-        taken: list[tuple[float, np.ndarray]] = []
-        for weight, word in held:
+        pools: list[np.ndarray] = []  # the holders scored so far, each ascending
+        scores: list[np.ndarray] = []
+        waiting: list[np.ndarray] = []  # postings of the words taken since
+        taken = 0
+        for position, (weight, word) in enumerate(held):
             postings = found.postings[word]
-            if pool.size + postings.size > limit:
+            if taken + postings.size > limit:
                 return None
-            pool = np.union1d(pool, postings)
-            pool = pool[found.counts[pool] > 0]
-            taken.append((weight, postings))
+            waiting.append(postings)
+            taken += postings.size
             left -= weight
-            if pool.size >= count:
-                least = np.zeros(pool.size)
-                for taken_weight, taken_postings in taken:
-                    at = np.minimum(np.searchsorted(taken_postings, pool), taken_postings.size - 1)
-                    least[taken_postings[at] == pool] += taken_weight
-                edge = round(float(-np.partition(-least, count - 1)[count - 1]), SCORE_DIGITS)
-                if edge > round(left, SCORE_DIGITS):
-                    # Only an entry that may still reach the count-th least score can rank.
-                    return pool[np.round(least + left, SCORE_DIGITS) >= edge]
-        return pool
+            last = position == len(held) - 1
+            if not last and (
+                taken < count or taken + found.postings[held[position + 1][1]].size <= _PRUNE_BATCH
+            ):
+                continue  # too few holders for a cut yet, or more are cheap to take first
+            new = waiting[0] if len(waiting) == 1 else np.unique(np.concatenate(waiting))
+            waiting = []
+            new = new[found.counts[new] > 0]
+            for earlier in pools:  # holders already scored are not scored again
+                if new.size and earlier.size:
+                    at = np.minimum(np.searchsorted(earlier, new), earlier.size - 1)
+                    new = new[earlier[at] != new]
+            pools.append(new)
+            scores.append(self._exact(namespace, new))
+            if last:
+                break
+            pool, exact = np.concatenate(pools), np.concatenate(scores)
+            if pool.size < count:
+                continue
+            rounded = np.round(exact, SCORE_DIGITS)
+            edge = float(-np.partition(-rounded, count - 1)[count - 1])
+            # ``left`` may carry a float's error from the subtractions: a margin far above it.
+            if edge > round(left, SCORE_DIGITS) + 10.0**-SCORE_DIGITS:
+                kept = rounded >= edge
+                return pool[kept], exact[kept]
+        if not pools:
+            return np.empty(0, dtype=np.int32), np.zeros(0)
+        return np.concatenate(pools), np.concatenate(scores)
 
     def first(self, count: int) -> list[Candidate]:
         if count <= 0:
