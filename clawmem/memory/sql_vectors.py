@@ -50,6 +50,25 @@ class SqlVectorBacking:
             except Undecryptable:  # a key no longer held, or altered: embedded again
                 yield key, printed, ""
 
+    def namespaces(self) -> list[str]:
+        """Return the namespaces that have vectors."""
+        with self.engine.connect() as conn:
+            return vectors.namespaces(conn, self.prefix)
+
+    def stored(self, namespace: str) -> list[VectorRow]:
+        """Return every ``(key, text print, vector text as stored)`` of ``namespace``."""
+        with self.engine.connect() as conn:
+            return list(vectors.namespace_rows(conn, self.prefix, namespace))
+
+    def replace_stored(self, namespace: str, changes: Sequence[tuple[str, str, str, str]]) -> int:
+        """Store each ``(key, text print, vector text read, new vector text)`` where the row
+        still holds what was read, in one transaction; return how many changed."""
+        with write_transaction(self.engine) as conn:
+            return sum(
+                vectors.replace_vector(conn, self.prefix, namespace, key, old, new)
+                for key, _, old, new in changes
+            )
+
     def rows(self, namespace: str) -> Iterator[VectorRow]:
         """Yield every row of ``namespace`` (its vector text opened), read as consumed."""
         with self.engine.connect() as conn:

@@ -32,7 +32,10 @@ TRIM_AFTER = 10_000  # loads of this many vectors hand the heap their row texts 
 
 @runtime_checkable
 class VectorBacking(Protocol):
-    """Where a persisted store keeps its rows (one database and table prefix)."""
+    """Where a persisted store keeps its rows: one database and table prefix (the sql driver's
+    table), one Redis key prefix (a hash per namespace), or one site's directory (a file per
+    namespace). ``stored`` and ``replace_stored`` give and take vector texts as stored (sealed),
+    for a key rotation."""
 
     name: str  # what an error names it by
     place: tuple[str, str]  # what tells two backings of one table apart from others
@@ -53,10 +56,16 @@ class VectorBacking(Protocol):
 
     def delete_other_models(self, model_id: str, dimension: int) -> int: ...
 
+    def namespaces(self) -> list[str]: ...
+
+    def stored(self, namespace: str) -> Iterable[VectorRow]: ...
+
+    def replace_stored(self, namespace: str, changes: Sequence[tuple[str, str, str, str]]) -> int: ...
+
 
 @runtime_checkable
 class VectorKeeping(Protocol):
-    """A driver that keeps its entries' vectors beside them (the sql driver)."""
+    """A driver that keeps its entries' vectors beside them (the sql, redis and file drivers)."""
 
     def vector_backing(self) -> VectorBacking | None:
         """Return where the vectors are kept, or ``None`` when there is nowhere (no table)."""
@@ -201,6 +210,19 @@ class PersistedVectors(VectorStore):
         ]
         self.backing.save(namespace, self.model_id, self.dimension, rows)
         super()._embedded(namespace, chunk, vectors)
+
+    def _written(self, namespace: str, entries: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
+        with self._lock:
+            if not self._checked:
+                self.check_models()
+                self._checked = True
+            rows = [
+                (key, print_text(text_print(text)), self._encode(namespace, key, unit(vector)))
+                for (key, text), vector in zip(entries, vectors, strict=True)
+            ]
+            self.backing.save(namespace, self.model_id, self.dimension, rows)
+            if namespace in self._spaces:
+                VectorStore._embedded(self, namespace, entries, vectors)
 
     def _dropped(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, int]]) -> None:
         self.backing.delete(namespace, gone, [(key, print_text(printed)) for key, printed in stale])

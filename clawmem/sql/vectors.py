@@ -70,6 +70,23 @@ def models(conn: Connection, prefix: str) -> list[tuple[str, int]]:
     return sorted((as_text(model) or "", int(dimension)) for model, dimension in rows)
 
 
+def namespaces(conn: Connection, prefix: str) -> list[str]:
+    """Return every namespace the table holds vectors of."""
+    table = vector_table(prefix)
+    return sorted(as_text(name) or "" for (name,) in conn.execute(sa.select(table.c.namespace).distinct()))
+
+
+def replace_vector(conn: Connection, prefix: str, namespace: str, key: str, old: str, new: str) -> int:
+    """Store ``new`` as the vector text of ``key`` only where it still holds ``old``; return
+    whether it changed."""
+    table = vector_table(prefix)
+    return conn.execute(
+        sa.update(table)
+        .where(table.c.namespace == namespace, table.c.lookup_key == key, table.c.vector == old)
+        .values(vector=new)
+    ).rowcount
+
+
 def namespace_rows(conn: Connection, prefix: str, namespace: str) -> Iterator[VectorRow]:
     """Yield every vector row of ``namespace``, read as they are consumed (not all held at once)."""
     table = vector_table(prefix)
