@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from clawmem.codecs import StoredValues
-from clawmem.errors import CorruptStoreError, Undecryptable
+from clawmem.codecs import StoredValues, opened_vectors
+from clawmem.errors import CorruptStoreError
 
 VectorRow = tuple[str, str, str]  # (key, text print, vector text)
 VECTORS_SUFFIX = ".vectors"
@@ -117,12 +117,7 @@ class FileVectorBacking:
         return self.driver.vectors_path(namespace)
 
     def _opened(self, namespace: str, rows: Iterable[VectorRow]) -> Iterator[VectorRow]:
-        values = self.driver.values
-        for key, printed, stored in rows:
-            try:
-                yield key, printed, values.open(namespace, key, stored, COLUMN)
-            except Undecryptable:  # a key no longer held, or altered: embedded again
-                yield key, printed, ""
+        return opened_vectors(self.driver.values, namespace, rows, COLUMN)
 
     def _held(self, namespace: str) -> dict[str, list[str]]:
         return read_sidecar(self._path(namespace))["vectors"]

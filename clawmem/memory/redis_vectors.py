@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from clawmem.codecs import StoredValues
-from clawmem.errors import Undecryptable
+from clawmem.codecs import StoredValues, opened_vectors
 
 VectorRow = tuple[str, str, str]  # (key, text print, vector text)
 COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place
@@ -76,12 +75,7 @@ class RedisVectorBacking:
         return self.driver.vector_key(namespace)
 
     def _opened(self, namespace: str, rows: Iterable[VectorRow]) -> Iterator[VectorRow]:
-        values = self.driver.values
-        for key, printed, stored in rows:
-            try:
-                yield key, printed, values.open(namespace, key, stored, COLUMN)
-            except Undecryptable:  # a key no longer held, or altered: embedded again
-                yield key, printed, ""
+        return opened_vectors(self.driver.values, namespace, rows, COLUMN)
 
     def namespaces(self) -> list[str]:
         """Return the namespaces that have vectors."""

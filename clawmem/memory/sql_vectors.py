@@ -13,8 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy.engine import Engine
 
-from clawmem.codecs import StoredValues
-from clawmem.errors import Undecryptable
+from clawmem.codecs import StoredValues, opened_vectors
 from clawmem.sql import vectors
 from clawmem.sql.engine import write_transaction
 from clawmem.sql.vectors import VectorRow
@@ -44,11 +43,7 @@ class SqlVectorBacking:
             return vectors.count(conn, self.prefix, namespace)
 
     def _opened(self, namespace: str, rows: Iterable[VectorRow]) -> Iterator[VectorRow]:
-        for key, printed, stored in rows:
-            try:
-                yield key, printed, self.values.open(namespace, key, stored, COLUMN)
-            except Undecryptable:  # a key no longer held, or altered: embedded again
-                yield key, printed, ""
+        return opened_vectors(self.values, namespace, rows, COLUMN)
 
     def namespaces(self) -> list[str]:
         """Return the namespaces that have vectors."""

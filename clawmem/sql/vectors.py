@@ -95,8 +95,9 @@ def namespace_rows(conn: Connection, prefix: str, namespace: str) -> Iterator[Ve
             table.c.namespace == namespace
         )
     )
-    for key, printed, vector in rows:
-        yield as_text(key) or "", as_text(printed) or "", as_text(vector) or ""
+    for part in rows.partitions(_CHUNK):  # fetched a few hundred rows at a time, not one by one
+        for key, printed, vector in part:
+            yield as_text(key) or "", as_text(printed) or "", as_text(vector) or ""
 
 
 def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> list[VectorRow]:
