@@ -8,10 +8,12 @@ are the counting ones of :mod:`tests.embedders`, so an embedding done again is c
 
 from __future__ import annotations
 
+import base64
 import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -22,6 +24,7 @@ from clawmem.crypto import generate_key
 from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.recall import fusion
+from clawmem.recall.persisted import _decode_rows, decode_chunk, print_text
 from clawmem.rotation import rotate
 from clawmem.settings import Settings
 from clawmem.site import Site
@@ -258,3 +261,36 @@ def test_a_vector_under_a_dropped_key_is_embedded_again_cleanly(make_settings, c
     result = claw_of(new_only, clock).augmenter.augment("green tea")
     assert result.semantic_coverage == "semantic: 1 of 1 entries embedded"
     assert last_embedder().texts == ["green tea"]
+
+
+@pytest.mark.parametrize("dimension", [5, 6, 16, 512])
+def test_a_chunk_decodes_as_its_rows_do_one_by_one(dimension):
+    """The load's one-call decode reads exactly what a row-by-row read does, refusing the same
+    rows: a short one, an empty one, a non-finite one, a bad print, a character outside base64,
+    padding inside a row."""
+    rng = np.random.default_rng(dimension)
+    vectors = rng.standard_normal((40, dimension)).astype(np.float32)
+    nan = base64.b64encode(np.full(dimension, np.nan, "<f4")).decode()
+    good = [base64.b64encode(vector.astype("<f4").tobytes()).decode() for vector in vectors]
+    prints = [print_text(int(value)) for value in rng.integers(-(2**62), 2**62, 40)]
+    spoiled = [
+        lambda texts, prints: texts.__setitem__(3, texts[3][:-4]),
+        lambda texts, prints: texts.__setitem__(9, ""),
+        lambda texts, prints: texts.__setitem__(11, nan),
+        lambda texts, prints: prints.__setitem__(7, "abc"),
+        lambda texts, prints: texts.__setitem__(5, "!" + texts[5][1:]),
+        lambda texts, prints: texts.__setitem__(13, texts[13][:2] + "=" + texts[13][3:]),
+        lambda texts, prints: texts.__setitem__(15, "é" + texts[15][1:]),
+    ]
+    for spoil in [None, *spoiled]:
+        texts, chunk_prints = list(good), list(prints)
+        if spoil is not None:
+            spoil(texts, chunk_prints)
+        fast = decode_chunk(texts, chunk_prints, dimension)
+        slow = _decode_rows(texts, chunk_prints, dimension)
+        assert fast[2].tolist() == slow[2].tolist()
+        assert fast[0].flags.writeable  # normalised in place as it is held
+        assert np.array_equal(fast[0][fast[2]], slow[0][slow[2]])
+        assert fast[1][fast[2]].tolist() == slow[1][slow[2]].tolist()
+        assert int(fast[2].sum()) == (40 if spoil is None else 39)
+        assert np.array_equal(fast[0][fast[2]], vectors[fast[2]])

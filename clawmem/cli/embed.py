@@ -38,7 +38,7 @@ from clawmem.rules import validate_namespace
     "embedder_spec",
     default="",
     metavar="MODULE:CALLABLE",
-    help="A local model to embed with instead of the bundled encoder (clawmem[semantic]).",
+    help="A local model to embed with; default: CLAW_RECALL_EMBEDDER, else the bundled encoder.",
 )
 @one_line_errors
 def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int, embedder_spec: str) -> None:
@@ -61,7 +61,7 @@ def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int,
     backing = driver.vector_backing()
     if backing is None:
         raise ConfigError("the vectors table does not exist yet: run init-db to create it")
-    embedder = load_embedder(embedder_spec)
+    embedder = load_embedder(embedder_spec or site.settings.recall_embedder)
     if replace and not dry_run:
         dropped = backing.delete_other_models(embedder.model_id, int(embedder.dimension))
         if dropped:
