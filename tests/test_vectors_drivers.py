@@ -294,3 +294,24 @@ def test_a_chunk_decodes_as_its_rows_do_one_by_one(dimension):
         assert fast[1][fast[2]].tolist() == slow[1][slow[2]].tolist()
         assert int(fast[2].sum()) == (40 if spoil is None else 39)
         assert np.array_equal(fast[0][fast[2]], vectors[fast[2]])
+
+
+def test_uninstall_removes_the_file_drivers_vectors_with_its_files(tmp_path, prefix, clock):
+    settings = Settings.from_mapping(
+        {
+            "DATABASE_URL": sql_url("sqlite", tmp_path),
+            "TABLE_PREFIX": prefix,
+            "MEMORY_DRIVER": "file",
+            "FILE_DIR": str(tmp_path / "files"),
+            "RECALL_SCORING": "hybrid",
+            "RECALL_EMBEDDER": COUNTING,
+        },
+        instance_path=tmp_path / "instance",
+    )
+    site = Site(settings, clock)
+    operations.init_db(site)
+    site.memory.set("tea", "green tea every morning", namespace="default")
+    listed = [path.name for path in operations.site_files(site)]
+    assert "default.vectors" in listed
+    operations.uninstall(site, files=True)
+    assert not (tmp_path / "files").exists()
