@@ -315,3 +315,21 @@ def test_uninstall_removes_the_file_drivers_vectors_with_its_files(tmp_path, pre
     assert "default.vectors" in listed
     operations.uninstall(site, files=True)
     assert not (tmp_path / "files").exists()
+
+
+def test_a_default_hybrid_turn_reads_no_namespace_whole(make_settings, clock, monkeypatch):
+    settings = make_settings()
+    claw = claw_of(settings, clock)
+    for key, text in ENTRIES.items():
+        claw.memory.set(key, text, namespace="default")
+    claw.memory.set("later", "written after the vectors were loaded", namespace="default")
+
+    def whole_read(*args: Any) -> Any:
+        raise AssertionError("a turn read a whole namespace")
+
+    driver = claw.memory.inner
+    monkeypatch.setattr(driver, "_all", whole_read)
+    result = claw.augmenter.augment("where did she move")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 4 of 4 entries embedded"
+    assert result.decisions[0].key == "toronto"
