@@ -154,6 +154,23 @@ class StoredValues:
                 warn_undecryptable(exc)
 
 
+def opened_vectors(
+    values: StoredValues, namespace: str, rows: Iterable[tuple[str, str, str]], column: str = "vector"
+) -> Iterator[tuple[str, str, str]]:
+    """Yield each ``(key, text print, stored vector text)`` of ``namespace`` with its vector
+    text opened by ``values``' cipher; one that cannot be opened (a key no longer held, or
+    altered) as empty, so that it is embedded again. Without encryption the rows pass as they
+    are, with no per-row work (a worker's first turn loads every vector of a namespace)."""
+    if not values.cipher.enabled and not values.cipher.strict:
+        yield from rows
+        return
+    for key, printed, stored in rows:
+        try:
+            yield key, printed, values.open(namespace, key, stored, column)
+        except Undecryptable:
+            yield key, printed, ""
+
+
 def codec_for(shape: str) -> ValueCodec:
     """Return the value codec of a table shape (``clawmem`` or ``phpclaw-wordpress``)."""
     return CODECS[shape]

@@ -43,6 +43,7 @@ from clawmem.recall.sources import Readable
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
+from clawmem.vector_writes import embed_writes
 
 TITLE_CHARS = 80
 
@@ -206,7 +207,7 @@ class Claw:
         :class:`clawmem.errors.Undecryptable` for a missing or wrong key (SPEC 13).
         """
         cipher = cipher_for(settings)
-        memory = open_memory(settings, clock, cipher=cipher)
+        memory = embed_writes(open_memory(settings, clock, cipher=cipher), settings)
         augmenter = MessageAugmenter.from_settings(memory, settings)
         compactor = HistoryCompactor(
             ExtractiveSummarizer(), settings.compact_max_messages, settings.compact_max_tokens

@@ -3,6 +3,10 @@
 every subject's data key re-wrapped under the new master key, in batches that each commit on
 their own, so a killed run loses nothing and the next one carries on where it stopped.
 
+Persisted vectors (the sql driver's vectors table, Redis hashes, vectors files) are sealed like
+the values and rotated with them; they are derived, so one that cannot be decrypted is deleted
+and embedded again, never reported as a value left behind.
+
 A value that cannot be decrypted (its key missing, wrong or altered) is never rewritten and never
 deleted: it is counted, named by table and row id, and left for the operator. After a run with
 nothing left behind, ``keys status`` shows no row under the old key, which can then be dropped.
@@ -26,6 +30,8 @@ from clawmem.subjects import subject_of_namespace
 
 TABLES = tuple(sql.ROTATED)
 SUBJECT_KEYS = "subject_keys"
+VECTORS = "vectors"
+VECTOR_COLUMN = "vector"  # what a sealed vector is bound to (clawmem.memory.sql_vectors.COLUMN)
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Rotated:
     counts: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     undecryptable: list[str] = field(default_factory=list)  # "table row id: reason", never a value
+    vectors_dropped: int = 0  # vectors that could not be decrypted: deleted, embedded again
 
     @property
     def total(self) -> int:
@@ -99,6 +106,35 @@ def _stored_driver(site: Site) -> Any:
     return driver if hasattr(driver, "stored_texts") and getattr(driver, "at_rest", False) else None
 
 
+def vector_backing(site: Site) -> Any:
+    """Return where the site's memory driver keeps its vectors, or ``None`` (the array driver, a
+    prefix whose vectors table ``init-db`` has not created)."""
+    try:
+        driver = site.driver
+    except ConfigError:
+        return None
+    keeping = getattr(driver, "vector_backing", None)
+    return keeping() if callable(keeping) else None
+
+
+def vector_key_counts(site: Site) -> tuple[str, dict[str, int], int] | None:
+    """Return where the persisted vectors are, their count per key id and the plaintext ones;
+    ``None`` without a store of vectors."""
+    backing = vector_backing(site)
+    if backing is None:
+        return None
+    per_key: dict[str, int] = {}
+    plaintext = 0
+    for namespace in backing.namespaces():
+        for _, _, text in backing.stored(namespace):
+            key_id = key_id_of(text)
+            if key_id is None:
+                plaintext += 1
+            else:
+                per_key[key_id] = per_key.get(key_id, 0) + 1
+    return backing.name, per_key, plaintext
+
+
 def memory_key_counts(site: Site) -> tuple[dict[str, int], int] | None:
     """Return the entries of a Redis or file memory per key id and the plaintext ones, by a scan
     of every namespace (expired entries included); ``None`` for the sql driver (counted by SQL)."""
@@ -136,6 +172,15 @@ def rotation_plan(site: Site, cipher: Cipher) -> dict[str, int]:
             for namespace in driver.namespaces()
             for _, text, _ in driver.stored_texts(namespace)
         )
+    backing = vector_backing(site)
+    if backing is not None:
+        behind = sum(
+            _entry_behind(site, cipher, namespace, text)
+            for namespace in backing.namespaces()
+            for _, _, text in backing.stored(namespace)
+        )
+        if behind:
+            plan[VECTORS] = behind
     keystore = keystore_of(cipher)
     if keystore is not None:
         plan[SUBJECT_KEYS] = sum(count for master, count in keystore.counts().items() if master != primary)
@@ -217,6 +262,33 @@ def _driver_batches(site: Site, cipher: Cipher, batch_size: int, rotated: Rotate
                 yield RotationBatch("memory", written, len(changes) - written)
 
 
+def _vector_batches(site: Site, cipher: Cipher, batch_size: int, rotated: Rotated) -> Iterator[RotationBatch]:
+    # Each namespace's vectors as stored, written back where unchanged; one that cannot be
+    # opened is deleted, so the next turn or `clawmem embed` embeds it again.
+    backing = vector_backing(site)
+    if backing is None:
+        return
+    for namespace in backing.namespaces():
+        subject = subject_of_namespace(namespace, site.settings.subject_namespace)
+        behind = [row for row in backing.stored(namespace) if _entry_behind(site, cipher, namespace, row[2])]
+        for start in range(0, len(behind), batch_size):
+            changes = []
+            unreadable = []
+            for key, printed, text in behind[start : start + batch_size]:
+                context = Context.entry(site.prefix, namespace, key, VECTOR_COLUMN)
+                try:
+                    sealed = cipher.seal(cipher.open(text, context), context, subject)
+                    changes.append((key, printed, text, sealed))
+                except Undecryptable:
+                    unreadable.append(key)
+            if unreadable:
+                backing.delete(namespace, unreadable, [])
+                rotated.vectors_dropped += len(unreadable)
+            written = backing.replace_stored(namespace, changes)
+            if changes:
+                yield RotationBatch(VECTORS, written, len(changes) - written)
+
+
 def rotate(
     site: Site,
     batch_size: int = 1000,
@@ -252,6 +324,8 @@ def rotate(
             for batch in _table_batches(site, cipher, name, batch_size, rotated):
                 committed(batch)
     for batch in _driver_batches(site, cipher, batch_size, rotated):
+        committed(batch)
+    for batch in _vector_batches(site, cipher, batch_size, rotated):
         committed(batch)
     keystore = keystore_of(cipher)
     if keystore is not None:

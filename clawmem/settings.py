@@ -163,6 +163,7 @@ class Settings:
     schema: str = ""  # unset: the existing tables' shape, or clawmem for a new database
     recall_scoring: str = "clawmem"
     recall_min_score: float | None = None  # off: every candidate may be injected
+    recall_embedder: str = ""  # module:callable of a local Embedder; "": the bundled encoder
     sites: str = ""
     queue_url: str = ""
     job_ttl: int = DEFAULT_JOB_TTL

@@ -21,6 +21,7 @@ from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 from clawmem.sql.sizes import present_tables
+from clawmem.vector_writes import embed_writes
 
 AUDIT_FILE = "audit.log"
 
@@ -54,8 +55,9 @@ class Site:
 
     @cached_property
     def memory(self) -> PrivacyAwareMemory:
-        """Return the key/value memory an agent uses: the driver behind the privacy switch."""
-        return open_memory(self.settings, self.clock, cipher=self.cipher)
+        """Return the key/value memory an agent uses: the driver behind the privacy switch,
+        embedding what it stores when the scoring is semantic or hybrid."""
+        return embed_writes(open_memory(self.settings, self.clock, cipher=self.cipher), self.settings)
 
     @property
     def driver(self) -> BaseMemory:

@@ -87,3 +87,15 @@ def stalling() -> Stalling:
 def wide() -> HashedWords:
     """Return HashedWords of another model: 32 dimensions, model id ``wide``."""
     return HashedWords(dimension=32, model_id="wide")
+
+
+class Failing(HashedWords):
+    """HashedWords whose every call fails, as a model that cannot run would."""
+
+    def embed(self, texts):
+        raise RuntimeError("the model cannot run")
+
+
+def failing() -> Failing:
+    """Return a :class:`Failing` embedder."""
+    return Failing()

@@ -252,7 +252,7 @@ def test_hybrid_injects_a_keyword_only_and_a_meaning_only_candidate():
     entries["exact"] = "invoice ZX-4471 was paid"  # only the keyword finds it
     entries["meaning"] = "bought a new automobile"  # only the meaning finds it
     memory = _memory({"n": entries})
-    scorer = SemanticScorer(embedder)
+    scorer = SemanticScorer(embedder, embed_on_read=True)
     result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment(
         "which car and ZX-4471"
     )
@@ -266,7 +266,7 @@ def test_hybrid_injects_a_keyword_only_and_a_meaning_only_candidate():
 
 def test_a_changed_entry_is_not_scored_by_its_old_vector():
     memory = _memory({"n": {"a": "red apple", "b": "banana"}})
-    scorer = SemanticScorer(HashedWords())
+    scorer = SemanticScorer(HashedWords(), embed_on_read=True)
     assert scorer.semantic(memory, "banana", ["n"], 0).first(1)[0].key == "b"
     memory.set("a", "banana banana split", namespace="n")
     memory.set("b", "red apple", namespace="n")
@@ -416,7 +416,7 @@ def test_the_floor_is_read_from_the_environment(tmp_path):
 
 def test_each_decision_carries_its_signals():
     memory = _memory({"n": {"a": "she moved to Toronto", "b": "bought a new automobile", "c": "gardening"}})
-    scorer = SemanticScorer(HashedWords(dimension=256, synonyms={"automobile": "car"}))
+    scorer = SemanticScorer(HashedWords(dimension=256, synonyms={"automobile": "car"}), embed_on_read=True)
     result = MessageAugmenter(memory, namespace="n", top_k=3, ranker=scorer.hybrid).augment("Toronto car")
     signals = {d.key: dict(d.signals) for d in result.decisions}
     assert signals["a"]["words"].startswith("toronto ") and signals["a"]["weighted rank"] == "1"

@@ -97,14 +97,14 @@ def filled(engine: Any, prefix: str, clock: FakeClock, entries: dict[str, str] =
 def test_a_restart_embeds_nothing_again(vector_engine, prefix, clock):
     memory = filled(vector_engine, prefix, clock)
     first = Counting(HashedWords())
-    result = hybrid_turn(SemanticScorer(first), memory, "where did she move")
+    result = hybrid_turn(SemanticScorer(first, embed_on_read=True), memory, "where did she move")
     assert sorted(first.texts) == sorted([*ENTRIES.values(), "where did she move"])
     assert result.semantic_coverage == "semantic: 5 of 5 entries embedded"
     assert set(stored_vectors(vector_engine, prefix)) == {("n", key) for key in ENTRIES}
     # A new process: a new driver and scorer on the same database embed only the message.
     again = Counting(HashedWords())
     restarted = SqlMemory(vector_engine, prefix=prefix, clock=clock)
-    result = hybrid_turn(SemanticScorer(again), restarted, "where did she move")
+    result = hybrid_turn(SemanticScorer(again, embed_on_read=True), restarted, "where did she move")
     assert again.texts == ["where did she move"]
     assert result.semantic_coverage == "semantic: 5 of 5 entries embedded"
 
@@ -112,7 +112,7 @@ def test_a_restart_embeds_nothing_again(vector_engine, prefix, clock):
 def test_a_worker_reads_the_vectors_another_wrote_after_it_started(vector_engine, prefix, clock):
     memory = filled(vector_engine, prefix, clock, {"toronto": ENTRIES["toronto"]})
     one, two = Counting(HashedWords()), Counting(HashedWords())
-    worker_one, worker_two = SemanticScorer(one), SemanticScorer(two)
+    worker_one, worker_two = SemanticScorer(one, embed_on_read=True), SemanticScorer(two, embed_on_read=True)
     hybrid_turn(worker_one, memory, "hello")
     hybrid_turn(worker_two, SqlMemory(vector_engine, prefix=prefix, clock=clock), "hello")
     memory.set("car", ENTRIES["car"], namespace="n")
@@ -124,7 +124,7 @@ def test_a_worker_reads_the_vectors_another_wrote_after_it_started(vector_engine
 
 def test_a_second_process_embeds_nothing_again(vector_engine, prefix, clock, url, tmp_path):
     memory = filled(vector_engine, prefix, clock)
-    hybrid_turn(SemanticScorer(HashedWords()), memory, "hello")
+    hybrid_turn(SemanticScorer(HashedWords(), embed_on_read=True), memory, "hello")
     done = run_embed(url, prefix, tmp_path, "tests.embedders:counting")
     assert done.returncode == 0, done.stderr
     assert "embedded 0 entries; 5 of 5 entries embedded" in done.stdout
@@ -137,7 +137,7 @@ def test_forget_flush_and_sweep_delete_the_vectors(vector_engine, prefix, clock)
     memory = filled(vector_engine, prefix, clock)
     memory.set("brief", "a short lived note", namespace="n", ttl=60)
     memory.set("other", "in another namespace", namespace="m")
-    scorer = SemanticScorer(HashedWords())
+    scorer = SemanticScorer(HashedWords(), embed_on_read=True)
     hybrid_turn(scorer, memory, "hello")
     hybrid_turn(scorer, memory, "hello", namespace="m")
     assert len(stored_vectors(vector_engine, prefix)) == 7
@@ -154,7 +154,7 @@ def test_forget_flush_and_sweep_delete_the_vectors(vector_engine, prefix, clock)
 def test_an_expired_entry_loses_its_vector_on_the_next_turn(vector_engine, prefix, clock):
     memory = filled(vector_engine, prefix, clock, {"tea": ENTRIES["tea"]})
     memory.set("brief", "a short lived note", namespace="n", ttl=60)
-    scorer = SemanticScorer(HashedWords())
+    scorer = SemanticScorer(HashedWords(), embed_on_read=True)
     hybrid_turn(scorer, memory, "hello")
     assert ("n", "brief") in stored_vectors(vector_engine, prefix)
     clock.advance(61)
@@ -170,7 +170,7 @@ def test_erasing_a_subject_deletes_the_vectors_of_its_entries(vector_engine, pre
     own = subject_namespace("cust-42")
     site.driver.set("diet", "cust-42 eats no meat", namespace=own)
     site.driver.set("tea", ENTRIES["tea"], namespace="n")
-    scorer = SemanticScorer(HashedWords())
+    scorer = SemanticScorer(HashedWords(), embed_on_read=True)
     hybrid_turn(scorer, site.memory, "hello", namespace=own)
     hybrid_turn(scorer, site.memory, "hello")
     assert (own, "diet") in stored_vectors(vector_engine, prefix)
@@ -194,7 +194,7 @@ PLAIN_SQL = textwrap.dedent(
 def test_plain_sql_from_another_process_is_followed(vector_engine, prefix, clock, url):
     memory = filled(vector_engine, prefix, clock)
     embedder = Counting(HashedWords())
-    scorer = SemanticScorer(embedder)
+    scorer = SemanticScorer(embedder, embed_on_read=True)
     hybrid_turn(scorer, memory, "hello")
     before = stored_vectors(vector_engine, prefix)
     table = f"{prefix}phpclaw_memory"
@@ -228,8 +228,8 @@ def test_a_changed_entry_never_keeps_its_old_vector(vector_engine, prefix, clock
 
 def test_vectors_of_another_model_are_refused(vector_engine, prefix, clock):
     memory = filled(vector_engine, prefix, clock)
-    hybrid_turn(SemanticScorer(HashedWords()), memory, "hello")
-    other = SemanticScorer(HashedWords(dimension=32, model_id="bigger"))
+    hybrid_turn(SemanticScorer(HashedWords(), embed_on_read=True), memory, "hello")
+    other = SemanticScorer(HashedWords(dimension=32, model_id="bigger"), embed_on_read=True)
     restarted = SqlMemory(vector_engine, prefix=prefix, clock=clock)
     with pytest.raises(EmbeddingMismatch, match=r"hashed \(16 dimensions\).*bigger.*clawmem embed --replace"):
         other.hybrid(restarted, "hello", ["n"], int(clock()))
@@ -451,7 +451,7 @@ def test_two_drivers_in_one_process_keep_their_own_vectors():
     first.set("a", "red apple", namespace="n")
     second.set("a", "yellow banana", namespace="n")
     embedder = Counting(HashedWords())
-    scorer = SemanticScorer(embedder)
+    scorer = SemanticScorer(embedder, embed_on_read=True)
     for _ in range(2):
         hybrid_turn(scorer, first, "fruit")
         hybrid_turn(scorer, second, "fruit")
@@ -484,14 +484,15 @@ def test_with_encryption_on_the_vectors_are_sealed_and_read_back(vector_engine, 
     for name, value in ENTRIES.items():
         memory.set(name, value, namespace="n")
     embedder = Counting(HashedWords())
-    hybrid_turn(SemanticScorer(embedder), memory, "hello")
+    hybrid_turn(SemanticScorer(embedder, embed_on_read=True), memory, "hello")
     texts = stored_texts(vector_engine, prefix)
     assert len(texts) == 5 and all(is_sealed(text) for text in texts.values())
     plain = base64.b64encode(HashedWords().embed([ENTRIES["car"]])[0].tobytes()).decode()[:24]
     assert not any(plain in text for text in texts.values())
     # A restarted worker with the key reads them: nothing is embedded again.
     again = Counting(HashedWords())
-    result = hybrid_turn(SemanticScorer(again), sealed_memory(vector_engine, prefix, clock, key), "hello")
+    restarted = sealed_memory(vector_engine, prefix, clock, key)
+    result = hybrid_turn(SemanticScorer(again, embed_on_read=True), restarted, "hello")
     assert again.texts == ["hello"] and result.semantic_coverage == "semantic: 5 of 5 entries embedded"
 
 
@@ -502,11 +503,12 @@ def test_a_sealed_vector_moved_to_another_entry_is_never_trusted(vector_engine, 
     memory = sealed_memory(vector_engine, prefix, clock, key)
     for name, value in ENTRIES.items():
         memory.set(name, value, namespace="n")
-    hybrid_turn(SemanticScorer(HashedWords()), memory, "hello")
+    hybrid_turn(SemanticScorer(HashedWords(), embed_on_read=True), memory, "hello")
     table = vector_table(prefix)
     moved = stored_texts(vector_engine, prefix)["car"]
     with vector_engine.begin() as conn:
         conn.execute(sa.update(table).where(table.c.lookup_key == "pie").values(vector=moved))
     again = Counting(HashedWords())
-    hybrid_turn(SemanticScorer(again), sealed_memory(vector_engine, prefix, clock, key), "hello")
+    restarted = sealed_memory(vector_engine, prefix, clock, key)
+    hybrid_turn(SemanticScorer(again, embed_on_read=True), restarted, "hello")
     assert again.texts == ["hello", ENTRIES["pie"]]  # opened for its own place only: embedded again

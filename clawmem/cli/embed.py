@@ -1,4 +1,5 @@
-"""``embed``: give every live entry its vector in the vectors table, so that no turn waits for it.
+"""``embed``: give every live entry its vector where the driver keeps vectors (the sql driver's
+vectors table, a Redis hash per namespace, a file per namespace), so that no turn waits for it.
 
 Each batch is written in its own transaction: a run that is killed keeps what it wrote, and the
 next run embeds only what is still missing. Vectors of entries gone or changed are deleted first.
@@ -37,15 +38,15 @@ from clawmem.rules import validate_namespace
     "embedder_spec",
     default="",
     metavar="MODULE:CALLABLE",
-    help="A local model to embed with instead of the bundled encoder (clawmem[semantic]).",
+    help="A local model to embed with; default: CLAW_RECALL_EMBEDDER, else the bundled encoder.",
 )
 @one_line_errors
 def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int, embedder_spec: str) -> None:
     """Embed the entries that have no vector of their current text, with a progress bar.
 
-    The vectors go to the vectors table beside the memory table (created by init-db), where
-    every worker's semantic and hybrid turns read them. Safe to stop and run again: it resumes
-    where it stopped.
+    The vectors are kept beside the entries (the sql driver's vectors table, created by
+    init-db; a Redis hash or a file per namespace), where every worker's semantic and hybrid
+    turns read them. Safe to stop and run again: it resumes where it stopped.
     """
     from clawmem.cli import current_site
 
@@ -53,13 +54,14 @@ def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int,
     driver = site.driver
     if not isinstance(driver, VectorKeeping):
         raise ConfigError(
-            f"vectors are kept in the database of the sql memory driver; CLAW_MEMORY_DRIVER is "
-            f"{site.settings.memory_driver}, whose vectors stay in each worker's process"
+            f"vectors are kept beside the entries of the sql, redis and file memory drivers; "
+            f"CLAW_MEMORY_DRIVER is {site.settings.memory_driver}, whose vectors stay in each "
+            "worker's process"
         )
     backing = driver.vector_backing()
     if backing is None:
         raise ConfigError("the vectors table does not exist yet: run init-db to create it")
-    embedder = load_embedder(embedder_spec)
+    embedder = load_embedder(embedder_spec or site.settings.recall_embedder)
     if replace and not dry_run:
         dropped = backing.delete_other_models(embedder.model_id, int(embedder.dimension))
         if dropped:

@@ -73,6 +73,17 @@ def _status(site: Any) -> dict[str, Any]:
                     "plaintext_rows": column.plaintext,
                 }
             )
+    vectors = rotation.vector_key_counts(site)
+    if vectors is not None and (vectors[1] or vectors[2]):  # derived from the values, sealed like them
+        where, per_key, plaintext = vectors
+        document["tables"].append(
+            {
+                "table": where,
+                "column": "vector",
+                "rows_per_key_id": dict(sorted(per_key.items())),
+                "plaintext_rows": plaintext,
+            }
+        )
     scanned = rotation.memory_key_counts(site)
     if scanned is not None:  # Redis or files: a scan of every namespace, expired entries included
         per_key, plaintext = scanned
@@ -129,7 +140,10 @@ def status(as_json: bool) -> None:
         if subject_rows:
             parts.append(f"{plural(subject_rows, 'row')} under subjects' data keys")
         parts.append(f"{plural(row['plaintext_rows'], 'plaintext row')}")
-        place = f"{row['table']}.{row['column']}" if " " not in row["table"] else f"{row['table']} values"
+        if " " not in row["table"]:
+            place = f"{row['table']}.{row['column']}"
+        else:  # a driver's store beyond the tables: its values, or its vectors as it names them
+            place = f"{row['table']} values" if row["column"] == "value" else row["table"]
         click.echo(f"{place}: " + ", ".join(parts))
     if not document["tables"]:
         click.echo(f"no tables with prefix {site.prefix!r} yet")
@@ -222,6 +236,12 @@ def rotate(entry: AuditEntry, batch_size: int, dry_run: bool) -> None:
     entry.counts = {name: result.counts.get(name, 0) for name in plan}
     moved = ", ".join(f"{count} {name}" for name, count in entry.counts.items())
     click.echo(f"re-encrypted under {cipher.primary_id} in {plural(result.batches, 'batch')}: {moved}")
+    if result.vectors_dropped:
+        entry.add("vectors_dropped", result.vectors_dropped)
+        click.echo(
+            f"  {plural(result.vectors_dropped, 'vector')} could not be decrypted: deleted, to be "
+            "embedded again (clawmem embed)"
+        )
     if result.undecryptable:
         entry.add("undecryptable", len(result.undecryptable))
         for line in result.undecryptable:

@@ -60,8 +60,9 @@ class ClawStore(BaseStore[str, Any]):
     def from_settings(cls, settings: Any, namespace: str = DEFAULT_NAMESPACE, **options: Any) -> ClawStore:
         """Return a store over the memory ``settings`` open, behind their privacy switch."""
         from clawmem.memory.registry import open_memory
+        from clawmem.vector_writes import embed_writes
 
-        return cls(open_memory(settings, **options), namespace)
+        return cls(embed_writes(open_memory(settings, **options), settings), namespace)
 
     def _stored(self, value: Any) -> Any:
         return value

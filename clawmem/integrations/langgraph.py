@@ -97,9 +97,13 @@ class ClawStore(BaseStore):
         """Return a store over the memory ``settings`` open (privacy switch included), with the
         settings' subject namespace."""
         from clawmem.memory.registry import open_memory
+        from clawmem.vector_writes import embed_writes
 
         return cls(
-            open_memory(settings, clock), subject_template=settings.subject_namespace, clock=clock, **options
+            embed_writes(open_memory(settings, clock), settings),
+            subject_template=settings.subject_namespace,
+            clock=clock,
+            **options,
         )
 
     # -- where an item lives ------------------------------------------------------------------

@@ -195,8 +195,9 @@ class ClawSession:
         """Return a session on the settings' database and site, with recall, subjects and the PII
         guard as configured (what :meth:`clawmem.Claw.from_settings` builds for its own turns)."""
         from clawmem.memory.registry import open_memory
+        from clawmem.vector_writes import embed_writes
 
-        memory = open_memory(settings, time.time)
+        memory = embed_writes(open_memory(settings, time.time), settings)
         augmenter = MessageAugmenter.from_settings(memory, settings)
         return cls(
             session_id,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +40,11 @@ from clawmem.rules import (
 )
 
 DEFAULT_NAMESPACE = "default"
+
+# Called after each write a driver stored: (driver, namespace, key, value). What stands above
+# the drivers registers one (embedding on write, :mod:`clawmem.vector_writes`); a driver never
+# knows what it does.
+WriteHook = Callable[["BaseMemory", str, str, Any], None]
 
 
 # The filters of a namespace listing: "live" is every entry that is not expired; the others
@@ -143,6 +148,7 @@ class BaseMemory(SearchableMemory):
     # Whether the driver keeps values at rest (a database, Redis, files), so they are sealed
     # when keys are set; the in-process array driver keeps nothing beyond the process.
     at_rest = True
+    write_hooks: tuple[WriteHook, ...] = ()
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         self.clock = clock
@@ -153,6 +159,15 @@ class BaseMemory(SearchableMemory):
         ``site``, and open sealed values with it (``subject_of`` names a namespace's subject)."""
         extra = {} if subject_of is None else {"subject_of": subject_of}
         self.values = StoredValues(self.values.codec, cipher, site, **extra)
+
+    def on_write(self, hook: WriteHook) -> None:
+        """Call ``hook(driver, namespace, key, value)`` after every write this driver stores
+        (``set``, and ``update`` where a driver has it), in the writer's thread."""
+        self.write_hooks = (*self.write_hooks, hook)
+
+    def _written(self, namespace: str, key: str, value: Any) -> None:
+        for hook in self.write_hooks:
+            hook(self, namespace, key, value)
 
     @property
     def encrypted(self) -> bool:
@@ -244,6 +259,7 @@ class BaseMemory(SearchableMemory):
         encoded = self._encode(key, value)
         self._call("set", self._set, key, encoded, namespace, expires_at, now)
         emit_write(self.name, namespace, key, encoded, ttl)
+        self._written(namespace, key, value)
 
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         validate_key(key)

@@ -5,6 +5,7 @@ Layout of ``directory`` (``CLAW_FILE_DIR``): one subdirectory per site, named by
 ``wp_2_``). In a site's directory, ``<stem>.json`` holds a namespace's entries as
 ``{key: {"value": <JSON>, "expires_at": <int | null>}}`` and ``<stem>.lock`` is the lock file that
 serialises writers. The stem encodes the namespace injectively (see :func:`namespace_file_stem`).
+``<stem>.vectors`` holds the entries' vectors, derived (see :mod:`clawmem.memory.file_vectors`).
 With encryption on (SPEC 13) an entry is ``{"value": null, "sealed": <envelope>, "expires_at": …}``,
 the envelope holding the value's JSON.
 """
@@ -30,6 +31,7 @@ from clawmem.clock import Clock
 from clawmem.codecs import warn_undecryptable
 from clawmem.errors import CorruptStoreError, InvalidNamespace, Undecryptable
 from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
+from clawmem.memory.file_vectors import VECTORS_SUFFIX, FileVectorBacking, drop_vectors
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -221,6 +223,32 @@ class FileMemory(FeedingMemory):
         """Return the JSON file that holds ``namespace`` (it may not exist yet)."""
         return self.directory / (namespace_file_stem(namespace) + STORE_SUFFIX)
 
+    def vectors_path(self, namespace: str) -> Path:
+        """Return the file that holds ``namespace``'s vectors (it may not exist yet)."""
+        return self.directory / (namespace_file_stem(namespace) + VECTORS_SUFFIX)
+
+    def vector_backing(self) -> FileVectorBacking:
+        """Return the vectors files as recall's persisted vectors keep them."""
+        return FileVectorBacking(self)
+
+    def vector_namespaces(self) -> list[str]:
+        """Return the namespaces that have a vectors file."""
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return []
+        found = []
+        for entry in entries:
+            stem, suffix = os.path.splitext(entry.name)
+            namespace = namespace_of_stem(stem) if suffix == VECTORS_SUFFIX else None
+            if namespace is not None and entry.is_file():
+                found.append(namespace)
+        return sorted(found)
+
+    def locked(self, namespace: str) -> contextlib.AbstractContextManager[None]:
+        """Return the context holding the exclusive lock of ``namespace``'s files."""
+        return self._locked(self.path_for(namespace))
+
     # -- file I/O --------------------------------------------------------------------------
 
     def _read(self, path: Path) -> Store:
@@ -277,12 +305,15 @@ class FileMemory(FeedingMemory):
         path = self.path_for(namespace)
         with self._locked(path):
             store = self._read(path)
+            before = list(store)
             changed = edit(store)
             expired = [key for key, entry in store.items() if is_expired(entry["expires_at"], now)]
             for key in expired:
                 del store[key]
             if changed or expired:
                 self._write(path, store)
+                # A vector goes with its entry: it would tell what the entry said.
+                drop_vectors(self.vectors_path(namespace), [key for key in before if key not in store])
         return len(expired)
 
     # -- primitives ------------------------------------------------------------------------
@@ -351,11 +382,12 @@ class FileMemory(FeedingMemory):
 
     def _flush(self, namespace: str) -> int:
         path = self.path_for(namespace)
-        if not path.exists():
+        if not path.exists() and not self.vectors_path(namespace).exists():
             return 0
         with self._locked(path):
             count = len(self._read(path))
             path.unlink(missing_ok=True)
+            drop_vectors(self.vectors_path(namespace), None)
         return count
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
@@ -453,6 +485,7 @@ class FileMemory(FeedingMemory):
         self._call("update", self._rewrite, namespace, now, apply)
         encoded, value = written[0]
         emit_write(self.name, namespace, key, encoded, ttl)
+        self._written(namespace, key, value)
         return value
 
     # -- stored text, for a key rotation (SPEC 13) --------------------------------------------
@@ -498,9 +531,9 @@ class _Unreadable:
 
 def _is_store_file(name: str) -> bool:
     stem, suffix = os.path.splitext(name)
-    if suffix == STORE_SUFFIX and stem.startswith(TEMP_PREFIX):
+    if suffix in (STORE_SUFFIX, VECTORS_SUFFIX) and stem.startswith(TEMP_PREFIX):
         return True
-    return suffix in (STORE_SUFFIX, LOCK_SUFFIX) and namespace_of_stem(stem) is not None
+    return suffix in (STORE_SUFFIX, LOCK_SUFFIX, VECTORS_SUFFIX) and namespace_of_stem(stem) is not None
 
 
 def store_files(file_dir: str | os.PathLike[str], site: str) -> list[Path]:

@@ -6,11 +6,14 @@ Layout under ``prefix`` (``P``) for namespace ``N``::
     P{N}:i         sorted set of the namespace's keys, scored by expires_at (+inf: never)
     P{N}:log       stream of the namespace's changes (a key written or deleted, a flush, a
                    sweep), capped at about 10,000, from which recall indexes catch up
+    P{N}:v         hash of the entries' vectors, derived (see :mod:`clawmem.memory.redis_vectors`)
     Pnamespaces    set of namespaces that have an index, for the sweeper
+    Pvectors       set of namespaces that have a vectors hash
 
 Neither namespaces nor prefixes contain braces, so the layout is injective: ``a`` never sees
 ``a:b``, and two prefixes never share a key, even when one is a string prefix of the other
-(every key is ``P`` followed by ``{``, or ``P`` followed by exactly ``namespaces``). The
+(every key is ``P`` followed by ``{``, or ``P`` followed by exactly ``namespaces`` or
+``vectors``). The
 registry gives each site the prefix ``{table_prefix}phpclaw:``, and that keeps sites apart.
 Every command touches one namespace's keys of one prefix only; ``KEYS`` and ``SCAN`` are never
 used.
@@ -30,6 +33,7 @@ from clawmem.clock import Clock
 from clawmem.codecs import StoredValues, warn_undecryptable
 from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
 from clawmem.memory.base import FeedingMemory
+from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
 
@@ -151,6 +155,19 @@ class RedisMemory(FeedingMemory):
         """Return the Redis key of the set of namespaces that have an index."""
         return f"{self.prefix}namespaces"
 
+    def vector_key(self, namespace: str) -> str:
+        """Return the Redis key of the hash of ``namespace``'s vectors."""
+        return f"{self.prefix}{{{namespace}}}:v"
+
+    @property
+    def vectors_key(self) -> str:
+        """Return the Redis key of the set of namespaces that have a vectors hash."""
+        return f"{self.prefix}vectors"
+
+    def vector_backing(self) -> RedisVectorBacking:
+        """Return the vectors hashes as recall's persisted vectors keep them."""
+        return RedisVectorBacking(self)
+
     # -- primitives ------------------------------------------------------------------------
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
@@ -180,24 +197,31 @@ class RedisMemory(FeedingMemory):
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(self.entry_key(key, namespace))
         pipe.zrem(self.index_key(namespace), key)
+        # The entry's vector goes with it: it would tell what the entry said.
+        pipe.hdel(self.vector_key(namespace), key)
         self._log(pipe, namespace, k=key)
         pipe.execute()
 
     def _flush(self, namespace: str) -> int:
         index = self.index_key(namespace)
 
+        batches = 0
+
         def clear(pipe: Any) -> None:
+            nonlocal batches
             keys = [self.entry_key(_text(member), namespace) for member in pipe.zrange(index, 0, -1)]
             pipe.multi()
+            batches = 0
             for batch in _batches(keys):
                 pipe.delete(*batch)
-            pipe.delete(index)
+                batches += 1
+            pipe.delete(index, self.vector_key(namespace))  # the vectors go with the entries
             pipe.srem(self.namespaces_key, namespace)
             self._log(pipe, namespace, flush=1)
 
         # WATCH the index: a concurrent set of a new key retries the flush instead of orphaning it.
         results = self.client.transaction(clear, index)
-        return sum(results[:-3])
+        return sum(results[:batches])
 
     def _entry(self, raw: bytes | str, key: str, namespace: str) -> tuple[int, int | None, Any, str | None]:
         """Return ``(value bytes, expires_at, value, unreadable)`` of a stored entry: one that
@@ -276,6 +300,7 @@ class RedisMemory(FeedingMemory):
             pipe.multi()
             if gone:
                 pipe.zrem(index, *gone)
+                drop_vector_fields(pipe, self.vector_key(namespace), gone)
                 for key in gone:
                     self._log(pipe, namespace, k=key)
 
@@ -326,6 +351,7 @@ class RedisMemory(FeedingMemory):
                 pipe.delete(*batch)
                 deletes += 1
             pipe.zremrangebyscore(index, "-inf", now)
+            drop_vector_fields(pipe, self.vector_key(namespace), [_text(member) for member in expired])
             if emptied:
                 pipe.srem(self.namespaces_key, namespace)
             self._log(pipe, namespace, sweep=now)

@@ -13,8 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy.engine import Engine
 
-from clawmem.codecs import StoredValues
-from clawmem.errors import Undecryptable
+from clawmem.codecs import StoredValues, opened_vectors
 from clawmem.sql import vectors
 from clawmem.sql.engine import write_transaction
 from clawmem.sql.vectors import VectorRow
@@ -44,11 +43,26 @@ class SqlVectorBacking:
             return vectors.count(conn, self.prefix, namespace)
 
     def _opened(self, namespace: str, rows: Iterable[VectorRow]) -> Iterator[VectorRow]:
-        for key, printed, stored in rows:
-            try:
-                yield key, printed, self.values.open(namespace, key, stored, COLUMN)
-            except Undecryptable:  # a key no longer held, or altered: embedded again
-                yield key, printed, ""
+        return opened_vectors(self.values, namespace, rows, COLUMN)
+
+    def namespaces(self) -> list[str]:
+        """Return the namespaces that have vectors."""
+        with self.engine.connect() as conn:
+            return vectors.namespaces(conn, self.prefix)
+
+    def stored(self, namespace: str) -> list[VectorRow]:
+        """Return every ``(key, text print, vector text as stored)`` of ``namespace``."""
+        with self.engine.connect() as conn:
+            return list(vectors.namespace_rows(conn, self.prefix, namespace))
+
+    def replace_stored(self, namespace: str, changes: Sequence[tuple[str, str, str, str]]) -> int:
+        """Store each ``(key, text print, vector text read, new vector text)`` where the row
+        still holds what was read, in one transaction; return how many changed."""
+        with write_transaction(self.engine) as conn:
+            return sum(
+                vectors.replace_vector(conn, self.prefix, namespace, key, old, new)
+                for key, _, old, new in changes
+            )
 
     def rows(self, namespace: str) -> Iterator[VectorRow]:
         """Yield every row of ``namespace`` (its vector text opened), read as consumed."""

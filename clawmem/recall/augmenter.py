@@ -85,13 +85,14 @@ class MessageAugmenter:
     ) -> MessageAugmenter:
         """Return the augmenter a turn runs with under ``settings``: its top-k, recall namespace
         (unless ``namespace`` is given), scoring (``CLAW_RECALL_SCORING``) and floor
-        (``CLAW_RECALL_MIN_SCORE``). Raises ``ValueError`` for an unknown scoring."""
+        (``CLAW_RECALL_MIN_SCORE``), with the embedder of ``CLAW_RECALL_EMBEDDER`` for
+        ``semantic`` and ``hybrid``. Raises ``ValueError`` for an unknown scoring."""
         return cls(
             memory,
             settings.recall_top_k,
             settings.recall_namespace if namespace is None else namespace,
             announce=announce,
-            ranker=ranker_for(settings.recall_scoring),
+            ranker=ranker_for(settings.recall_scoring, getattr(settings, "recall_embedder", "")),
             min_score=settings.recall_min_score,
         )
 

@@ -326,12 +326,34 @@ class VectorStore:
             missing = missing[: max(limit, 0)]
         for start in range(0, len(missing), batch):
             chunk = missing[start : start + batch]
-            vectors = np.asarray(self.embedder.embed([text for _, text in chunk]), dtype=np.float32)
-            self.check(self.embedder.model_id, int(vectors.shape[-1]) if vectors.ndim == 2 else -1)
-            self._embedded(namespace, chunk, vectors)
+            self._embedded(namespace, chunk, self._embed(chunk))
             if on_batch is not None:
                 on_batch(len(chunk))
         return len(missing)
+
+    def _embed(self, entries: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Return the embedder's rows of the texts of ``entries``, refused unless of the store's model."""
+        vectors = np.asarray(self.embedder.embed([text for _, text in entries]), dtype=np.float32)
+        self.check(self.embedder.model_id, int(vectors.shape[-1]) if vectors.ndim == 2 else -1)
+        if vectors.shape[0] != len(entries):
+            raise EmbeddingMismatch(
+                f"{self.model_id} gave {vectors.shape[0]} vectors for {len(entries)} texts"
+            )
+        return vectors
+
+    def embed_written(self, namespace: str, entries: Sequence[tuple[str, str]]) -> int:
+        """Embed the ``(key, text)`` of entries just written and store their vectors, without
+        reading what the store holds of ``namespace`` (a write need not load it); return how many."""
+        entries = list(entries)
+        if not entries:
+            return 0
+        self._written(namespace, entries, self._embed(entries))
+        return len(entries)
+
+    def _written(self, namespace: str, entries: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
+        """Record the vectors of entries just written (a store that persists writes them, and
+        holds them only once it has loaded the namespace)."""
+        self._embedded(namespace, entries, vectors)
 
     def follow(self, feed: Callable[[str, Any], Changes], namespace: str, now: int) -> None:
         """Bring the vectors of ``namespace`` in step with its change feed (``feed`` is the

@@ -19,12 +19,19 @@ scorer (not embedded as a turn reads them), a ``hybrid`` turn reads no value but
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from clawmem.recall.candidates import Candidate, Ranking
-from clawmem.recall.embeddings import Embedder, UniversalSentenceEncoder, VectorStore, text_print
+from clawmem.recall.embeddings import (
+    Embedder,
+    UniversalSentenceEncoder,
+    VectorStore,
+    load_embedder,
+    text_print,
+)
 from clawmem.recall.feeds import ChangeFeed
 from clawmem.recall.index import WordIndex
 from clawmem.recall.injection import line_bytes
@@ -52,15 +59,17 @@ def _order(items: list[Scored], digits: int = SCORE_DIGITS) -> list[Scored]:
 class SemanticScorer:
     """Holds one embedder's vectors and answers the ``semantic`` and ``hybrid`` rankers.
 
-    With ``embed_on_read`` an entry without a vector of its current text is embedded by the
-    first turn that reads it (at most :data:`EMBED_PER_TURN` a turn; ``clawmem embed`` does
-    the rest). The vectors of the sql driver's entries are kept in its database
-    (:mod:`clawmem.recall.vector_table`) unless ``persist`` is off; every other driver's are
-    held in process.
+    Entries are embedded as they are written (:mod:`clawmem.vector_writes`) and by
+    ``clawmem embed``; a turn reads the vectors kept and scores an entry without one by
+    ``weighted`` alone. With ``embed_on_read`` a turn also embeds the entries it finds without
+    a vector of their current text (at most :data:`EMBED_PER_TURN` a turn), which makes it read
+    the namespaces whole. The vectors of the sql, redis and file drivers' entries are kept
+    beside them (:mod:`clawmem.recall.persisted`) unless ``persist`` is off; the array driver's
+    are held in process.
     """
 
     def __init__(
-        self, embedder: Embedder | None = None, embed_on_read: bool = True, persist: bool = True
+        self, embedder: Embedder | None = None, embed_on_read: bool = False, persist: bool = True
     ) -> None:
         self._embedder = embedder
         self._store: VectorStore | None = None
@@ -258,15 +267,20 @@ class FusedRanking(ScoredRanking):
         return self._keyword.texts(candidates)
 
 
-_DEFAULT: SemanticScorer | None = None
+_SCORERS: dict[str, SemanticScorer] = {}
+_SCORERS_LOCK = threading.Lock()
 
 
-def default_scorer() -> SemanticScorer:
-    """Return the process's scorer with the bundled encoder (created on first use)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = SemanticScorer()
-    return _DEFAULT
+def default_scorer(embedder: str = "") -> SemanticScorer:
+    """Return the process's scorer of the embedder ``embedder`` names (``CLAW_RECALL_EMBEDDER``,
+    ``module:callable``; ``""``: the bundled encoder, loaded on first use), created once. Raises
+    :class:`~clawmem.errors.ConfigError` for a name that makes no embedder."""
+    spec = embedder.strip()
+    with _SCORERS_LOCK:
+        scorer = _SCORERS.get(spec)
+        if scorer is None:
+            scorer = _SCORERS[spec] = SemanticScorer(load_embedder(spec) if spec else None)
+        return scorer
 
 
 def semantic(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:

@@ -14,6 +14,7 @@ With encryption at rest on, the backing seals a vector like a value (vectors lea
 from __future__ import annotations
 
 import base64
+import binascii
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -32,7 +33,10 @@ TRIM_AFTER = 10_000  # loads of this many vectors hand the heap their row texts 
 
 @runtime_checkable
 class VectorBacking(Protocol):
-    """Where a persisted store keeps its rows (one database and table prefix)."""
+    """Where a persisted store keeps its rows: one database and table prefix (the sql driver's
+    table), one Redis key prefix (a hash per namespace), or one site's directory (a file per
+    namespace). ``stored`` and ``replace_stored`` give and take vector texts as stored (sealed),
+    for a key rotation."""
 
     name: str  # what an error names it by
     place: tuple[str, str]  # what tells two backings of one table apart from others
@@ -53,10 +57,16 @@ class VectorBacking(Protocol):
 
     def delete_other_models(self, model_id: str, dimension: int) -> int: ...
 
+    def namespaces(self) -> list[str]: ...
+
+    def stored(self, namespace: str) -> Iterable[VectorRow]: ...
+
+    def replace_stored(self, namespace: str, changes: Sequence[tuple[str, str, str, str]]) -> int: ...
+
 
 @runtime_checkable
 class VectorKeeping(Protocol):
-    """A driver that keeps its entries' vectors beside them (the sql driver)."""
+    """A driver that keeps its entries' vectors beside them (the sql, redis and file drivers)."""
 
     def vector_backing(self) -> VectorBacking | None:
         """Return where the vectors are kept, or ``None`` when there is nowhere (no table)."""
@@ -74,6 +84,63 @@ def print_of(stored: str) -> int | None:
     except ValueError:
         return None
     return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else None
+
+
+Decoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # vectors, text prints, which rows are readable
+
+
+def decode_chunk(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
+    """Return the vectors of ``texts`` (base64 of little-endian float32) as one float32 matrix,
+    the text prints of ``prints`` (16 hex digits each) as int64, and which rows are readable:
+    decoded by one call for the whole chunk, not one a row, so a worker's first turn loads
+    100,000 vectors fast. A row of the wrong length, a print that is not one, or a value that is
+    not finite is unreadable (embedded again, never trusted); a chunk holding a row that is not
+    strict base64 is read a row at a time."""
+    count = len(texts)
+    size = 4 * dimension
+    width = 4 * -(-size // 3)  # characters of one vector's base64
+    padding = width // 4 * 3 - size
+    ok = np.fromiter((len(text) == width for text in texts), dtype=bool, count=count)
+    ok &= np.fromiter((len(printed) == 16 for printed in prints), dtype=bool, count=count)
+    filler = "A" * (width - padding) + "=" * padding
+    joined = "".join(text if fits else filler for text, fits in zip(texts, ok.tolist(), strict=True))
+    try:
+        encoded = joined.encode("ascii")
+        # Padding belongs at the end of each row only: every row ends so, and there is no other.
+        ends = np.frombuffer(encoded, dtype=np.uint8).reshape(count, width)[:, width - padding :]
+        if encoded.count(b"=") != count * padding or not (ends == ord("=")).all():
+            raise ValueError("padding inside a row")
+        # "=" read as "A" decodes each row to a whole number of bytes: one call for the chunk.
+        raw = binascii.a2b_base64(encoded.replace(b"=", b"A"), strict_mode=True)
+        hexes = "".join(text if fits else "0" * 16 for text, fits in zip(prints, ok.tolist(), strict=True))
+        printed = np.frombuffer(bytes.fromhex(hexes), dtype="<i8")
+    except (UnicodeEncodeError, ValueError):  # binascii.Error is a ValueError
+        return _decode_rows(texts, prints, dimension)
+    rows = np.frombuffer(raw, dtype=np.uint8).reshape(count, -1)[:, :size]
+    vectors = np.array(rows).view("<f4").astype(np.float32, copy=False)  # a copy of its own: written to
+    ok &= np.isfinite(vectors).all(axis=1)
+    return vectors, printed.astype(np.int64), ok
+
+
+def _decode_rows(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
+    """:func:`decode_chunk`, a row at a time (for a chunk holding a row no batch can read)."""
+    vectors = np.zeros((len(texts), dimension), dtype=np.float32)
+    printed = np.zeros(len(texts), dtype=np.int64)
+    ok = np.zeros(len(texts), dtype=bool)
+    for row, (text, stored_print) in enumerate(zip(texts, prints, strict=True)):
+        found = print_of(stored_print)
+        if found is None:
+            continue
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except ValueError:  # not base64 (binascii.Error is one)
+            continue
+        if len(raw) != 4 * dimension:
+            continue
+        vectors[row] = np.frombuffer(raw, dtype="<f4")
+        printed[row] = found
+        ok[row] = bool(np.isfinite(vectors[row]).all())
+    return vectors, printed, ok
 
 
 def _normalised(rows: np.ndarray) -> np.ndarray:
@@ -98,19 +165,6 @@ class PersistedVectors(VectorStore):
         """Return a vector as a row holds it: base64 of little-endian float32 (the backing seals it)."""
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
-    def _decode_into(self, namespace: str, key: str, stored: str, out: np.ndarray) -> bool:
-        """Write the vector a row holds into ``out``; return ``False`` for one that cannot be
-        read (written by another program, or sealed with a key no longer held, which the backing
-        gives as empty): it is embedded again, never trusted."""
-        try:
-            raw = base64.b64decode(stored, validate=True)
-        except ValueError:  # not base64 (binascii.Error is one)
-            return False
-        if len(raw) != 4 * self.dimension:
-            return False
-        out[:] = np.frombuffer(raw, dtype="<f4")
-        return bool(np.isfinite(out).all())
-
     # -- loading and reading back ------------------------------------------------------------
 
     def check_models(self) -> None:
@@ -126,24 +180,29 @@ class PersistedVectors(VectorStore):
             )
 
     def _adopt(self, space: _Space, namespace: str, rows: Iterable[VectorRow], fresh: bool = False) -> None:
-        """Hold the readable vectors of ``rows``, decoded a chunk at a time into one buffer (a
-        worker loading 100,000 rows leaves no heap of freed temporaries behind). ``fresh``:
-        ``space`` is new and ``rows`` are all of a namespace, one per key."""
+        """Hold the readable vectors of ``rows`` (one that cannot be read, written by another
+        program or sealed with a key no longer held, which the backing gives as empty, is
+        embedded again, never trusted), decoded a chunk at a time (:func:`decode_chunk`) into
+        the space's one matrix. ``fresh``: ``space`` is new and ``rows`` are all of a
+        namespace, one per key."""
         put = space.append_many if fresh else space.put_many
-        buffer = np.empty((ADOPT_CHUNK, self.dimension), dtype=np.float32)
-        keys: list[str] = []
-        prints: list[int] = []
-        for key, stored_print, stored in rows:
-            printed = print_of(stored_print)
-            if printed is None or not self._decode_into(namespace, key, stored, buffer[len(keys)]):
-                continue
-            keys.append(key)
-            prints.append(printed)
-            if len(keys) == ADOPT_CHUNK:
-                put(keys, prints, _normalised(buffer))
-                keys, prints = [], []
-        if keys:
-            put(keys, prints, _normalised(buffer[: len(keys)]))
+        chunk: list[VectorRow] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == ADOPT_CHUNK:
+                self._put_chunk(put, chunk)
+                chunk = []
+        if chunk:
+            self._put_chunk(put, chunk)
+
+    def _put_chunk(self, put: Any, chunk: Sequence[VectorRow]) -> None:
+        keys, prints, texts = zip(*chunk, strict=True)
+        vectors, printed, ok = decode_chunk(texts, prints, self.dimension)
+        if ok.all():
+            put(list(keys), printed, _normalised(vectors))
+        elif ok.any():
+            chosen = np.flatnonzero(ok)
+            put([keys[at] for at in chosen.tolist()], printed[chosen], _normalised(vectors[chosen]))
 
     def _space(self, namespace: str) -> _Space:
         space = self._spaces.get(namespace)
@@ -201,6 +260,19 @@ class PersistedVectors(VectorStore):
         ]
         self.backing.save(namespace, self.model_id, self.dimension, rows)
         super()._embedded(namespace, chunk, vectors)
+
+    def _written(self, namespace: str, entries: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
+        with self._lock:
+            if not self._checked:
+                self.check_models()
+                self._checked = True
+            rows = [
+                (key, print_text(text_print(text)), self._encode(namespace, key, unit(vector)))
+                for (key, text), vector in zip(entries, vectors, strict=True)
+            ]
+            self.backing.save(namespace, self.model_id, self.dimension, rows)
+            if namespace in self._spaces:
+                VectorStore._embedded(self, namespace, entries, vectors)
 
     def _dropped(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, int]]) -> None:
         self.backing.delete(namespace, gone, [(key, print_text(printed)) for key, printed in stale])

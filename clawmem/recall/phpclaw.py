@@ -111,10 +111,16 @@ def _rankers() -> dict[str, Ranker]:
 RANKERS: dict[str, Ranker] = _rankers()
 
 
-def ranker_for(scoring: str) -> Ranker:
+def ranker_for(scoring: str, embedder: str = "") -> Ranker:
     """Return the ranker of ``CLAW_RECALL_SCORING``: ``clawmem`` (SPEC 5), ``phpclaw``, ``weighted``,
-    ``semantic`` or ``hybrid``."""
+    ``semantic`` or ``hybrid``; the last two with the process's scorer of ``embedder``
+    (``CLAW_RECALL_EMBEDDER``, see :func:`clawmem.recall.fusion.default_scorer`)."""
     try:
-        return RANKERS[scoring]
+        ranker = RANKERS[scoring]
     except KeyError:
         raise ValueError(f"recall scoring must be one of {', '.join(RANKERS)}, got {scoring!r}") from None
+    if embedder.strip() and scoring in ("semantic", "hybrid"):
+        from clawmem.recall.fusion import default_scorer
+
+        return getattr(default_scorer(embedder), scoring)
+    return ranker

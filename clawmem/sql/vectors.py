@@ -70,6 +70,23 @@ def models(conn: Connection, prefix: str) -> list[tuple[str, int]]:
     return sorted((as_text(model) or "", int(dimension)) for model, dimension in rows)
 
 
+def namespaces(conn: Connection, prefix: str) -> list[str]:
+    """Return every namespace the table holds vectors of."""
+    table = vector_table(prefix)
+    return sorted(as_text(name) or "" for (name,) in conn.execute(sa.select(table.c.namespace).distinct()))
+
+
+def replace_vector(conn: Connection, prefix: str, namespace: str, key: str, old: str, new: str) -> int:
+    """Store ``new`` as the vector text of ``key`` only where it still holds ``old``; return
+    whether it changed."""
+    table = vector_table(prefix)
+    return conn.execute(
+        sa.update(table)
+        .where(table.c.namespace == namespace, table.c.lookup_key == key, table.c.vector == old)
+        .values(vector=new)
+    ).rowcount
+
+
 def namespace_rows(conn: Connection, prefix: str, namespace: str) -> Iterator[VectorRow]:
     """Yield every vector row of ``namespace``, read as they are consumed (not all held at once)."""
     table = vector_table(prefix)
@@ -78,8 +95,9 @@ def namespace_rows(conn: Connection, prefix: str, namespace: str) -> Iterator[Ve
             table.c.namespace == namespace
         )
     )
-    for key, printed, vector in rows:
-        yield as_text(key) or "", as_text(printed) or "", as_text(vector) or ""
+    for part in rows.partitions(_CHUNK):  # fetched a few hundred rows at a time, not one by one
+        for key, printed, vector in part:
+            yield as_text(key) or "", as_text(printed) or "", as_text(vector) or ""
 
 
 def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> list[VectorRow]:

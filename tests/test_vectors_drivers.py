@@ -1,0 +1,335 @@
+"""Vectors embedded on write and kept beside the entries by every driver that keeps entries at
+rest: sql (SQLite, MariaDB, PostgreSQL), redis and file.
+
+Each site is built from settings, as a worker builds it; "a restart" is a new Claw from the same
+settings with the process's scorers forgotten, so only what was persisted survives. Embedders
+are the counting ones of :mod:`tests.embedders`, so an embedding done again is counted.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from clawmem import operations, rotation
+from clawmem.cli import ClawGroup
+from clawmem.clock import FakeClock
+from clawmem.crypto import generate_key
+from clawmem.pipeline import Claw
+from clawmem.providers.echo import EchoProvider
+from clawmem.recall import fusion
+from clawmem.recall.persisted import _decode_rows, decode_chunk, print_text
+from clawmem.rotation import rotate
+from clawmem.settings import Settings
+from clawmem.site import Site
+from clawmem.subjects import Subject, subject_namespace
+from tests import embedders
+from tests.conftest import backend_url, sql_url
+
+DRIVERS = ["sql-sqlite", "sql-mysql", "sql-postgres", "redis", "file"]
+COUNTING = "tests.embedders:counting"
+OLD = generate_key("old1")
+NEW = generate_key("new2")
+
+ENTRIES = {
+    "toronto": "she moved to Toronto in May",
+    "car": "bought a new automobile last week",
+    "pie": "the apple pie recipe uses butter",
+}
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def fresh_scorers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a new process would: no scorer, no vector held."""
+    monkeypatch.setattr(fusion, "_SCORERS", {})
+    monkeypatch.setattr(embedders, "COUNTED", [])
+
+
+def restart() -> None:
+    """Forget the process's scorers and what they hold, as a restarted worker has."""
+    fusion._SCORERS.clear()
+
+
+@pytest.fixture
+def make_settings(driver: str, tmp_path: Path, prefix: str, request: pytest.FixtureRequest) -> Any:
+    """Return a maker of the site's settings on ``driver`` (extra settings as keyword arguments)."""
+    backend = driver.partition("-")[2] or "sqlite"
+    values: dict[str, Any] = {
+        "DATABASE_URL": sql_url(backend, tmp_path),
+        "TABLE_PREFIX": prefix,
+        "MEMORY_DRIVER": driver.partition("-")[0],
+        "FILE_DIR": str(tmp_path / "files"),
+        "RECALL_SCORING": "hybrid",
+        "RECALL_EMBEDDER": COUNTING,
+    }
+    if driver == "redis":
+        values["REDIS_URL"] = backend_url("redis")
+
+    def make(**extra: Any) -> Settings:
+        return Settings.from_mapping({**values, **extra}, instance_path=tmp_path / "instance")
+
+    operations.init_db(Site(make()))
+    yield make
+    site = Site(make())
+    if driver == "redis":
+        redis_client = site.driver.client
+        for namespace in list(site.driver.namespaces()) + [subject_namespace("cust-42"), "n"]:
+            redis_client.delete(*(redis_client.keys(f"{prefix}phpclaw:{{{namespace}}}*") or ["-"]))
+        redis_client.delete(f"{prefix}phpclaw:namespaces", f"{prefix}phpclaw:vectors")
+    operations.uninstall(site)
+
+
+def last_embedder() -> embedders.Counting:
+    return embedders.COUNTED[-1]
+
+
+def claw_of(settings: Settings, clock: FakeClock) -> Claw:
+    return Claw.from_settings(settings, EchoProvider(), clock=clock)
+
+
+def vectors_of(settings: Settings, namespace: str = "n") -> set[str]:
+    """Return the keys whose vector is persisted, read from the driver's own store."""
+    backing = Site(settings).driver.vector_backing()
+    return set(backing.prints(namespace))
+
+
+def test_writes_are_embedded_and_a_restart_embeds_nothing_again(make_settings, clock):
+    settings = make_settings()
+    claw = claw_of(settings, clock)
+    for key, text in ENTRIES.items():
+        claw.memory.set(key, text, namespace="default")
+    written = last_embedder()
+    assert sorted(written.texts) == sorted(ENTRIES.values())  # embedded on write, once each
+    result = claw.augmenter.augment("where did she move")
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert written.texts[3:] == ["where did she move"]  # the turn embedded its message only
+
+    restart()
+    again = claw_of(settings, clock)
+    result = again.augmenter.augment("where did she move")
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert last_embedder() is not written and last_embedder().texts == ["where did she move"]
+    assert result.decisions[0].key == "toronto"
+
+
+def test_forget_flush_sweep_expiry_and_erase_remove_vectors(make_settings, clock):
+    settings = make_settings()
+    site = Site(settings, clock)
+    own = subject_namespace("cust-42")
+    for key, text in ENTRIES.items():
+        site.memory.set(key, text, namespace="n")
+    site.memory.set("brief", "a short lived note", namespace="n", ttl=60)
+    site.memory.set("diet", "cust-42 eats no meat", namespace=own)
+    assert vectors_of(settings) == {*ENTRIES, "brief"}
+    site.memory.forget("car", namespace="n")
+    assert vectors_of(settings) == {"toronto", "pie", "brief"}
+    clock.advance(61)
+    operations.sweep(site)
+    assert vectors_of(settings) == {"toronto", "pie"}
+    operations.erase_subject(site, Subject(user_id="cust-42"))
+    assert vectors_of(settings, own) == set()
+    site.memory.flush(namespace="n")
+    assert vectors_of(settings) == set()
+
+
+def test_an_expired_entry_loses_its_vector_by_the_change_feed(make_settings, clock):
+    settings = make_settings()
+    claw = claw_of(settings, clock)
+    claw.memory.set("tea", "green tea every morning", namespace="default")
+    claw.memory.set("brief", "a short lived note", namespace="default", ttl=60)
+    clock.advance(61)
+    result = claw.augmenter.augment("tea")  # no sweep: the turn follows the feed
+    assert result.semantic_coverage == "semantic: 1 of 1 entries embedded"
+    assert vectors_of(settings, "default") == {"tea"}
+
+
+def test_a_failing_embedder_keeps_the_write(make_settings, clock, caplog):
+    settings = make_settings(RECALL_EMBEDDER="tests.embedders:failing")
+    claw = claw_of(settings, clock)
+    with caplog.at_level(logging.WARNING, logger="clawmem.vector_writes"):
+        claw.memory.set("tea", "green tea every morning", namespace="default")
+    assert claw.memory.get("tea", namespace="default") == "green tea every morning"
+    assert "'tea' of namespace default is stored but not embedded yet (RuntimeError)" in caplog.text
+    restart()  # the model runs again (same model id): the entry waits for clawmem embed
+    result = claw_of(make_settings(), clock).augmenter.augment("green tea")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 0 of 1 entries embedded"
+    assert [decision.key for decision in result.decisions] == ["tea"]  # by weighted alone
+
+
+def test_other_scorings_embed_nothing_on_write(make_settings, clock):
+    claw = claw_of(make_settings(RECALL_SCORING="weighted"), clock)
+    claw.memory.set("tea", "green tea every morning", namespace="default")
+    assert embedders.COUNTED == []  # not even loaded
+    assert vectors_of(make_settings(), "default") == set()
+
+
+def test_vectors_of_another_model_are_refused(make_settings, clock):
+    settings = make_settings()
+    claw_of(settings, clock).memory.set("tea", "green tea every morning", namespace="default")
+    restart()
+    wide = claw_of(make_settings(RECALL_EMBEDDER="tests.embedders:wide"), clock)
+    result = wide.augmenter.augment("tea")
+    assert result.error == "EmbeddingMismatch"
+    assert vectors_of(settings, "default") == {"tea"}  # nothing replaced
+
+
+def cli(site: Site, *args: str) -> Any:
+    return CliRunner().invoke(ClawGroup("clawmem", lambda: site), list(args), catch_exceptions=False)
+
+
+def test_clawmem_embed_backfills_and_then_has_nothing_to_do(make_settings, clock):
+    plain = Site(make_settings(RECALL_SCORING="clawmem"), clock)  # writes not embedded
+    for key, text in ENTRIES.items():
+        plain.memory.set(key, text, namespace="default")
+    assert vectors_of(plain.settings, "default") == set()
+    site = Site(make_settings(), clock)
+    done = cli(site, "embed", "--embedder", COUNTING)
+    assert done.exit_code == 0, done.output
+    assert "embedded 3 entries; 3 of 3 entries embedded" in done.output
+    assert vectors_of(site.settings, "default") == set(ENTRIES)
+    again = cli(site, "embed", "--embedder", COUNTING)
+    assert "embedded 0 entries; 3 of 3 entries embedded" in again.output
+    restart()
+    result = claw_of(site.settings, clock).augmenter.augment("automobile")
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert last_embedder().texts == ["automobile"]
+
+
+def vector_status(site: Site) -> str:
+    """Return what ``keys status`` says of the persisted vectors."""
+    lines = cli(site, "keys", "status").output.splitlines()
+    found = [line for line in lines if "vectors" in line.partition(": ")[0]]
+    assert len(found) == 1, lines
+    return found[0].partition(": ")[2]
+
+
+def test_rotation_then_dropping_the_old_key_keeps_vectors_readable(make_settings, clock):
+    old_site = make_settings(ENCRYPTION_KEYS=OLD)
+    claw = claw_of(old_site, clock)
+    for key, text in ENTRIES.items():
+        claw.memory.set(key, text, namespace="default")
+    backing = Site(old_site).driver.vector_backing()
+    assert all(text.startswith("cm1$old1$") for _, _, text in backing.stored("default"))
+
+    rotating = Site(make_settings(ENCRYPTION_KEYS=f"{NEW},{OLD}"), clock)
+    assert vector_status(rotating) == "3 rows under old1, 0 plaintext rows"
+    rotated = rotate(rotating)
+    assert rotated.counts.get("vectors") == 3 and rotated.vectors_dropped == 0
+    assert vector_status(rotating) == "3 rows under new2, 0 plaintext rows"
+
+    restart()
+    new_only = make_settings(ENCRYPTION_KEYS=NEW)
+    result = claw_of(new_only, clock).augmenter.augment("where did she move")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert last_embedder().texts == ["where did she move"]  # every vector read, none embedded again
+
+
+def test_a_vector_under_a_dropped_key_is_embedded_again_cleanly(make_settings, clock, monkeypatch):
+    claw = claw_of(make_settings(ENCRYPTION_KEYS=OLD), clock)
+    claw.memory.set("tea", "green tea every morning", namespace="default")
+    # A rotation that left the vectors behind (as one before vectors were rotated did), then
+    # the old key dropped: the vector can no longer be opened.
+    with monkeypatch.context() as patched:
+        patched.setattr(rotation, "_vector_batches", lambda *args: iter(()))
+        rotate(Site(make_settings(ENCRYPTION_KEYS=f"{NEW},{OLD}"), clock))
+    restart()
+    new_only = make_settings(ENCRYPTION_KEYS=NEW)
+    result = claw_of(new_only, clock).augmenter.augment("green tea")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 0 of 1 entries embedded"
+    assert [decision.key for decision in result.decisions] == ["tea"]  # by weighted alone
+    # A rotation under the key left deletes what it cannot open; embed gives it a new vector.
+    site = Site(new_only, clock)
+    rotated = rotate(site)
+    assert rotated.vectors_dropped == 1 and rotated.undecryptable == []
+    assert vectors_of(new_only, "default") == set()
+    assert "embedded 1 entries" in cli(site, "embed", "--embedder", COUNTING).output
+    restart()
+    result = claw_of(new_only, clock).augmenter.augment("green tea")
+    assert result.semantic_coverage == "semantic: 1 of 1 entries embedded"
+    assert last_embedder().texts == ["green tea"]
+
+
+@pytest.mark.parametrize("dimension", [5, 6, 16, 512])
+def test_a_chunk_decodes_as_its_rows_do_one_by_one(dimension):
+    """The load's one-call decode reads exactly what a row-by-row read does, refusing the same
+    rows: a short one, an empty one, a non-finite one, a bad print, a character outside base64,
+    padding inside a row."""
+    rng = np.random.default_rng(dimension)
+    vectors = rng.standard_normal((40, dimension)).astype(np.float32)
+    nan = base64.b64encode(np.full(dimension, np.nan, "<f4")).decode()
+    good = [base64.b64encode(vector.astype("<f4").tobytes()).decode() for vector in vectors]
+    prints = [print_text(int(value)) for value in rng.integers(-(2**62), 2**62, 40)]
+    spoiled = [
+        lambda texts, prints: texts.__setitem__(3, texts[3][:-4]),
+        lambda texts, prints: texts.__setitem__(9, ""),
+        lambda texts, prints: texts.__setitem__(11, nan),
+        lambda texts, prints: prints.__setitem__(7, "abc"),
+        lambda texts, prints: texts.__setitem__(5, "!" + texts[5][1:]),
+        lambda texts, prints: texts.__setitem__(13, texts[13][:2] + "=" + texts[13][3:]),
+        lambda texts, prints: texts.__setitem__(15, "é" + texts[15][1:]),
+    ]
+    for spoil in [None, *spoiled]:
+        texts, chunk_prints = list(good), list(prints)
+        if spoil is not None:
+            spoil(texts, chunk_prints)
+        fast = decode_chunk(texts, chunk_prints, dimension)
+        slow = _decode_rows(texts, chunk_prints, dimension)
+        assert fast[2].tolist() == slow[2].tolist()
+        assert fast[0].flags.writeable  # normalised in place as it is held
+        assert np.array_equal(fast[0][fast[2]], slow[0][slow[2]])
+        assert fast[1][fast[2]].tolist() == slow[1][slow[2]].tolist()
+        assert int(fast[2].sum()) == (40 if spoil is None else 39)
+        assert np.array_equal(fast[0][fast[2]], vectors[fast[2]])
+
+
+def test_uninstall_removes_the_file_drivers_vectors_with_its_files(tmp_path, prefix, clock):
+    settings = Settings.from_mapping(
+        {
+            "DATABASE_URL": sql_url("sqlite", tmp_path),
+            "TABLE_PREFIX": prefix,
+            "MEMORY_DRIVER": "file",
+            "FILE_DIR": str(tmp_path / "files"),
+            "RECALL_SCORING": "hybrid",
+            "RECALL_EMBEDDER": COUNTING,
+        },
+        instance_path=tmp_path / "instance",
+    )
+    site = Site(settings, clock)
+    operations.init_db(site)
+    site.memory.set("tea", "green tea every morning", namespace="default")
+    listed = [path.name for path in operations.site_files(site)]
+    assert "default.vectors" in listed
+    operations.uninstall(site, files=True)
+    assert not (tmp_path / "files").exists()
+
+
+def test_a_default_hybrid_turn_reads_no_namespace_whole(make_settings, clock, monkeypatch):
+    settings = make_settings()
+    claw = claw_of(settings, clock)
+    for key, text in ENTRIES.items():
+        claw.memory.set(key, text, namespace="default")
+    claw.memory.set("later", "written after the vectors were loaded", namespace="default")
+
+    def whole_read(*args: Any) -> Any:
+        raise AssertionError("a turn read a whole namespace")
+
+    driver = claw.memory.inner
+    monkeypatch.setattr(driver, "_all", whole_read)
+    result = claw.augmenter.augment("where did she move")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 4 of 4 entries embedded"
+    assert result.decisions[0].key == "toronto"
