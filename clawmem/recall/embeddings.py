@@ -121,6 +121,9 @@ class _Space:
         self.matrix = np.zeros((capacity, dimension), dtype=np.float32)
         self.size = 0
         self._lookup: tuple[np.ndarray, np.ndarray] | None = None  # sorted hashes, their rows
+        # Keys added since the lookup was sorted, with their rows: a write of one new entry
+        # would otherwise sort every hash again at the next read.
+        self._recent: dict[str, int] = {}
 
     def rows_of(self, keys: Sequence[str]) -> np.ndarray:
         """Return the row of each of ``keys``, -1 for a key without a vector."""
@@ -129,6 +132,7 @@ class _Space:
         if self._lookup is None:
             order = np.argsort(self.hashes[: self.size], kind="stable")
             self._lookup = (self.hashes[: self.size][order], order)
+            self._recent = {}
         ordered, order = self._lookup
         wanted = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
         positions = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
@@ -137,6 +141,10 @@ class _Space:
         for position in np.flatnonzero(rows >= 0).tolist():
             if own[rows[position]] != keys[position]:
                 rows[position] = -1
+        if self._recent:
+            recent = self._recent
+            for position in np.flatnonzero(rows < 0).tolist():
+                rows[position] = recent.get(keys[position], -1)
         return rows
 
     def printed(self, key: str) -> int | None:
@@ -170,8 +178,11 @@ class _Space:
             self.hashes[self.size : self.size + new.size] = np.fromiter(
                 map(hash, added), dtype=np.int64, count=len(added)
             )
+            if self._lookup is not None and len(self._recent) + len(added) <= max(1024, self.size // 16):
+                self._recent.update({key: self.size + offset for offset, key in enumerate(added)})
+            else:
+                self._lookup = None
             self.size += int(new.size)
-            self._lookup = None
         self.prints[rows] = np.asarray(prints, dtype=np.int64)[chosen]
         self.matrix[rows] = np.asarray(vectors, dtype=np.float32)[chosen]
 
