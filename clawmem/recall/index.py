@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +174,19 @@ class WordIndex:
     def __len__(self) -> int:
         """Return how many entries (expired ones included) the index holds."""
         return self.table.live
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether the index holds an entry (expired or not) of ``key``."""
+        with self.lock:
+            return isinstance(key, str) and self.table.slot_of(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        """Iterate over the keys of the entries the index holds (expired ones included), as they
+        are when called, in slot order."""
+        with self.lock:
+            keys = self.table.view()
+            held = [keys[slot] for slot in np.flatnonzero(self.table.alive[: self.size]).tolist()]
+        return iter(held)
 
     @property
     def size(self) -> int:
