@@ -68,7 +68,8 @@ class Changes:
     the recallable entries (expired-but-unswept ones included, rows whose value cannot be
     decoded left out): with ``reset`` empty the copy first; with ``swept_at`` drop every entry
     that expires at or before it (a sweep); then store ``entries`` and remove ``gone``. Pass
-    ``cursor`` to the next call.
+    ``cursor`` to the next call, with the keys the copy then holds as ``held`` if the copy can
+    say (with every call, or with none).
     """
 
     cursor: Any

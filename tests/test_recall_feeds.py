@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,65 @@ def test_a_row_written_in_a_savepoint_of_a_long_postgresql_transaction_is_seen_o
         drop_tables(program, prefix)
         engine.dispose()
         program.dispose()
+
+
+def test_a_sqlite_namespace_counted_by_the_rest_of_the_table_sees_deletes_beside_inserts(
+    tmp_path: Path, prefix: str, clock: FakeClock
+) -> None:
+    # The namespace holding most of the table is counted as the table less the namespaces below
+    # and above it. Another program's commit that deletes one of its rows and adds one elsewhere
+    # leaves the table's count as it was; the deleted entry must still stop being recalled, and
+    # a row it adds with an old stamp (outside the re-read window) must start being recalled.
+    url = f"sqlite:///{tmp_path / 'counted.db'}"
+    engine, program = create_engine(url), create_engine(url)
+    create_tables(engine, prefix)
+    table = tables(prefix).memory
+    memory = SqlMemory(engine, prefix=prefix, clock=clock)
+    for number in range(10):
+        memory.set(f"m{number}", f"green tea {number}", "m")
+    for namespace in ("a", "z"):
+        memory.set(f"{namespace}0", "green tea", namespace)
+
+    def row(namespace: str, key: str, stamp: Any) -> dict[str, Any]:
+        value = json.dumps("green tea, from elsewhere")
+        return {"id": new_id(), "namespace": namespace, "lookup_key": key, "expires_at": None,
+                "value": value, "created_at": stamp, "updated_at": stamp}  # fmt: skip
+
+    try:
+        assert sorted(hit.key for hit in memory.search("tea", 20, "m")) == [f"m{n}" for n in range(10)]
+        with program.begin() as conn:
+            conn.execute(sa.delete(table).where(table.c.namespace == "m", table.c.lookup_key == "m3"))
+            conn.execute(sa.insert(table), row("a", "a1", utc_datetime(clock)))
+        assert "m3" not in {hit.key for hit in memory.search("tea", 20, "m")}
+        old = utc_datetime(clock) - timedelta(days=1)
+        with program.begin() as conn:
+            conn.execute(sa.delete(table).where(table.c.namespace == "z"))
+            conn.execute(sa.insert(table), row("m", "m-old", old))
+        assert "m-old" in {hit.key for hit in memory.search("tea", 20, "m")}
+        assert len(memory.search("tea", 20, "m")) == 10
+    finally:
+        drop_tables(program, prefix)
+        engine.dispose()
+        program.dispose()
+
+
+def test_a_sql_cursor_follows_the_way_it_was_made(tmp_path: Path, prefix: str, clock: FakeClock) -> None:
+    # A cursor made for a copy that says which keys it holds keeps none itself: called without
+    # them, the feed starts again from a full read rather than guess. One made without them goes on.
+    engine = create_engine(f"sqlite:///{tmp_path / 'ways.db'}")
+    create_tables(engine, prefix)
+    memory = SqlMemory(engine, prefix=prefix, clock=clock)
+    memory.set("k1", "green tea", "n")
+    try:
+        told = memory.changes("n", None, set())
+        assert told.reset and [key for key, _, _ in told.entries] == ["k1"]
+        assert not memory.changes("n", told.cursor, {"k1"}).reset
+        again = memory.changes("n", told.cursor)
+        assert again.reset and [key for key, _, _ in again.entries] == ["k1"]
+        kept = memory.changes("n")
+        memory.set("k2", "black tea", "n")
+        later = memory.changes("n", kept.cursor)
+        assert not later.reset and [key for key, _, _ in later.entries] == ["k2"]
+    finally:
+        drop_tables(engine, prefix)
+        engine.dispose()

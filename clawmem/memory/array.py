@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from clawmem.clock import Clock
@@ -100,7 +101,7 @@ class ArrayMemory(FeedingMemory):
             for key, (encoded, expires_at) in stored
         ]
 
-    def _changes(self, namespace: str, cursor: Any) -> Changes:
+    def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes:
         with self._lock:
             generation, keys = self._log.setdefault(namespace, (next(self._generations), []))
             stored = self._store.get(namespace, {})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -456,14 +456,18 @@ class FeedingMemory(BaseMemory):
     """A driver that publishes each namespace's change feed, which recall follows in an index
     (:mod:`clawmem.recall.feeds`). A driver that does not subclass it is scanned by recall."""
 
-    def changes(self, namespace: str = DEFAULT_NAMESPACE, cursor: Any = None) -> Changes:
+    def changes(
+        self, namespace: str = DEFAULT_NAMESPACE, cursor: Any = None, held: Collection[str] | None = None
+    ) -> Changes:
         """Return what changed in ``namespace`` since ``cursor`` (a full read for ``None``): see
-        :class:`clawmem.records.Changes`. Pass the returned cursor to the next call."""
+        :class:`clawmem.records.Changes`. Pass the returned cursor to the next call, and
+        ``held``, the keys the copy holds, with every call or with none: a driver may then ask
+        the copy rather than keep every key itself."""
         validate_namespace(namespace)
-        return self._call("changes", self._changes, namespace, cursor)
+        return self._call("changes", self._changes, namespace, cursor, held)
 
     @abc.abstractmethod
-    def _changes(self, namespace: str, cursor: Any) -> Changes: ...
+    def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes: ...
 
 
 def check_stored_name(name: object, what: str) -> str:

@@ -22,7 +22,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -412,7 +412,7 @@ class FileMemory(FeedingMemory):
             self._read_cache[namespace] = current
         return current
 
-    def _changes(self, namespace: str, cursor: Any) -> Changes:
+    def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes:
         signature, store = self._current(namespace)
         if isinstance(cursor, _FileCursor) and cursor.signature == signature:
             return Changes(cursor)

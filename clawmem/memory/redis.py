@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import redis
@@ -362,7 +362,7 @@ class RedisMemory(FeedingMemory):
 
     # -- the recall index -----------------------------------------------------------------------
 
-    def _changes(self, namespace: str, cursor: Any) -> Changes:
+    def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes:
         """Follow the namespace's change stream: a cursor is the id of the last change read."""
         if cursor is None:
             return self._everything(namespace)

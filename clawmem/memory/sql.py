@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -305,13 +305,13 @@ class SqlMemory(FeedingMemory):
 
     # -- the recall index ---------------------------------------------------------------------
 
-    def _changes(self, namespace: str, cursor: Any) -> Changes:
-        if not isinstance(cursor, SqlCursor) or cursor.broken:
-            cursor = None
+    def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes:
+        if not isinstance(cursor, SqlCursor) or cursor.broken or (cursor.known is None and held is None):
+            cursor = None  # (a cursor that asked its copy which keys it holds needs it asked again)
         if self._line is None:  # an in-memory SQLite database: one process, no marker
             with self.engine.connect() as conn:
-                return self._follow(namespace, cursor, conn)
-        return self._line.run(partial(self._follow, namespace, cursor))
+                return self._follow(namespace, cursor, held, conn)
+        return self._line.run(partial(self._follow, namespace, cursor, held))
 
     def _reading(self, work: Any) -> Any:
         """Run ``work(connection)`` on the reading line (on a pooled connection without one)."""
@@ -320,20 +320,23 @@ class SqlMemory(FeedingMemory):
         with self.engine.connect() as conn:
             return work(conn)
 
-    def _follow(self, namespace: str, cursor: SqlCursor | None, conn: Connection) -> Changes:
+    def _follow(
+        self, namespace: str, cursor: SqlCursor | None, held: Collection[str] | None, conn: Connection
+    ) -> Changes:
         own = self._line is not None and self._line.sqlite  # SQLite: this process's writes are logged
         # Read before the rows, so a commit after it is seen by the next call.
         marker = self._line.data_version() if own else kv.commit_marker(conn)  # type: ignore[union-attr]
         written = written_log(self._line).position(namespace) if own else (0, 0)
         local = self._deleted.position(namespace)
-        feed = SqlFeed(conn, self.prefix, self.shape, namespace, partial(self.values.read, namespace))
+        feed = SqlFeed(conn, self.prefix, self.shape, namespace, partial(self.values.read, namespace), held)
         if cursor is None:
-            cursor = SqlCursor(local=local, written=written)
+            cursor = SqlCursor(known=None if held is not None else set(), local=local, written=written)
             if own:
                 entries = feed.load(cursor)
             else:  # streamed, which PostgreSQL does only inside a transaction
                 with self.engine.connect() as pooled:
-                    entries = SqlFeed(pooled, self.prefix, self.shape, namespace, feed.decode).load(cursor)
+                    streamed = SqlFeed(pooled, self.prefix, self.shape, namespace, feed.decode, held)
+                    entries = streamed.load(cursor)
             cursor.marker = marker
             return Changes(cursor, entries, reset=True)
         try:

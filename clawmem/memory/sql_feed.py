@@ -8,7 +8,9 @@ namespace counts its rows and names those written since the cursor's snapshot
 Elsewhere a call reads the key, stamp and version (see :func:`clawmem.sql.kv.row_version`) of
 the rows stamped since the newest ``updated_at`` the cursor saw (less :data:`REINDEX_OVERLAP`),
 reads the values of only those that changed, and compares the namespace's row count with the
-keys the cursor knows, reading every key again only when rows went missing.
+keys the copy holds, reading every key again only when rows went missing. The copy says which
+keys it holds (``held``, the recall index); a caller whose copy cannot say has the cursor keep a
+set of them.
 
 Deletions this process made are told to the cursor directly (:class:`LocalDeletions`), so they
 never look missing.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +43,9 @@ class SqlCursor:
     """What a feed had seen of a namespace's rows when it last answered."""
 
     newest: datetime | None = None
-    known: set[str] = field(default_factory=set)  # readable keys the copy holds
+    # The readable keys the copy holds, or None when the copy says (``held``, see SqlFeed): a
+    # set of every key costs about 300 bytes an entry, twice what the copy's index costs.
+    known: set[str] | None = field(default_factory=set)
     unreadable: set[str] = field(default_factory=set)  # keys stored but not decodable
     # SQLite's data_version or PostgreSQL's snapshot: while it is the same, nothing has been
     # committed since, and nothing needs reading.
@@ -54,6 +58,8 @@ class SqlCursor:
     local: tuple[int, int] = (0, 0)  # (generation, position) in this process's deletion log
     written: tuple[int, int] = (0, 0)  # SQLite: the same in the reading line's log of writes
     broken: bool = False  # a call failed half-way: the next one starts again from a full read
+    # SQLite: the whole table's rows when last counted (see _count), None before.
+    table_rows: int | None = None
 
 
 class LocalDeletions:
@@ -116,14 +122,66 @@ def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
 Decoder = Callable[[str, Any], Any]  # (key, stored text) -> value; raises for an undecodable one
 
 
+class _Copy(Collection[str]):
+    """The readable keys a copy holds as of this call: ``held`` (the copy as of the last batch)
+    with the changes this call found so far."""
+
+    def __init__(self, held: Collection[str], changed: dict[str, FedEntry | None]) -> None:
+        self._held, self._changed = held, changed
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._changed:
+            return self._changed[key] is not None  # type: ignore[index]
+        return key in self._held
+
+    def __len__(self) -> int:
+        count = len(self._held)
+        for key, entry in self._changed.items():
+            if entry is None and key in self._held:
+                count -= 1
+            elif entry is not None and key not in self._held:
+                count += 1
+        return count
+
+    def __iter__(self) -> Iterator[str]:
+        changed = self._changed
+        yield from (key for key in self._held if key not in changed)
+        yield from (key for key, entry in list(changed.items()) if entry is not None)
+
+
 class SqlFeed:
     """One call of the feed of ``namespace`` on ``conn``: :meth:`load` or :meth:`catch_up`
     fill :attr:`changed` (key -> entry, or ``None`` for a key no longer recallable)."""
 
-    def __init__(self, conn: Any, prefix: str, shape: str, namespace: str, decode: Decoder) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        prefix: str,
+        shape: str,
+        namespace: str,
+        decode: Decoder,
+        held: Collection[str] | None = None,
+    ) -> None:
         self.conn, self.prefix, self.shape = conn, prefix, shape
         self.namespace, self.decode = namespace, decode
+        self.held = held  # the keys of the copy the batch goes to, for a cursor without its own
         self.changed: dict[str, FedEntry | None] = {}
+
+    def _known(self, cursor: SqlCursor) -> Collection[str]:
+        """Return the readable keys the copy holds, with what this call found so far."""
+        if cursor.known is not None:
+            return cursor.known
+        return _Copy(self.held or (), self.changed)
+
+    def _hold(self, cursor: SqlCursor, key: str) -> None:
+        cursor.unreadable.discard(key)
+        if cursor.known is not None:
+            cursor.known.add(key)
+
+    def _drop(self, cursor: SqlCursor, key: str) -> None:
+        cursor.unreadable.discard(key)
+        if cursor.known is not None:
+            cursor.known.discard(key)
 
     def _decoded(self, cursor: SqlCursor, rows: Iterable[Any]) -> list[FedEntry]:
         entries = []
@@ -137,7 +195,7 @@ class SqlFeed:
                     warn_unreadable(self.namespace, key)
                 cursor.unreadable.add(key)  # another program's row; recall cannot use it
                 continue
-            cursor.known.add(key)
+            self._hold(cursor, key)
             # An expiry that is not a number (SQLite keeps 'soon') never compares as expired in SQL.
             entries.append((key, value, read_expiry(expires_at)[0]))
         return entries
@@ -173,10 +231,9 @@ class SqlFeed:
     def forget_local(self, cursor: SqlCursor, deletions: list[str | None]) -> None:
         """Tell the cursor of the deletions this process made since it last answered."""
         for key in deletions:
-            keys = [*cursor.known, *cursor.unreadable] if key is None else [key]
+            keys = [*self._known(cursor), *cursor.unreadable] if key is None else [key]
             for gone in keys:
-                cursor.known.discard(gone)
-                cursor.unreadable.discard(gone)
+                self._drop(cursor, gone)
                 self.changed[gone] = None
 
     def catch_up(self, cursor: SqlCursor, marker: Any = None) -> None:
@@ -202,22 +259,34 @@ class SqlFeed:
             self._probe_window(cursor, since)
             cursor.digest = digest
         if found is None:
-            self._reconcile(cursor, kv.count_namespace(self.conn, self.prefix, self.namespace, self.shape))
+            self._reconcile(cursor, self._count(cursor))
         else:  # MariaDB counted the namespace with the digest, in the same statement
             self._reconcile(cursor, found[1])
+
+    def _count(self, cursor: SqlCursor) -> int:
+        """Return how many rows the namespace holds. On SQLite, while the namespace held at
+        least half the table when last counted (or before the first count), as the table's count
+        less the other namespaces' rows, which costs less there (see
+        :func:`clawmem.sql.kv.count_by_the_rest`)."""
+        conn, prefix, namespace, shape = self.conn, self.prefix, self.namespace, self.shape
+        held = len(self._known(cursor)) + len(cursor.unreadable)
+        if conn.dialect.name == "sqlite" and (cursor.table_rows is None or held * 2 >= cursor.table_rows):
+            count, cursor.table_rows = kv.count_by_the_rest(conn, prefix, namespace, shape)
+            return count
+        return kv.count_namespace(conn, prefix, namespace, shape)
 
     def _reconcile(self, cursor: SqlCursor, count: int) -> None:
         """Compare the namespace's row ``count`` with the keys ``cursor`` knows, and read every
         key only when they differ."""
-        if count == len(cursor.known) + len(cursor.unreadable):
+        if count == len(self._known(cursor)) + len(cursor.unreadable):
             return
         # Rows went missing (deleted elsewhere) or came with an old stamp: compare every key.
         present = kv.namespace_keys(self.conn, self.prefix, self.namespace, self.shape)
-        for key in (cursor.known | cursor.unreadable) - present:
-            cursor.known.discard(key)
-            cursor.unreadable.discard(key)
+        known = set(self._known(cursor))  # for this comparison only
+        for key in (known | cursor.unreadable) - present:
+            self._drop(cursor, key)
             self.changed[key] = None
-        self._read_keys(cursor, sorted(present - cursor.known - cursor.unreadable))
+        self._read_keys(cursor, sorted(present - known - cursor.unreadable))
 
     def _probe_window(self, cursor: SqlCursor, since: datetime | None) -> None:
         probe = kv.index_probe(self.conn, self.prefix, self.namespace, since, self.shape)
@@ -246,18 +315,16 @@ class SqlFeed:
                 if row.raw_value:  # another program's row; recall cannot use it
                     self._unreadable(cursor, row.key)
                 else:
-                    cursor.unreadable.discard(row.key)
-                    cursor.known.add(row.key)
+                    self._hold(cursor, row.key)
                     self.changed[row.key] = (row.key, row.value, row.expires_at)
             for key in set(unknown) - found:
-                cursor.known.discard(key)
-                cursor.unreadable.discard(key)
+                self._drop(cursor, key)
                 self.changed[key] = None
             break
 
     def _unreadable(self, cursor: SqlCursor, key: str) -> None:
         if key not in cursor.unreadable:
             warn_unreadable(self.namespace, key)
-        cursor.known.discard(key)
+        self._drop(cursor, key)
         cursor.unreadable.add(key)
         self.changed[key] = None

@@ -13,7 +13,7 @@ import ctypes
 import ctypes.util
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from clawmem.recall.index import WordIndex
@@ -25,8 +25,9 @@ from clawmem.records import Changes, MemoryRow
 class ChangeFeed(Protocol):
     """A driver that publishes each namespace's changes and reads rows back by key."""
 
-    def changes(self, namespace: str, cursor: Any = None) -> Changes:
-        """Return what changed in ``namespace`` since ``cursor`` (everything, for ``None``)."""
+    def changes(self, namespace: str, cursor: Any = None, held: Collection[str] | None = None) -> Changes:
+        """Return what changed in ``namespace`` since ``cursor`` (everything, for ``None``);
+        ``held`` is the keys of the copy the changes are applied to."""
 
     def fetch(self, namespace: str, keys: Sequence[str]) -> dict[str, MemoryRow]:
         """Return the stored rows of ``keys`` that exist (expired ones included), by key."""
@@ -80,7 +81,7 @@ def apply(index: WordIndex, batch: Changes) -> None:
 
 
 def fresh_index(
-    driver: ChangeFeed, namespace: str, changes: Callable[[str, Any], Changes] | None = None
+    driver: ChangeFeed, namespace: str, changes: Callable[[str, Any, Collection[str]], Changes] | None = None
 ) -> WordIndex:
     """Return the index of ``namespace`` on ``driver``, in step with everything any process has
     committed to the backend so far. Raises what the driver's ``changes`` raises; a driver
@@ -93,7 +94,8 @@ def fresh_index(
         if followed is None:
             followed = of_driver[namespace] = _Followed(namespace)
     with followed.lock:
-        batch = (changes or driver.changes)(namespace, followed.cursor)
+        # The index says which keys it holds: a driver need not keep a set of them per cursor.
+        batch = (changes or driver.changes)(namespace, followed.cursor, followed.index)
         if not batch.empty:
             apply(followed.index, batch)
         followed.cursor, reset = batch.cursor, batch.reset

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ _MERGE_AT = 64  # pending postings of a word merged into its array past this man
 # add, several times cheaper than an indexed add per posting (a Zipf vocabulary's common words).
 _DENSE_SHARE = 8
 _DENSE_FROM = 65_536
+_ONES = {kind: np.ones(1, dtype=kind) for kind in (np.uint8, np.uint16)}  # what a posting adds
 
 
 def _fingerprint(value: Any, text: str, expires_at: int | None) -> int:
@@ -84,16 +85,16 @@ class Candidates:
         return np.flatnonzero(self.counts)
 
     def _best(self, count: int) -> np.ndarray:
-        """Return the slots scoring at least the highest score that ``count`` slots reach: a pass
-        over the scores per score level tried, from the top, rather than a sort of every hit."""
+        """Return the slots scoring at least the highest score that ``count`` slots reach: a count
+        over the scores per score level tried, from the top, then one pass that lists the slots,
+        rather than a sort of every hit."""
         if count >= self.candidate_count:
             return self.slots
-        lowest = int(self.counts.max())
-        while True:
-            best = np.flatnonzero(self.counts >= lowest)
-            if best.size >= count or lowest <= 1:
-                return best
+        counts = self.counts
+        lowest = int(counts.max())
+        while lowest > 1 and np.count_nonzero(counts >= lowest) < count:
             lowest -= 1
+        return np.flatnonzero(counts >= lowest)
 
     def first(self, count: int) -> list[tuple[str, int, int]]:
         """Return the first ``count`` candidates in rank order (score desc, key asc) as
@@ -101,13 +102,13 @@ class Candidates:
         if count <= 0 or not self.candidate_count:
             return []
         slots = self._best(count)
-        scores = self.counts[slots].astype(np.int64)
+        scores = self.counts[slots]
         orders = self.key_order[slots]
-        orders = orders - orders.min()
+        orders -= orders.min()  # a copy already, taken by the indexing
         # Scores are small integers and key orders span less than ``ceiling``, and neighbouring
         # orders differ by more than a float's error at this size: one exact sort key.
         ceiling = float(orders.max()) + 1.0
-        order_key = -scores.astype(np.float64) * ceiling + orders
+        order_key = orders - scores * ceiling
         if count < slots.size:
             chosen = np.argpartition(order_key, count - 1)[:count]
         else:
@@ -177,6 +178,19 @@ class WordIndex:
     def __len__(self) -> int:
         """Return how many entries (expired ones included) the index holds."""
         return self.table.live
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether the index holds an entry (expired or not) of ``key``."""
+        with self.lock:
+            return isinstance(key, str) and self.table.slot_of(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        """Iterate over the keys of the entries the index holds (expired ones included), as they
+        are when called, in slot order."""
+        with self.lock:
+            keys = self.table.view()
+            held = [keys[slot] for slot in np.flatnonzero(self.table.alive[: self.size]).tolist()]
+        return iter(held)
 
     @property
     def size(self) -> int:
@@ -390,13 +404,17 @@ class WordIndex:
             found = {word: self.postings[word] for word in wanted.intersection(self.postings)}
             found.update(self.frozen.get_many(wanted.difference(found)))
             live, live_count = self._live(now)
-            # A word's postings hold a slot once: one small add per posting, no sort, no cast.
-            counts = np.zeros(self.size, dtype=np.uint8 if len(found) < 256 else np.uint16)
+            # A word's postings hold a slot once: one small add per posting, no sort. np.add.at
+            # with a one of the scores' own type adds in place, where ``counts[postings] += 1``
+            # gathers, adds and scatters, and first copies int32 postings to int64 indices.
+            kind = np.uint8 if len(found) < 256 else np.uint16
+            counts = np.zeros(self.size, dtype=kind)
+            one = _ONES[kind]
             dense: dict[str, np.ndarray] = {}
             for word, postings in found.items():
                 marks = self._dense_marks(word, postings)
                 if marks is None:
-                    counts[postings] += 1
+                    np.add.at(counts, postings, one)
                 else:
                     counts[: marks.size] += marks
                     dense[word] = marks

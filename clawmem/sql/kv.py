@@ -256,6 +256,26 @@ def count_namespace(conn: Connection, prefix: str, namespace: str, shape: str = 
     return int(found.scalar() or 0)
 
 
+def count_by_the_rest(
+    conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA
+) -> tuple[int, int]:
+    """Return how many rows ``namespace`` holds (as :func:`count_namespace` does) and how many
+    the whole table holds, in one statement: the table's count less the other namespaces' rows.
+
+    SQLite counts a whole table by adding up its leaf pages' cell counts, not by stepping
+    through rows, so where the namespace holds most of the table this costs a few of the
+    namespace count's steps (and an index search per other namespace's rows)."""
+    table = tables(prefix, shape).memory
+
+    def rows(*where: Any) -> Any:
+        return sa.select(sa.func.count()).select_from(table).where(*where).scalar_subquery()
+
+    total, below, above = conn.execute(
+        sa.select(rows(), rows(table.c.namespace < namespace), rows(table.c.namespace > namespace))
+    ).one()
+    return int(total) - int(below) - int(above), int(total)
+
+
 def newest_write(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> datetime | None:
     """Return the latest ``updated_at`` of any row (the newest write), or ``None``."""
     return conn.execute(sa.select(sa.func.max(tables(prefix, shape).memory.c.updated_at))).scalar()
