@@ -52,7 +52,7 @@ def hostile(app: Flask) -> dict[str, str]:
         "subjects": "/subjects/",
         "subject": "/subjects/cust-1001",
         "long-subject": f"/subjects/{'u' * 150}",
-        "by-tokens": "/conversations/?sort=tokens",
+        "by-tokens": "/conversations/?sort=-tokens",
         "memory": "/memory/",
         "memory-search": "/memory/?q=refund_",
         "namespace": "/memory/default/",
