@@ -81,7 +81,7 @@ def test_column_headers_link_to_each_order_and_say_which_is_current(
     assert re.search(r'<th aria-sort="descending">\s*<a href="[^"]*sort=title">Title', turned)
     assert '<input type="hidden" name="sort" value="-title">' in turned, "filtering keeps the order"
     old = signed_in.get("/conversations/?sort=title&order=desc")
-    assert old.status_code == 400 and "sort=-tokens" in page_text(old), "an earlier link is refused, not misread"
+    assert old.status_code == 400 and "sort=-tokens" in page_text(old), "an old link is refused, not misread"
     assert body.count("aria-sort=") == 1
     assert '<input type="hidden" name="sort" value="title">' in body, "filtering keeps the order"
     default = page_text(signed_in.get("/conversations/"))
@@ -100,7 +100,8 @@ def test_a_cursor_of_another_order_or_an_unknown_order_is_a_400(app: Flask, sign
     for unknown in ("size", "--title", "-"):
         response = signed_in.get(f"/conversations/?sort={unknown}")
         assert response.status_code == 400
-        assert "sort must be one of updated, -updated, created, -created, title, -title" in page_text(response)
+        assert "sort must be one of updated, -updated, created, -created, title, -title" in \
+            page_text(response)
     with app.app_context():
         state.memory().set("a", 1, "prefs")
     assert signed_in.get("/memory/prefs/?sort=size").status_code == 400
