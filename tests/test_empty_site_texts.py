@@ -63,7 +63,7 @@ def test_an_empty_site_says_no_where_nothing_is_stored(signed_in: FlaskClient, p
     assert "Nothing is stored about this user id" in subject
     for fact in ("Conversations none", "Messages none", "Records no recall records or checkpoints",
                  "Tokens billed none: no conversation is stored", "Own namespace user:nobody : no entries",
-                 "Mentioned elsewhere in no entry"):
+                 "Mentioned elsewhere none"):
         assert fact in subject, fact
 
 
