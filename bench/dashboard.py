@@ -316,7 +316,7 @@ def _pages(site: Loaded, only: tuple[str, ...], depth: int, cold_entries: int) -
     long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
     if "subject" in only:
         load_subject(engine, prefix, now)
-    by_tokens = "/conversations/?sort=tokens"
+    by_tokens = "/conversations/?sort=-tokens"
     tokens_deep = follow_more(client, by_tokens, depth if "tokens-deep" in only else 0)[0]
     if {"cold", "unmatched"} & set(only):
         load_cold_namespace(engine, prefix, cold_entries, now)
@@ -336,9 +336,9 @@ def _pages(site: Loaded, only: tuple[str, ...], depth: int, cold_entries: int) -
         "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
                       f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
         "tokens": ("conversations sorted by tokens, most first", by_tokens),
-        "tokens-asc": ("conversations sorted by tokens, fewest first", f"{by_tokens}&order=asc"),
+        "tokens-asc": ("conversations sorted by tokens, fewest first", "/conversations/?sort=tokens"),
         "tokens-deep": (f"conversations by tokens, page {depth + 1} (keyset)", tokens_deep),
-        "messages-sort": ("conversations by messages, most first", "/conversations/?sort=messages"),
+        "messages-sort": ("conversations by messages, most first", "/conversations/?sort=-messages"),
         "subject": (f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
                     f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages", f"/subjects/{SUBJECT}"),
         "sites": ("sites page (one site: prefixes and drivers)", "/sites/"),

@@ -25,7 +25,7 @@ from clawmem.clock import Clock, utc_datetime
 from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import ConfigError, InvalidKey, Undecryptable
 from clawmem.keystores import cipher_for
-from clawmem.paging import Page, check_limit, moment_key, page_of
+from clawmem.paging import Page, check_limit, page_of, time_cursor_key
 from clawmem.php import json_encode as php_json_encode
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -164,10 +164,12 @@ class _JobStored(Exception):
         self.ids = ids
 
 
-def message_page_of(rows: Sequence[StoredMessage], limit: int) -> Page[StoredMessage]:
+def message_page_of(
+    rows: Sequence[StoredMessage], limit: int, descending: bool = False
+) -> Page[StoredMessage]:
     """Return the first ``limit`` of ``rows`` (read in order, ``limit + 1`` of them when there are
-    more) as a page of messages, with the cursor that continues after it."""
-    return page_of(rows, limit, lambda m: [moment_key(m.created_at, m.raw_created_at), m.id])
+    more) as a page of messages, with the cursor that continues after it in that direction."""
+    return page_of(rows, limit, lambda m: time_cursor_key(m.created_at, m.raw_created_at, m.id, descending))
 
 
 @dataclass(frozen=True)
@@ -664,13 +666,17 @@ class ConversationLog:
         return self._messages(found, raising=True)  # a session's history: never silently shorter
 
     def messages(
-        self, conversation_id: str, *, limit: int = 200, cursor: str | None = None
+        self, conversation_id: str, *, limit: int = 200, cursor: str | None = None, descending: bool = False
     ) -> Page[StoredMessage]:
-        """Return a page of one conversation's messages, oldest first (by created_at, then id)."""
+        """Return a page of one conversation's messages, oldest first (by created_at, then id),
+        or newest first when ``descending``. Raises ``InvalidCursor`` for a cursor of the other
+        direction."""
         check_limit(limit, 1000)
         with connect(self.engine) as conn:
-            rows = sql.message_page(conn, self.prefix, conversation_id, limit + 1, cursor, self.shape)
-        return message_page_of(self._messages(rows), limit)
+            rows = sql.message_page(
+                conn, self.prefix, conversation_id, limit + 1, cursor, self.shape, descending
+            )
+        return message_page_of(self._messages(rows), limit, descending)
 
     def message_sizes(self, conversation_id: str, limit: int = 5000) -> list[MessageSize]:
         """Return the id, role, content size and ``tool_input`` of up to ``limit`` of one

@@ -97,13 +97,28 @@ def is_raw_key(text: str) -> bool:
     return text.startswith(_RAW)
 
 
-def decode_time_cursor(cursor: str, dialect: str = "") -> tuple[Any, str]:
-    """Return the ``(created_at, id)`` in a cursor of a time-ordered listing on ``dialect``:
-    a datetime, or the raw value :func:`moment_key` carried.
+# The last value of the cursor of a time-ordered listing read newest first; one read oldest
+# first has none, so neither continues the other.
+NEWEST_FIRST = "newest"
 
-    Raises :class:`InvalidCursor` if it is malformed or its time is neither.
+
+def time_cursor_key(moment: datetime | None, raw: Any, row_id: str, descending: bool = False) -> list[Any]:
+    """Return the key of the cursor after a row of a time-ordered listing: its time as
+    :func:`moment_key` writes it and its id, and :data:`NEWEST_FIRST` when read newest first."""
+    return [moment_key(moment, raw), row_id, *([NEWEST_FIRST] if descending else [])]
+
+
+def decode_time_cursor(cursor: str, dialect: str = "", descending: bool = False) -> tuple[Any, str]:
+    """Return the ``(created_at, id)`` in a cursor of a time-ordered listing on ``dialect``,
+    oldest first unless ``descending``: a datetime, or the raw value :func:`moment_key` carried.
+
+    Raises :class:`InvalidCursor` if it is malformed, its time is neither, or it was made for
+    the other direction.
     """
-    created, row_id = decode_cursor(cursor, 2)
+    values = decode_cursor(cursor, 3 if descending else 2)
+    if descending and values[2] != NEWEST_FIRST:
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}")
+    created, row_id = values[:2]
     return decode_moment(created, cursor, dialect), row_id
 
 
@@ -170,10 +185,25 @@ class Listed(Protocol):
 Row = TypeVar("Row", bound=Listed)
 
 # How a namespace's keys can be listed: by key (A to Z), by last write (newest first) or by
-# expiry (soonest first, entries that never expire last). Ties are broken by key, in the
-# sort's direction; a missing time sorts last. SQL serves each from an index (sql/kv.py).
-SORTS = {"key": False, "updated": True, "expires": False}  # sort -> newest (largest) first
+# expiry (soonest first, entries that never expire last), each also the other way round
+# (``descending``). Ties are broken by key, in the sort's direction; a missing time sorts last
+# either way. SQL serves each from an index (sql/kv.py), read forwards or backwards.
+SORTS = {"key": False, "updated": True, "expires": False}  # sort -> its own direction is largest first
 BIGGEST_EXPIRY = 2**63 - 1  # what a BIGINT column holds: a forged cursor beyond it is refused
+
+
+def is_descending(sort: str, descending: bool | None) -> bool:
+    """Return whether a listing by ``sort`` runs largest first: ``descending`` when told, else
+    the sort's own direction (:data:`SORTS`)."""
+    return SORTS[sort] if descending is None else descending
+
+
+def cursor_name(sort: str, descending: bool | None) -> str:
+    """Return the name a cursor of ``sort`` in that direction is made for: ``updated``, or
+    ``updated:asc`` for the other way than its own, so a cursor never continues another order."""
+    if descending is None or descending == SORTS[sort]:
+        return sort
+    return f"{sort}:{'desc' if descending else 'asc'}"
 
 
 def check_sort(sort: str) -> str:
@@ -189,23 +219,26 @@ def sort_value(row: Listed, sort: str) -> Any:
     return {"key": row.key, "updated": row.updated_at, "expires": row.expires_at}[sort]
 
 
-def cursor_key(row: Listed, sort: str) -> list[Any]:
-    """Return the key of the cursor after ``row`` in a listing by ``sort``: ``[sort, its sort
-    value as text (``None`` when missing; a time another program made unreadable as it was
-    stored), key]``."""
+def cursor_key(row: Listed, sort: str, descending: bool | None = None) -> list[Any]:
+    """Return the key of the cursor after ``row`` in a listing by ``sort`` in that direction:
+    ``[its cursor_name, its sort value as text (``None`` when missing; a time another program
+    made unreadable as it was stored), key]``."""
+    name = cursor_name(sort, descending)
     if sort == "updated" and (row.updated_at is not None or row.raw_updated_at is not None):
-        return [sort, moment_key(row.updated_at, row.raw_updated_at), row.key]
+        return [name, moment_key(row.updated_at, row.raw_updated_at), row.key]
     if sort == "expires" and row.raw_expires_at is not None:
-        return [sort, moment_key(None, row.raw_expires_at), row.key]
+        return [name, moment_key(None, row.raw_expires_at), row.key]
     value = sort_value(row, sort)
-    return [sort, None if value is None else str(value), row.key]
+    return [name, None if value is None else str(value), row.key]
 
 
-def sort_start(cursor: str, sort: str, dialect: str | None = None) -> tuple[Any, str]:
-    """Return the ``(sort value, key)`` a listing by ``sort`` continues after. Only a SQL
-    ``dialect`` takes a raw stored value back. Raises :class:`InvalidCursor` if ``cursor`` is
-    malformed or was made for another sort."""
-    text, key = decode_sorted_cursor(cursor, sort)
+def sort_start(
+    cursor: str, sort: str, dialect: str | None = None, descending: bool | None = None
+) -> tuple[Any, str]:
+    """Return the ``(sort value, key)`` a listing by ``sort`` in that direction continues after.
+    Only a SQL ``dialect`` takes a raw stored value back. Raises :class:`InvalidCursor` if
+    ``cursor`` is malformed or was made for another sort or direction."""
+    text, key = decode_sorted_cursor(cursor, cursor_name(sort, descending))
     invalid = InvalidCursor(f"invalid cursor {cursor[:40]!r}")
     if text is None or sort == "key":
         if sort == "key" and text != key:
@@ -225,9 +258,12 @@ def sort_start(cursor: str, sort: str, dialect: str | None = None) -> tuple[Any,
     return int(text), key
 
 
-def sorted_page(rows: Sequence[Row], sort: str, start: tuple[Any, str] | None, limit: int) -> list[Row]:
-    """Return up to ``limit`` of ``rows`` in ``sort`` order after ``start``, as SQL orders them."""
-    descending = SORTS[sort]
+def sorted_page(
+    rows: Sequence[Row], sort: str, start: tuple[Any, str] | None, limit: int, descending: bool | None = None
+) -> list[Row]:
+    """Return up to ``limit`` of ``rows`` in ``sort`` order (in that direction) after ``start``,
+    as SQL orders them."""
+    descending = is_descending(sort, descending)
     present = sorted(
         (row for row in rows if sort_value(row, sort) is not None),
         key=lambda row: (sort_value(row, sort), row.key),

@@ -529,6 +529,20 @@ def test_messages_page_in_order(log: ConversationLog, clock: FakeClock) -> None:
     assert log.messages("missing").items == []
     # Newest first across appends; within one append (one created_at) the id decides.
     assert [m.content for m in log.recent_user_messages(3)] == ["m11", "m9", "m7"]
+    newest: list[str] = []
+    cursor = None
+    while True:
+        page = log.messages("c1", limit=5, cursor=cursor, descending=True)
+        newest += [m.content for m in page.items]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert newest == [f"m{n}" for n in reversed(range(12))], "each message once, newest first"
+    # A cursor continues only the direction it was made in.
+    backwards = log.messages("c1", limit=5, descending=True).next_cursor
+    with pytest.raises(InvalidCursor):
+        log.messages("c1", limit=5, cursor=backwards)
+    with pytest.raises(InvalidCursor):
+        log.messages("c1", limit=5, cursor=first.next_cursor, descending=True)
 
 
 def test_bad_cursor_and_limit_are_refused(log: ConversationLog) -> None:

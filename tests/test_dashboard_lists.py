@@ -51,9 +51,11 @@ def _conversations(app: Flask, count: int) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
 def test_each_column_order_pages_every_conversation_once(app: Flask, signed_in: FlaskClient) -> None:
     rows = _conversations(app, 120)
-    for sort in ("updated", "created", "title"):
-        listed = _walk(signed_in, f"/conversations/?sort={sort}", "conversations-more", CONVERSATION_LINK)
-        assert listed == expected_order(rows, sort), sort
+    # sort=name lists smallest first, sort=-name largest first; each pages every row once.
+    for sort in ("updated", "created", "title", "tokens", "messages"):
+        for word, descending in ((sort, False), (f"-{sort}", True)):
+            listed = _walk(signed_in, f"/conversations/?sort={word}", "conversations-more", CONVERSATION_LINK)
+            assert listed == expected_order(rows, sort, descending), word
     by_default = _walk(signed_in, "/conversations/", "conversations-more", CONVERSATION_LINK)
     assert by_default == expected_order(rows, "updated")
 
@@ -65,21 +67,25 @@ def test_column_headers_link_to_each_order_and_say_which_is_current(
     body = page_text(signed_in.get("/conversations/?user_id=cust-1&sort=title"))
     header = r'<th(?: class="num")?(?: aria-sort="(\w+)")?>\s*<a href="([^"]+)"'
     headers = {url: aria for aria, url in re.findall(header, body)}
+    # A column not sorted by leads to its usual direction first (newest, most); the current one
+    # turns around.
     assert set(headers) == {
-        "/conversations/?user_id=cust-1&amp;sort=title&amp;order=desc",  # the current one turns around
-        "/conversations/?user_id=cust-1&amp;sort=created",
-        "/conversations/?user_id=cust-1&amp;sort=updated",
-        "/conversations/?user_id=cust-1&amp;sort=messages",
-        "/conversations/?user_id=cust-1&amp;sort=tokens",
+        "/conversations/?user_id=cust-1&amp;sort=-title",
+        "/conversations/?user_id=cust-1&amp;sort=-created",
+        "/conversations/?user_id=cust-1&amp;sort=-updated",
+        "/conversations/?user_id=cust-1&amp;sort=-messages",
+        "/conversations/?user_id=cust-1&amp;sort=-tokens",
     }
-    assert headers["/conversations/?user_id=cust-1&amp;sort=title&amp;order=desc"] == "ascending"
-    turned = page_text(signed_in.get("/conversations/?user_id=cust-1&sort=title&order=desc"))
-    assert re.search(r'<th aria-sort="descending">\s*<a href="[^"]*sort=title&amp;order=asc">Title', turned)
-    assert signed_in.get("/conversations/?order=sideways").status_code == 400
+    assert headers["/conversations/?user_id=cust-1&amp;sort=-title"] == "ascending"
+    turned = page_text(signed_in.get("/conversations/?user_id=cust-1&sort=-title"))
+    assert re.search(r'<th aria-sort="descending">\s*<a href="[^"]*sort=title">Title', turned)
+    assert '<input type="hidden" name="sort" value="-title">' in turned, "filtering keeps the order"
+    old = signed_in.get("/conversations/?sort=title&order=desc")
+    assert old.status_code == 400 and "sort=-tokens" in page_text(old), "an old link is refused, not misread"
     assert body.count("aria-sort=") == 1
     assert '<input type="hidden" name="sort" value="title">' in body, "filtering keeps the order"
     default = page_text(signed_in.get("/conversations/"))
-    current = r'<th aria-sort="descending">\s*<a href="[^"]*sort=updated&amp;order=asc">Last activity'
+    current = r'<th aria-sort="descending">\s*<a href="[^"]*sort=updated">Last activity'
     assert re.search(current, default)
 
 
@@ -87,12 +93,15 @@ def test_a_cursor_of_another_order_or_an_unknown_order_is_a_400(app: Flask, sign
     _conversations(app, 60)
     more = _more(page_text(signed_in.get("/conversations/?sort=title")), "conversations-more")
     assert more and "sort=title" in more
-    response = signed_in.get(more.replace("sort=title", "sort=created"))
-    assert response.status_code == 400
-    assert "start again from the first page" in page_text(response)
-    unknown = signed_in.get("/conversations/?sort=size")
-    assert unknown.status_code == 400
-    assert "sort must be one of updated, created, title" in page_text(unknown)
+    for other in ("created", "-title"):  # another column, or the same one the other way round
+        response = signed_in.get(more.replace("sort=title", f"sort={other}"))
+        assert response.status_code == 400
+        assert "start again from the first page" in page_text(response)
+    for unknown in ("size", "--title", "-"):
+        response = signed_in.get(f"/conversations/?sort={unknown}")
+        assert response.status_code == 400
+        assert "sort must be one of updated, -updated, created, -created, title, -title" in \
+            page_text(response)
     with app.app_context():
         state.memory().set("a", 1, "prefs")
     assert signed_in.get("/memory/prefs/?sort=size").status_code == 400
@@ -137,12 +146,22 @@ def test_keys_page_by_key_update_and_expiry(app: Flask, signed_in: FlaskClient, 
     clock.advance(120)
     by_key = _walk(signed_in, "/memory/many/", "memory-more", KEY_LINK)
     assert by_key == [f"k{n:02}" for n in range(60)]
-    newest = _walk(signed_in, "/memory/many/?sort=updated", "memory-more", KEY_LINK)
+    assert _walk(signed_in, "/memory/many/?sort=-key", "memory-more", KEY_LINK) == by_key[::-1]
+    newest = _walk(signed_in, "/memory/many/?sort=-updated", "memory-more", KEY_LINK)
     assert newest == sorted(by_key, key=lambda key: (int(key[1:]) // 4, key), reverse=True)
+    assert _walk(signed_in, "/memory/many/?sort=updated", "memory-more", KEY_LINK) == newest[::-1]
     soonest = _walk(signed_in, "/memory/many/?sort=expires", "memory-more", KEY_LINK)
     expiry = {n: (n // 4 + [None, 600, 60][n % 3]) if n % 3 else None for n in range(60)}
     timed = sorted((n for n in expiry if expiry[n] is not None), key=lambda n: (expiry[n], n))
-    assert soonest == [f"k{n:02}" for n in timed] + [f"k{n:02}" for n in range(60) if expiry[n] is None]
+    never = [f"k{n:02}" for n in range(60) if expiry[n] is None]
+    assert soonest == [f"k{n:02}" for n in timed] + never
+    # Latest expiry first: what never expires still comes last, in the same direction by key.
+    latest = _walk(signed_in, "/memory/many/?sort=-expires", "memory-more", KEY_LINK)
+    assert latest == [f"k{n:02}" for n in reversed(timed)] + never[::-1]
+    body = page_text(signed_in.get("/memory/many/?sort=-updated"))
+    assert re.search(r'<th aria-sort="descending">\s*<a href="[^"]*sort=updated">Updated', body)
+    assert 'href="/memory/many/?sort=-key"' not in body and 'href="/memory/many/?sort=key"' in body
+    assert 'href="/memory/many/export.csv?sort=-updated"' in body, "the download keeps the order"
 
 
 def test_times_are_relative_to_the_clock_with_the_utc_time_beside_them(

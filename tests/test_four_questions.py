@@ -85,7 +85,7 @@ def test_who_pays_for_long_conversations(app: Flask, demo: None, signed_in: Flas
     total = _scalar(app, sa.select(sa.func.sum(conversations.c.total_tokens)))
     overview = _text(signed_in.get("/"))
     assert f"Tokens billed, over every stored conversation: <strong>{total}</strong>" in overview
-    body = _text(signed_in.get("/conversations/?sort=tokens"))
+    body = _text(signed_in.get("/conversations/?sort=-tokens"))
     first = body.split("<tbody>", 1)[1].split("</tr>", 1)[0]
     assert f'href="/conversations/{costliest.id}"' in first
     assert f'data-label="Tokens">{costliest.total_tokens}</td>' in first

@@ -50,12 +50,12 @@ def _listed_ids(client: FlaskClient, url: str) -> list[str]:
 def test_the_conversation_download_holds_the_filtered_list_in_its_order(
     app: Flask, demo: None, signed_in: FlaskClient
 ) -> None:
-    body = page_text(signed_in.get("/conversations/?user_id=cust-1001&sort=tokens&order=asc"))
+    body = page_text(signed_in.get("/conversations/?user_id=cust-1001&sort=tokens"))  # fewest first
     links = dict(re.findall(r'<a href="([^"]*export\.(csv|json)[^"]*)" download>', body))
     assert set(links.values()) == {"csv", "json"}
     assert f"at most {DOWNLOAD_LIMIT} rows" in body
     csv_url = next(url for url, kind in links.items() if kind == "csv").replace("&amp;", "&")
-    assert "user_id=cust-1001" in csv_url and "sort=tokens" in csv_url and "order=asc" in csv_url
+    assert "user_id=cust-1001" in csv_url and "sort=tokens" in csv_url
     rows = _csv(signed_in, csv_url)
     with app.app_context():
         schema = tables(state.settings().table_prefix)
@@ -70,7 +70,12 @@ def test_the_conversation_download_holds_the_filtered_list_in_its_order(
     document = _json(signed_in, csv_url.replace("export.csv", "export.json"))
     assert [row["id"] for row in document["rows"]] == [row["id"] for row in rows]
     assert document["truncated"] is False and document["limit"] == DOWNLOAD_LIMIT
-    assert document["filters"] == {"user_id": "cust-1001"} and document["order"] == "asc"
+    assert document["filters"] == {"user_id": "cust-1001"} and document["sort"] == "tokens"
+    reported = [tokens[row["id"]] for row in document["rows"] if tokens[row["id"]] is not None]
+    assert reported == sorted(reported) and len(set(reported)) > 1, "fewest first"
+    turned = _json(signed_in, "/conversations/export.json?user_id=cust-1001&sort=-tokens")
+    assert turned["sort"] == "-tokens"
+    assert [tokens[row["id"]] for row in turned["rows"] if tokens[row["id"]] is not None] == reported[::-1]
     # Tokens not reported are null, never 0.
     assert {row["total_tokens"] for row in document["rows"] if tokens[row["id"]] is None} <= {None}
 
@@ -99,12 +104,12 @@ def test_a_download_stops_at_its_stated_limit(app: Flask, signed_in: FlaskClient
             for number in range(DOWNLOAD_LIMIT + 3)]
     with app.app_context(), state.engine().begin() as conn:
         conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
-    listed = _csv(signed_in, "/conversations/export.csv?sort=created")
+    listed = _csv(signed_in, "/conversations/export.csv?sort=-created")
     assert len(listed) == DOWNLOAD_LIMIT
     assert [row["title"] for row in listed[:2]] == [f"t{DOWNLOAD_LIMIT + 2}", f"t{DOWNLOAD_LIMIT + 1}"]
-    document = _json(signed_in, "/conversations/export.json?sort=created")
+    document = _json(signed_in, "/conversations/export.json?sort=-created")
     assert len(document["rows"]) == DOWNLOAD_LIMIT and document["truncated"] is True
-    exact = _json(signed_in, f"/conversations/export.json?sort=created&until={start.date().isoformat()}")
+    exact = _json(signed_in, f"/conversations/export.json?sort=-created&until={start.date().isoformat()}")
     assert exact["truncated"] is False
 
 
@@ -113,10 +118,12 @@ def test_a_download_stops_at_its_stated_limit(app: Flask, signed_in: FlaskClient
     [
         ("/conversations/export.csv?since=yesterday", 400, "From: 'yesterday' is not a date"),
         ("/conversations/export.json?sort=size", 400, "sort"),
-        ("/conversations/export.json?order=up", 400, "order must be asc or desc"),
+        ("/conversations/export.json?order=up", 400, "order is not read"),
+        ("/conversations/export.json?sort=--tokens", 400, "sort must be one of"),
         ("/conversations/export.xlsx", 404, ""),
         ("/memory/default/export.csv?state=soon", 400, "state"),
         ("/memory/default/export.csv?sort=size", 400, "sort"),
+        ("/memory/default/export.csv?sort=-size", 400, "sort must be one of key, -key, updated, -updated"),
         ("/memory/..%2fx/export.csv", 404, ""),
     ],
 )
@@ -144,6 +151,9 @@ def test_the_key_download_holds_the_filtered_namespace(
     assert "soon-gone" in {row["key"] for row in expired} and {row["state"] for row in expired} == {"expired"}
     rows = _csv(signed_in, "/memory/default/export.csv")
     assert [row["key"].lstrip("'") for row in rows] == [row.key for row in everything]
+    backwards = _csv(signed_in, "/memory/default/export.csv?sort=-key")
+    assert [row["key"] for row in backwards] == [row["key"] for row in rows][::-1]
+    assert _json(signed_in, "/memory/default/export.json?sort=-key")["sort"] == "-key"
     risky = next(row for row in rows if row["key"] == "'=formula")
     assert risky["value"] == '"@risky"'  # the value as JSON text: it starts with a quote already
     document = _json(signed_in, "/memory/default/export.json?q=formula")

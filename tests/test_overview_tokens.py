@@ -61,7 +61,7 @@ def test_the_overview_shows_the_tables_token_total_and_each_days_tokens(
     total, per_day = _from_tables(app)
     assert total and per_day
     assert f"Tokens billed, over every stored conversation: <strong>{total}</strong>" in body
-    assert 'href="/conversations/?sort=tokens"' in body
+    assert 'href="/conversations/?sort=-tokens"' in body  # the costliest first
     rows = _chart_rows(body)
     assert len(rows) == 30
     reported = {day: int(value) for day, value in rows.items() if value != "not reported"}

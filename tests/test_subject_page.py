@@ -77,7 +77,8 @@ def test_mentions_elsewhere_are_listed_from_the_exports_own_query(
     assert "owner-of-ticket-9" in mentions and "cust-42420 is" not in mentions
     assert "<code>tone</code>" in body.split('id="namespace-heading"')[1].split('id="mentions-heading"')[0]
     assert "No conversation carries this user id." in body
-    assert "<dt>Tokens billed</dt><dd>not reported</dd>" in body
+    # No conversation, so nothing was billed: not "not reported", which speaks of turns.
+    assert "<dt>Tokens billed</dt><dd>none: no conversation is stored</dd>" in body
 
 
 def test_every_subject_link_leads_to_the_subject_page_and_the_search_box_finds_one(

@@ -348,17 +348,19 @@ class BaseMemory(SearchableMemory):
         limit: int = 50,
         cursor: str | None = None,
         sort: str = "key",
+        descending: bool | None = None,
     ) -> Page[MemoryRow]:
-        """Return a page of a namespace's entries in ``sort`` order (see :data:`SORTS`).
-        ``state`` is one of :data:`FILTERS`, ``query`` matches key or value text
-        (case-insensitive). Raises ``ValueError`` for a bad state, sort or limit and
-        ``InvalidCursor`` for a bad cursor, or one of another sort."""
+        """Return a page of a namespace's entries in ``sort`` order (see :data:`SORTS`), the
+        other way round than the sort's own when ``descending`` says so. ``state`` is one of
+        :data:`FILTERS`, ``query`` matches key or value text (case-insensitive). Raises
+        ``ValueError`` for a bad state, sort or limit and ``InvalidCursor`` for a bad cursor,
+        or one of another sort or direction."""
         check_filter(state)
         check_sort(sort)
         check_limit(limit)
-        start = sort_start(cursor, sort) if cursor else None
-        rows = sorted_page(self._matching(namespace, state, query), sort, start, limit + 1)
-        return page_of(rows, limit, lambda row: cursor_key(row, sort))
+        start = sort_start(cursor, sort, descending=descending) if cursor else None
+        rows = sorted_page(self._matching(namespace, state, query), sort, start, limit + 1, descending)
+        return page_of(rows, limit, lambda row: cursor_key(row, sort, descending))
 
     def count_entries(
         self, namespace: str = DEFAULT_NAMESPACE, *, state: str | None = None, query: str | None = None

@@ -223,16 +223,17 @@ class SqlMemory(FeedingMemory):
         limit: int = 50,
         cursor: str | None = None,
         sort: str = "key",
+        descending: bool | None = None,
     ) -> Page[MemoryRow]:
         validate_namespace(namespace)
         check_filter(state)
         check_sort(sort)
         check_limit(limit)
         if query and self.encrypted:
-            start = sort_start(cursor, sort) if cursor else None
-            found = sorted_page(self.scanned(namespace, state, query)[0], sort, start, limit + 1)
-            return page_of(found, limit, lambda row: cursor_key(row, sort))
-        start = sort_start(cursor, sort, self.engine.dialect.name) if cursor else None
+            start = sort_start(cursor, sort, descending=descending) if cursor else None
+            found = sorted_page(self.scanned(namespace, state, query)[0], sort, start, limit + 1, descending)
+            return page_of(found, limit, lambda row: cursor_key(row, sort, descending))
+        start = sort_start(cursor, sort, self.engine.dialect.name, descending) if cursor else None
         rows = self._read(
             "entries",
             kv.namespace_rows,
@@ -241,11 +242,12 @@ class SqlMemory(FeedingMemory):
             state=state,
             query=query,
             sort=sort,
+            descending=descending,
             start=start,
             limit=limit + 1,
             values=self.values,
         )
-        return page_of(rows, limit, lambda row: cursor_key(row, sort))
+        return page_of(rows, limit, lambda row: cursor_key(row, sort, descending))
 
     def scanned(self, namespace: str, state: str | None, query: str) -> tuple[list[MemoryRow], int, bool]:
         """Return the rows among the newest :data:`SCAN_LIMIT` of ``namespace`` (passing

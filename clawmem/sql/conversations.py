@@ -338,14 +338,18 @@ def message_page(
     limit: int,
     cursor: str | None,
     shape: str = CLAWMEM_SCHEMA,
+    descending: bool = False,
 ) -> list[StoredMessage]:
-    """Return up to ``limit`` of one conversation's messages after ``cursor``, oldest first."""
+    """Return up to ``limit`` of one conversation's messages after ``cursor``, oldest first
+    (newest first when ``descending``)."""
     table = tables(prefix).messages
     select = sa.select(*row_columns(table, shape)).where(table.c.conversation_id == conversation_id)
+    columns = [table.c.created_at, table.c.id]
     if cursor:
-        moment = decode_time_cursor(cursor, conn.dialect.name)
-        select = select.where(after([table.c.created_at, table.c.id], moment))
-    select = select.order_by(table.c.created_at, table.c.id).limit(limit)
+        moment = decode_time_cursor(cursor, conn.dialect.name, descending)
+        select = select.where(after(columns, moment, descending))
+    order = [column.desc() for column in columns] if descending else columns
+    select = select.order_by(*order).limit(limit)
     return [_message(row) for row in conn.execute(select)]
 
 

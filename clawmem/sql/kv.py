@@ -20,7 +20,7 @@ from clawmem.clock import Clock, utc_datetime
 from clawmem.codecs import StoredValues, codec_for
 from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
-from clawmem.paging import SORTS
+from clawmem.paging import is_descending
 from clawmem.records import MemoryRow, NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 from clawmem.sql.lenient import (
@@ -314,13 +314,15 @@ def namespace_rows(
     state: str | None = None,
     query: str | None = None,
     sort: str = "key",
+    descending: bool | None = None,
     start: tuple[Any, str] | None = None,
     limit: int | None = None,
     shape: str = CLAWMEM_SCHEMA,
     values: StoredValues | None = None,
 ) -> list[MemoryRow]:
     """Return a namespace's rows in ``sort`` order (by key unless told; see
-    :data:`clawmem.paging.SORTS`) after the ``start`` of a cursor, filtered by ``state``
+    :data:`clawmem.paging.SORTS`), the other way round when ``descending`` says so, after the
+    ``start`` of a cursor, filtered by ``state``
     (one of :data:`clawmem.memory.base.FILTERS`) and by ``query`` in key or value
     (case-insensitive)."""
     table = tables(prefix, shape).memory
@@ -330,9 +332,8 @@ def namespace_rows(
     if start is not None and sort == "expires" and isinstance(start[0], int):
         start = (stored_moment(table, start[0]), start[1])
     columns = [table.c[SORT_COLUMNS[sort]], table.c.lookup_key]
-    rows = sorted_rows(
-        conn, select, columns, limit, start, descending=SORTS[sort], nullable=sort != "key"
-    )
+    direction = is_descending(sort, descending)
+    rows = sorted_rows(conn, select, columns, limit, start, descending=direction, nullable=sort != "key")
     return [memory_row(row, shape, values) for row in rows]
 
 

@@ -22,12 +22,12 @@ from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
     int_arg,
-    order_arg,
     pretty_json,
     preview_text,
     render_page,
     sort_arg,
     sort_links,
+    sort_word,
     text_arg,
     url_maker,
     wants_fragment,
@@ -43,8 +43,9 @@ ANALYSIS_LIMIT = 5000  # messages read for the compaction analysis of one conver
 NOT_SAID = ("summary", "recall")  # rows the analysis leaves out: not part of what the model said
 THRESHOLD_NAMES = {"messages": "message count", "tokens": "token estimate"}
 FILTERS = ("q", "user_id", "namespace", "since", "until")
-DEFAULT_SORT = "updated"  # the conversations an operator is most likely looking for
+DEFAULT_SORT = "-updated"  # the conversations an operator is most likely looking for
 SORT_DIRECTIONS = {name: descending for name, (_, descending) in SORTS.items()}
+MESSAGE_SORTS = {"created": False}  # a conversation's messages: oldest first, or newest (-created)
 MORE_TARGET = "conversations-more"
 SEARCH_COUNT_LIMIT = 1000
 SCAN_LIMIT = CONVERSATIONS_SCAN_LIMIT
@@ -114,8 +115,7 @@ def _row_links() -> tuple[Callable[[str], str], Callable[[str], str]]:
 
 
 def _list_page(
-    filters: dict[str, str], sort: str, since: datetime | None, until: datetime | None,
-    descending: bool | None = None,
+    filters: dict[str, str], sort: str, since: datetime | None, until: datetime | None, descending: bool
 ) -> dict[str, Any]:
     """Return the page of the list the request asks for, its rows, and (unless only more rows
     are asked for) how many conversations match in all."""
@@ -124,7 +124,7 @@ def _list_page(
     page = store.list(
         limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending, **chosen
     )
-    order = {} if descending is None else {"order": "desc" if descending else "asc"}
+    order = sort_word(sort, descending)
     scanned = None
     if filters.get("q") and store.encrypted:
         # The same scan the list made (kept for the page): how far the search looked.
@@ -140,10 +140,10 @@ def _list_page(
         "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
         "bound": bound,
         "scanned": scanned,
-        "more_url": url_for("conversations.index", **filters, sort=sort, **order, cursor=page.next_cursor)
+        "more_url": url_for("conversations.index", **filters, sort=order, cursor=page.next_cursor)
         if page.next_cursor
         else None,
-        "downloads": {format: url_for("conversations.download", format=format, **filters, sort=sort, **order)
+        "downloads": {format: url_for("conversations.download", format=format, **filters, sort=order)
                       for format in DOWNLOAD_FORMATS},
         "download_limit": DOWNLOAD_LIMIT,
     }
@@ -157,14 +157,13 @@ def _titles_unsortable(sort: str) -> bool:
     return sort == "title" and state.conversations().encrypted
 
 
-def _list_arguments() -> tuple[dict[str, str], str, bool | None, datetime | None, datetime | None, list[str]]:
+def _list_arguments() -> tuple[dict[str, str], str, bool, datetime | None, datetime | None, list[str]]:
     filters = _filters()
-    sort = sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)
-    descending = order_arg()
+    sort, descending = sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)
     if sort == "tokens" and not state.conversations().stores_metadata:
         abort(400, description="phpClaw's tables hold no token counts to sort by.")
     if _titles_unsortable(sort):
-        sort, descending = DEFAULT_SORT, None
+        sort, descending = DEFAULT_SORT.removeprefix("-"), True
     (since, since_error), (until, until_error) = (_day(name, filters.get(name, "")) for name in DATE_LABELS)
     errors = [error for error in (since_error, until_error) if error]
     return filters, sort, descending, since, until, errors
@@ -198,8 +197,7 @@ def download(format: str) -> Response:
         for conversation in state.every_item(lambda cursor: fetch(cursor=cursor)):
             yield _download_row(conversation)
 
-    order = "" if descending is None else ("desc" if descending else "asc")
-    about = {"filters": filters, "sort": sort, "order": order, "times": "UTC"}
+    about = {"filters": filters, "sort": sort_word(sort, descending), "times": "UTC"}
     return download_response(format, "conversations", DOWNLOAD_COLUMNS, rows, about)
 
 
@@ -217,10 +215,9 @@ def index() -> str | tuple[str, int]:
         filters=filters,
         errors=errors,
         page_context=lambda: {"namespaces": state.conversations().namespaces()},
-        sort=sort,
-        order="" if descending is None else ("desc" if descending else "asc"),
-        sorts=sort_links(SORT_DIRECTIONS, sort, "conversations.index", descending, **filters),
-        notice=TITLES_SEALED if _titles_unsortable(sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)) else None,
+        sort=sort_word(sort, descending),
+        sorts=sort_links(SORT_DIRECTIONS, sort, descending, "conversations.index", **filters),
+        notice=TITLES_SEALED if _titles_unsortable(sort_arg(SORT_DIRECTIONS, DEFAULT_SORT)[0]) else None,
         **listed,
     )
     return (body, 400) if errors else body
@@ -350,9 +347,10 @@ def detail(conversation_id: str) -> str:
     max_messages = int_arg("max_messages", settings.compact_max_messages, 0, 1_000_000)
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
+    _, newest_first = sort_arg(MESSAGE_SORTS, "created")
     # The analysis reads every message's size, not its text; only this page is read in full.
     sizes = _sizes(store, conversation_id, conversation.row_count)
-    page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor)
+    page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor, descending=newest_first)
     reader = _reader(store, conversation_id)
     analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None
     positions = {message.id: index for index, message in enumerate(sizes or [], start=1)}
@@ -361,8 +359,10 @@ def detail(conversation_id: str) -> str:
     done = [_checkpoint(message, positions) for message in sizes or [] if message.role == "summary"]
     given = recall_rows([message for message in page.items if message.role == "recall"])
     what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
+    order = {"sort": "-created"} if newest_first else {}
     more_url = (
-        url_for("conversations.detail", conversation_id=conversation_id, cursor=page.next_cursor, **what_if)
+        url_for("conversations.detail", conversation_id=conversation_id, cursor=page.next_cursor, **what_if,
+                **order)
         if page.next_cursor
         else None
     )
@@ -382,6 +382,10 @@ def detail(conversation_id: str) -> str:
         configured=configured_thresholds(settings),
         checkpoints=settings.compact_persist,
         what_if=bool(what_if),
+        newest_first=newest_first,
+        orders={"oldest": url_for("conversations.detail", conversation_id=conversation_id, **what_if),
+                "newest": url_for("conversations.detail", conversation_id=conversation_id, **what_if,
+                                  sort="-created")},
     )
 
 

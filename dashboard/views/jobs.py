@@ -12,7 +12,7 @@ from clawmem.jobs.records import JobRecord
 from clawmem.jobs.schedule import ACCEPTED_SYNTAX
 from clawmem.jobs.status import RetentionStatus, recent_turns, retention_status
 from dashboard import state
-from dashboard.views.rendering import render_page, shell_command
+from dashboard.views.rendering import format_duration, render_page, shell_command
 
 bp = Blueprint("jobs", __name__)
 
@@ -91,6 +91,6 @@ def index() -> str:
         retention=retention_view(retention_status(site)),
         turns=[turn_row(record) for record in recent_turns(site, RECENT_TURNS)],
         syntax=ACCEPTED_SYNTAX,
-        job_ttl=settings.job_ttl,
+        job_ttl=format_duration(settings.job_ttl),
         worker_command=shell_command("flask", "claw", "worker", "--workers", "2"),
     )

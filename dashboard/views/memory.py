@@ -32,6 +32,7 @@ from dashboard.views.rendering import (
     shell_command,
     sort_arg,
     sort_links,
+    sort_word,
     text_arg,
     wants_fragment,
 )
@@ -130,7 +131,7 @@ def entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
     }
 
 
-def _list_arguments(namespace: str) -> tuple[str, str, str, str]:
+def _list_arguments(namespace: str) -> tuple[str, str, str, bool, str]:
     # A key list and its download read the same filters (400 for a bad one) and order.
     namespace = validate_namespace(namespace)
     status = text_arg("state", 20)
@@ -138,24 +139,27 @@ def _list_arguments(namespace: str) -> tuple[str, str, str, str]:
         check_filter(status or None)
     except ValueError as exc:
         abort(400, description=str(exc))
-    return namespace, status, sort_arg(SORTS, "key"), text_arg("q")
+    sort, descending = sort_arg(SORTS, "key")
+    return namespace, status, sort, descending, text_arg("q")
 
 
 @bp.get("/<namespace>/")
 def namespace(namespace: str) -> str:
-    """The keys of one namespace by key, last write or expiry (``sort``), with TTL state and
-    how many there are; filter by state and search."""
-    namespace, status, sort, query = _list_arguments(namespace)
+    """The keys of one namespace by key, last write or expiry (``sort``, either way round), with
+    TTL state and how many there are; filter by state and search."""
+    namespace, status, sort, descending, query = _list_arguments(namespace)
     cursor = text_arg("cursor", 500)
     now = now_seconds(state.clock())
     driver = state.driver()
     listed = {"state": status or None, "query": query or None}
-    page = driver.entries(namespace, **listed, limit=PAGE_SIZE, cursor=cursor or None, sort=sort)
+    page = driver.entries(namespace, **listed, limit=PAGE_SIZE, cursor=cursor or None, sort=sort,
+                          descending=descending)
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
-    downloads = {format: url_for("memory.download", namespace=namespace, format=format, **filters, sort=sort)
+    order = sort_word(sort, descending)
+    downloads = {format: url_for("memory.download", namespace=namespace, format=format, **filters, sort=order)
                  for format in DOWNLOAD_FORMATS}
     more_url = (
-        url_for("memory.namespace", namespace=namespace, **filters, sort=sort, cursor=page.next_cursor)
+        url_for("memory.namespace", namespace=namespace, **filters, sort=order, cursor=page.next_cursor)
         if page.next_cursor
         else None
     )
@@ -168,8 +172,8 @@ def namespace(namespace: str) -> str:
         subject_url=_subject_url(subject),
         filters=filters,
         state_labels=STATE_LABELS,
-        sort=sort,
-        sorts=sort_links(SORTS, sort, "memory.namespace", namespace=namespace, **filters),
+        sort=order,
+        sorts=sort_links(SORTS, sort, descending, "memory.namespace", namespace=namespace, **filters),
         rows=[entry_row(row, now) for row in page.items],
         total=None if wants_fragment(MORE_TARGET) else _totals(driver, namespace, listed),
         more_url=more_url,
@@ -195,13 +199,14 @@ KEY_COLUMNS = ("namespace", "key", "state", "expires_at", "value", "bytes", "cre
 def download(namespace: str, format: str) -> Response:
     """The namespace's keys under the list's filters and order as CSV or JSON, streamed, at
     most ``DOWNLOAD_LIMIT`` rows: the value as its JSON text, expiry as Unix seconds (UTC)."""
-    namespace, status, sort, query = _list_arguments(namespace)
+    namespace, status, sort, descending, query = _list_arguments(namespace)
     driver, now = state.driver(), now_seconds(state.clock())
     listed = {"state": status or None, "query": query or None}
 
     def rows() -> Iterator[dict[str, Any]]:
         def fetch(cursor: str | None) -> Any:
-            return driver.entries(namespace, **listed, limit=DOWNLOAD_PAGE, cursor=cursor, sort=sort)
+            return driver.entries(namespace, **listed, limit=DOWNLOAD_PAGE, cursor=cursor, sort=sort,
+                                  descending=descending)
 
         for row in state.every_item(fetch):
             yield {"namespace": row.namespace, "key": row.key, "state": ttl_state(row.expires_at, now)[0],
@@ -211,7 +216,7 @@ def download(namespace: str, format: str) -> Response:
                    "updated_at": moment_text(row.updated_at)}
 
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
-    about = {"namespace": namespace, "filters": filters, "sort": sort, "times": "UTC"}
+    about = {"namespace": namespace, "filters": filters, "sort": sort_word(sort, descending), "times": "UTC"}
     return download_response(format, f"memory-{namespace}", KEY_COLUMNS, rows, about)
 
 

@@ -75,7 +75,7 @@ def _growth(activity: Activity, memory_total: int, now: datetime) -> dict[str, A
         "tokens": _tokens_daily(activity.tokens, days),
         "total_tokens": activity.total_tokens,  # None: not reported
         "tokens_stored": activity.tokens is not None,  # False: phpClaw's tables keep no usage
-        "by_tokens": url_for("conversations.index", sort="tokens"),
+        "by_tokens": url_for("conversations.index", sort="-tokens"),
     }
 
 

@@ -54,39 +54,41 @@ def text_arg(name: str, max_chars: int = 200) -> str:
     return request.args.get(name, "").strip()[:max_chars]
 
 
-def sort_arg(sorts: Mapping[str, bool], default: str) -> str:
-    """Return the ``sort`` query parameter if it names one of ``sorts`` (``default`` if absent);
-    abort with a 400 naming the choices otherwise."""
+def sort_arg(sorts: Mapping[str, bool], default: str) -> tuple[str, bool]:
+    """Return the ``sort`` query parameter as ``(column, descending)``: ``sort=key`` lists by
+    ``key`` smallest first, ``sort=-key`` largest first (``default``, in the same words, when
+    absent). Abort with a 400 naming the choices for anything else."""
+    if "order" in request.args:
+        # The parameter of earlier versions: its link would now list in an order it did not ask for.
+        abort(400, description="order is not read: sort says the direction, e.g. sort=tokens or sort=-tokens")
     sort = text_arg("sort", 40) or default
-    if sort not in sorts:
-        abort(400, description=f"sort must be one of {', '.join(sorts)}, got {sort!r}")
-    return sort
+    name = sort.removeprefix("-")
+    if name not in sorts:
+        choices = ", ".join(f"{name}, -{name}" for name in sorts)
+        abort(400, description=f"sort must be one of {choices}, got {sort!r}")
+    return name, sort.startswith("-")
 
 
-def order_arg() -> bool | None:
-    """Return the ``order`` query parameter as ``descending`` (``None``: the sort's own
-    direction); abort with a 400 for anything but ``asc`` or ``desc``."""
-    order = text_arg("order", 10)
-    if order not in ("", "asc", "desc"):
-        abort(400, description=f"order must be asc or desc, got {order!r}")
-    return None if not order else order == "desc"
+def sort_word(name: str, descending: bool) -> str:
+    """Return the ``sort`` parameter of the order by ``name`` in that direction (``-name``: largest first)."""
+    return f"-{name}" if descending else name
 
 
 def sort_links(
-    sorts: Mapping[str, bool], current: str, endpoint: str, descending: bool | None = None, **params: Any
+    sorts: Mapping[str, bool], current: str, descending: bool, endpoint: str, **params: Any
 ) -> dict[str, dict[str, Any]]:
-    """Return, for each of ``sorts`` (name -> newest first), the URL of page one of the list in
-    that order with the same ``params``, and the ``aria-sort`` of its column header (only the
-    ``current`` sort has one, in its direction ``descending``, whose link turns it around)."""
+    """Return, for each of ``sorts`` (name -> its first click lists largest first), the URL of page
+    one of the list in that order with the same ``params``, and the ``aria-sort`` of its column
+    header (only the ``current`` sort has one, in its direction ``descending``, whose link turns
+    it around)."""
     links = {}
     for name, own in sorts.items():
         if name != current:
-            links[name] = {"url": url_for(endpoint, **params, sort=name), "aria_sort": None}
+            links[name] = {"url": url_for(endpoint, **params, sort=sort_word(name, own)), "aria_sort": None}
             continue
-        now = own if descending is None else descending
         links[name] = {
-            "url": url_for(endpoint, **params, sort=name, order="asc" if now else "desc"),
-            "aria_sort": "descending" if now else "ascending",
+            "url": url_for(endpoint, **params, sort=sort_word(name, not descending)),
+            "aria_sort": "descending" if descending else "ascending",
         }
     return links
 

@@ -75,7 +75,7 @@ def index() -> str:
     return render_page(
         "sites/index.html",
         {},
-        site={"label": label, "prefix": this.prefix or "(no prefix)", "place": memory_location(this),
+        site={"label": label, "prefix": this.prefix, "place": memory_location(this),
               "driver": driver, "named": bool(this.settings.sites)},
         prefixes=_prefix_rows(labels, this.prefix, state.site_of(app).prefix),
         rules=[{"driver": name, "rule": rule, "in_use": name == driver}

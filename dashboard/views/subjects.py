@@ -77,7 +77,7 @@ def detail(user_id: str) -> str:
         user_id=user_id,
         totals=totals,
         conversations=[_summary_row(conversation) for conversation in page.items],
-        more_conversations_url=url_for("conversations.index", user_id=user_id, sort="updated")
+        more_conversations_url=url_for("conversations.index", user_id=user_id, sort="-updated")
         if page.next_cursor
         else None,
         namespace=own,

@@ -275,6 +275,6 @@ def test_a_column_header_sorts_and_load_more_keeps_the_order(app: Flask, page: A
     assert len(set(_links(page))) == 100, "each conversation once"
     assert page.evaluate("window.stillTheSamePage") is True
     page.click("th >> text=Started")
-    page.wait_for_url("**sort=created**")
+    page.wait_for_url("**sort=-created**")
     expect(page.locator("th[aria-sort=descending]")).to_contain_text("Started")
     assert _titles(page)[0] != first_page[0]

@@ -52,7 +52,7 @@ def hostile(app: Flask) -> dict[str, str]:
         "subjects": "/subjects/",
         "subject": "/subjects/cust-1001",
         "long-subject": f"/subjects/{'u' * 150}",
-        "by-tokens": "/conversations/?sort=tokens",
+        "by-tokens": "/conversations/?sort=-tokens",
         "memory": "/memory/",
         "memory-search": "/memory/?q=refund_",
         "namespace": "/memory/default/",
@@ -175,6 +175,9 @@ def test_a_screenshot_of_every_page(
         tab.goto(f"{server}{path}")
         expect(tab.locator("h1")).to_be_visible()
         _save(tab, f"{name}{suffix}", width)
+        # Unbreakable keys, titles and words wrap at either width, never widening the page.
+        wide = tab.evaluate(WIDER_THAN_THE_SCREEN)
+        assert tab.evaluate("document.documentElement.scrollWidth") <= width, (name, wide)
     background = tab.evaluate("getComputedStyle(document.body).backgroundColor")
     assert (background == "rgb(255, 255, 255)") == (scheme == "light"), background
     tab.context.close()

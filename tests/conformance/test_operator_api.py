@@ -48,11 +48,11 @@ def fill_sorted(memory: Any, clock: FakeClock) -> None:
         clock.advance(10)
 
 
-def _expected_keys(rows: list[MemoryRow], sort: str) -> list[str]:
+def _expected_keys(rows: list[MemoryRow], sort: str, descending: bool | None = None) -> list[str]:
+    newest_first = KEY_SORTS[sort] if descending is None else descending
     if sort == "key":
-        return sorted(row.key for row in rows)
+        return sorted((row.key for row in rows), reverse=newest_first)
     value = {"updated": lambda row: row.updated_at, "expires": lambda row: row.expires_at}[sort]
-    newest_first = KEY_SORTS[sort]
     present = sorted(
         (r for r in rows if value(r) is not None), key=lambda r: (value(r), r.key), reverse=newest_first
     )
@@ -78,6 +78,14 @@ def test_every_key_order_pages_each_entry_once_in_order(memory: Any, clock: Fake
     assert memory.count_entries("sorted", state="live") == len(live) == 8
     assert memory.count_entries("sorted", query="VALUE OF Q") == 1
     assert memory.count_entries("sorted") == memory.count("sorted") == 9
+    for descending in (True, False):
+        turned = [row.key for row in walk(lambda cursor, d=descending: memory.entries(
+            "sorted", limit=2, sort=sort, descending=d, cursor=cursor))]
+        assert turned == _expected_keys(rows, sort, descending), descending
+    if sort == "expires":  # what never expires comes last either way
+        never = {row.key for row in rows if row.expires_at is None}
+        for descending in (True, False):
+            assert set(_expected_keys(rows, sort, descending)[-len(never):]) == never
 
 
 def test_a_key_cursor_of_another_order_is_refused(memory: Any, clock: FakeClock, driver_name: str) -> None:
@@ -88,6 +96,11 @@ def test_a_key_cursor_of_another_order_is_refused(memory: Any, clock: FakeClock,
             if other != sort:
                 with pytest.raises(InvalidCursor):
                     memory.entries("sorted", limit=2, sort=other, cursor=cursor)
+        turned = memory.entries("sorted", limit=2, sort=sort, descending=not KEY_SORTS[sort]).next_cursor
+        with pytest.raises(InvalidCursor):  # the same sort the other way round
+            memory.entries("sorted", limit=2, sort=sort, cursor=turned)
+        with pytest.raises(InvalidCursor):
+            memory.entries("sorted", limit=2, sort=sort, descending=not KEY_SORTS[sort], cursor=cursor)
     with pytest.raises(ValueError, match="sort must be one of key, updated, expires"):
         memory.entries("sorted", sort="size")
     forged = [["expires", str(2**63), "a"], ["expires", "soon", "a"], ["updated", "yesterday", "a"],
