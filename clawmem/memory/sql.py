@@ -30,6 +30,7 @@ from clawmem.sql.schema import tables
 
 # How many of a namespace's newest rows a search of sealed values decrypts and scans.
 SCAN_LIMIT = 10_000
+FIND_PAGE = 500  # rows read per query while find() yields its matches
 
 
 class SqlMemory(FeedingMemory):
@@ -287,17 +288,29 @@ class SqlMemory(FeedingMemory):
         )
 
     def find(self, text: str) -> Iterator[MemoryRow]:
-        table = tables(self.prefix, self.shape).memory
-        select = sa.select(table)
-        if not self.encrypted:
-            select = select.where(matching.memory_where(self.prefix, text, self.shape))
+        if self.encrypted:
+            yield from self._find_sealed(text)
+            return
+        # The matching keys in one pass over the table, then their rows a page at a time.
+        keys = self._read("find", matching.memory_matches, text)
+        for start in range(0, len(keys), FIND_PAGE):
+            rows = self._read("find", matching.memory_rows_matching, text, keys[start : start + FIND_PAGE])
+            try:
+                found = [kv.memory_row(row, self.shape, self.values) for row in rows]
+            except UndecodableValue as exc:
+                raise StorageError(self.name, "find", str(exc)) from None
+            yield from found
+
+    def _find_sealed(self, text: str) -> Iterator[MemoryRow]:
         # Sealed values cannot be matched in SQL: every row is read, opened and matched here, so
         # export and erase stay complete.
-        pages = keyset_pages(self.engine, select, [table.c.namespace, table.c.lookup_key], 500)
+        table = tables(self.prefix, self.shape).memory
+        order = [table.c.namespace, table.c.lookup_key]
+        pages = keyset_pages(self.engine, sa.select(table), order, FIND_PAGE)
         try:
             for rows in pages:
                 found = (kv.memory_row(row, self.shape, self.values) for row in rows)
-                yield from (row for row in found if not self.encrypted or contains_text(row, text))
+                yield from (row for row in found if contains_text(row, text))
         except self.backend_errors as exc:
             raise StorageError(self.name, "find", self._describe(exc)) from exc
         except UndecodableValue as exc:
