@@ -5,7 +5,8 @@ all three) with bulk inserts into the three tables of a prefix of its own, then 
 Flask test client and a signed-in session: the conversations list (first page and a page deep
 in the keyset; sorted by tokens both ways and by messages), one conversation, a namespace's
 memory list, the injection preview, and the subject page of a subject with 1,000 conversations
-and 100,000 messages (``--pages subject,tokens`` for just those two). Prints
+and 100,000 messages with, apart, the request that lists its mentions elsewhere
+(``--pages subject,subject-mentions,tokens`` for just those). Prints
 the median and p95 milliseconds of each, and of one conversation of 500 turns that carry
 recall records. Memory entries spread over 20 namespaces, so the
 preview's namespace (``default``) holds a twentieth of them.
@@ -284,7 +285,8 @@ def loaded(backend: str, scale: float, report: Callable[[str], None]) -> Iterato
 
 PAGE_NAMES = (
     "overview", "list", "deep", "conversation", "long", "long-compacting", "memory", "preview", "cold",
-    "unmatched", "tokens", "tokens-asc", "tokens-deep", "messages-sort", "subject", "sites",
+    "unmatched", "tokens", "tokens-asc", "tokens-deep", "messages-sort", "subject", "subject-mentions",
+    "sites",
 )
 COLD_NAMESPACE, COLD_MESSAGES = "coldbench", 1000
 
@@ -314,7 +316,7 @@ def _pages(site: Loaded, only: tuple[str, ...], depth: int, cold_entries: int) -
     assert first_conversation
     deep = follow_more(client, "/conversations/", depth if "deep" in only else 0)[0]
     long_id = load_long_conversation(engine, prefix, LONG_TURNS, now)
-    if "subject" in only:
+    if {"subject", "subject-mentions"} & set(only):
         load_subject(engine, prefix, now)
     by_tokens = "/conversations/?sort=-tokens"
     tokens_deep = follow_more(client, by_tokens, depth if "tokens-deep" in only else 0)[0]
@@ -341,6 +343,8 @@ def _pages(site: Loaded, only: tuple[str, ...], depth: int, cold_entries: int) -
         "messages-sort": ("conversations by messages, most first", "/conversations/?sort=-messages"),
         "subject": (f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
                     f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages", f"/subjects/{SUBJECT}"),
+        "subject-mentions": ("the same with its mentions elsewhere listed (every other entry read)",
+                             f"/subjects/{SUBJECT}?mentions=1"),
         "sites": ("sites page (one site: prefixes and drivers)", "/sites/"),
     }
     return {name: pages[name] for name in only}

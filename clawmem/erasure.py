@@ -159,7 +159,7 @@ def subject_mentions(site: Site, subject: Subject) -> Iterator[tuple[MemoryRow, 
     own = own_namespace(site, subject)
     whole_token = subject.user_id is not None
     pattern = mention_pattern(subject.text) if whole_token else text_pattern(subject.text)
-    for row in site.driver.find(subject.text):
+    for row in site.driver.find(subject.text, whole=True):
         if row.namespace == own:
             continue
         if whole_token and not mentions(pattern, row.key, row.value):

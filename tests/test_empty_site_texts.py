@@ -60,6 +60,9 @@ def test_an_empty_site_says_no_where_nothing_is_stored(signed_in: FlaskClient, p
     assert f"This page shows site default (table prefix {prefix} )." in _main(signed_in, "/sites/")
     assert "ages out 1 h after its last change" in _main(signed_in, "/jobs")
     subject = _main(signed_in, "/subjects/nobody")
+    assert "No conversation carries this user id and its namespace holds no entries" in subject
+    assert "Mentioned elsewhere listed below" in subject
+    subject = _main(signed_in, "/subjects/nobody?mentions=1")  # the page with its mentions searched
     assert "Nothing is stored about this user id" in subject
     for fact in ("Conversations none", "Messages none", "Records no recall records or checkpoints",
                  "Tokens billed none: no conversation is stored", "Own namespace user:nobody : no entries",

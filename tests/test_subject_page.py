@@ -73,8 +73,22 @@ def test_mentions_elsewhere_are_listed_from_the_exports_own_query(
         memory.set("other", "cust-42420 is someone else", "default")
         memory.set("tone", "formal", "user:cust-4242")
     body = page_text(signed_in.get("/subjects/cust-4242"))
+    # The page comes first; its mentions section asks for itself, and without JavaScript its
+    # link shows the whole page with the mentions listed.
+    pending = body.split('id="mentions-heading"')[1]
+    assert "owner-of-ticket-9" not in pending
+    link = re.search(r'<div id="subject-mentions" hx-get="([^"]+)" hx-trigger="load"', pending)
+    assert link and f'<a href="{link.group(1)}#mentions-heading">' in pending
+    assert "<dt>Mentioned elsewhere</dt><dd><a href=\"#mentions-heading\">listed below</a></dd>" in body
+    url = html.unescape(link.group(1))
+    fragment = page_text(signed_in.get(url, headers={"HX-Request": "true", "HX-Target": "subject-mentions"}))
+    assert fragment.lstrip().startswith('<div id="subject-mentions">') and "<h1>" not in fragment
+    assert "owner-of-ticket-9" in fragment and "cust-42420 is" not in fragment
+    assert "1 entry elsewhere mention" in fragment
+    body = page_text(signed_in.get(url))
     mentions = body.split('id="mentions-heading"')[1]
-    assert "owner-of-ticket-9" in mentions and "cust-42420 is" not in mentions
+    assert "owner-of-ticket-9" in mentions and "cust-42420 is" not in mentions and "hx-get" not in mentions
+    assert "<dt>Mentioned elsewhere</dt><dd>1 entry</dd>" in body
     assert "<code>tone</code>" in body.split('id="namespace-heading"')[1].split('id="mentions-heading"')[0]
     assert "No conversation carries this user id." in body
     # No conversation, so nothing was billed: not "not reported", which speaks of turns.

@@ -447,9 +447,10 @@ class BaseMemory(SearchableMemory):
     def _fetch_across(self, wanted: dict[str, set[str]]) -> list[MemoryRow]:
         return [row for namespace, keys in wanted.items() for row in self._fetch(namespace, keys)]
 
-    def find(self, text: str) -> Iterator[MemoryRow]:
+    def find(self, text: str, *, whole: bool = False) -> Iterator[MemoryRow]:
         """Yield every entry, in any namespace and expired ones included, whose key or JSON value
-        contains ``text`` exactly (case-sensitive), by namespace then key."""
+        contains ``text`` exactly (case-sensitive), by namespace then key. ``whole`` says the
+        caller reads every match (export, erasure), so a driver may find them all before the first."""
         for namespace in self.namespaces():  # rows another program wrote under any name included
             yield from (row for row in self.stored_records(namespace) if contains_text(row, text))
 

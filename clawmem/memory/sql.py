@@ -30,6 +30,7 @@ from clawmem.sql.schema import tables
 
 # How many of a namespace's newest rows a search of sealed values decrypts and scans.
 SCAN_LIMIT = 10_000
+FIND_PAGE = 500  # rows read per query while find() yields its matches
 
 
 class SqlMemory(FeedingMemory):
@@ -288,14 +289,32 @@ class SqlMemory(FeedingMemory):
             "entry", kv.one_row, validate_namespace(namespace), validate_key(key), values=self.values
         )
 
-    def find(self, text: str) -> Iterator[MemoryRow]:
+    def find(self, text: str, *, whole: bool = False) -> Iterator[MemoryRow]:
+        if self.encrypted or not whole:
+            yield from self._find_in_order(text)
+            return
+        # The matching keys in one pass over the table in its own order, then their rows a page
+        # at a time: the pages of _find_in_order read every row through the (namespace, key)
+        # index, one random read each, which costs ten times as much when few rows match. A
+        # caller that stops early (a search's first page) keeps those pages, quick when many do.
+        keys = self._read("find", matching.memory_matches, text)
+        for start in range(0, len(keys), FIND_PAGE):
+            rows = self._read("find", matching.memory_rows_matching, text, keys[start : start + FIND_PAGE])
+            try:
+                found = [kv.memory_row(row, self.shape, self.values) for row in rows]
+            except UndecodableValue as exc:
+                raise StorageError(self.name, "find", str(exc)) from None
+            yield from found
+
+    def _find_in_order(self, text: str) -> Iterator[MemoryRow]:
         table = tables(self.prefix, self.shape).memory
         select = sa.select(table)
         if not self.encrypted:
             select = select.where(matching.memory_where(self.prefix, text, self.shape))
         # Sealed values cannot be matched in SQL: every row is read, opened and matched here, so
         # export and erase stay complete.
-        pages = keyset_pages(self.engine, select, [table.c.namespace, table.c.lookup_key], 500)
+        order = [table.c.namespace, table.c.lookup_key]
+        pages = keyset_pages(self.engine, select, order, FIND_PAGE)
         try:
             for rows in pages:
                 found = (kv.memory_row(row, self.shape, self.values) for row in rows)

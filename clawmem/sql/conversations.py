@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -468,9 +469,15 @@ def subjects(conn: Connection, prefix: str, limit: int) -> list[str]:
 
 
 def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
-    """Return every namespace that holds a conversation."""
+    """Return every namespace that holds a conversation, each found by one seek into the
+    namespace index for the next larger one: a DISTINCT reads every conversation's entry, on
+    every list page (the namespace filter's choices)."""
     table = tables(prefix).conversations
-    return list(conn.execute(sa.select(table.c.namespace).distinct()).scalars())
+    found = sa.select(sa.func.min(table.c.namespace).label("namespace")).cte("found", recursive=True)
+    following = sa.select(sa.func.min(table.c.namespace)).where(table.c.namespace > found.c.namespace)
+    found = found.union_all(sa.select(following.scalar_subquery()).where(found.c.namespace.is_not(None)))
+    select = sa.select(found.c.namespace).where(found.c.namespace.is_not(None))
+    return list(conn.execute(select).scalars())
 
 
 # How the conversation list can be ordered: the column, and whether newest (or Z) comes first.
@@ -625,24 +632,33 @@ def page_role_counts(
     records and checkpoints, in one grouped statement over the messages' conversation index."""
     if not conversation_ids:
         return {}
+    found = conn.execute(_page_role_counts_select(prefix), {"ids": list(conversation_ids)})
+    return {conversation_id: (int(a or 0), int(b or 0), int(c or 0)) for conversation_id, a, b, c in found}
+
+
+@functools.cache
+def _page_role_counts_select(prefix: str) -> sa.Select[Any]:
+    # Built once per prefix, the page's ids bound at execution: a list page runs it on every
+    # request, and building it (fifty literals coerced one by one) cost more than running it.
     messages = tables(prefix).messages
     said = sa.func.sum(sa.case((messages.c.role.not_in(NOT_SAID), 1), else_=0))
     recall = sa.func.sum(sa.case((messages.c.role == "recall", 1), else_=0))
     summary = sa.func.sum(sa.case((messages.c.role == "summary", 1), else_=0))
-    found = conn.execute(
+    return (
         sa.select(messages.c.conversation_id, said, recall, summary)
-        .where(messages.c.conversation_id.in_(list(conversation_ids)))
+        .where(messages.c.conversation_id.in_(sa.bindparam("ids", expanding=True)))
         .group_by(messages.c.conversation_id)
     )
-    return {conversation_id: (int(a or 0), int(b or 0), int(c or 0)) for conversation_id, a, b, c in found}
 
 
 NOT_SAID = ("recall", "summary")  # the rows a turn stores that nobody said: counted apart
 
 
-def role_counts_of(prefix: str) -> list[sa.Label[Any]]:
+@functools.cache
+def role_counts_of(prefix: str) -> tuple[sa.Label[Any], ...]:
     """Return the three correlated counts of a conversation row's messages: ``message_count``
-    (what was said), ``recall_count`` and ``checkpoint_count``, each an index range count."""
+    (what was said), ``recall_count`` and ``checkpoint_count``, each an index range count
+    (built once per prefix: a conversation's page asks for them on every request)."""
     schema = tables(prefix)
     table, messages = schema.conversations, schema.messages
     of_row = messages.c.conversation_id == table.c.id
@@ -650,11 +666,11 @@ def role_counts_of(prefix: str) -> list[sa.Label[Any]]:
     def count(label: str, *where: Any) -> sa.Label[Any]:
         return sa.select(sa.func.count()).where(of_row, *where).scalar_subquery().label(label)
 
-    return [
+    return (
         count("message_count", messages.c.role.not_in(NOT_SAID)),
         count("recall_count", messages.c.role == "recall"),
         count("checkpoint_count", messages.c.role == "summary"),
-    ]
+    )
 
 
 @dataclass(frozen=True)

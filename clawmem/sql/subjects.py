@@ -10,7 +10,7 @@ Matching is exact and case-sensitive on every dialect (see :mod:`clawmem.sql.exa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -77,6 +77,41 @@ def memory_where(prefix: str, text: str, shape: str = CLAWMEM_SCHEMA) -> sa.Colu
         contains(memory.c.lookup_key, text),
         *(contains(memory.c.value, needle) for needle in needles),
     )
+
+
+def memory_matches(
+    conn: Connection, prefix: str, text: str, shape: str = CLAWMEM_SCHEMA
+) -> list[tuple[str, str]]:
+    """Return ``(namespace, key)`` of every memory row :func:`memory_where` selects, sorted.
+
+    One pass over the table in its own order: no index holds a substring, and a pass in the
+    order of the ``(namespace, key)`` index would fetch every row by a random read of its own.
+    """
+    memory = tables(prefix, shape).memory
+    found = conn.execute(sa.select(memory.c.namespace, memory.c.lookup_key)
+                         .where(memory_where(prefix, text, shape)))
+    return sorted((namespace, key) for namespace, key in found)
+
+
+def memory_rows_matching(
+    conn: Connection,
+    prefix: str,
+    text: str,
+    keys: Sequence[tuple[str, str]],
+    shape: str = CLAWMEM_SCHEMA,
+) -> list[Any]:
+    """Return the rows of ``keys`` (``(namespace, key)`` pairs) that still match ``text`` as
+    :func:`memory_where` says, in the order of ``keys``; a row since deleted or changed to no
+    longer hold ``text`` is left out."""
+    memory = tables(prefix, shape).memory
+    wanted: dict[str, list[str]] = {}
+    for namespace, key in keys:
+        wanted.setdefault(namespace, []).append(key)
+    chosen = sa.or_(*(sa.and_(memory.c.namespace == namespace, memory.c.lookup_key.in_(names))
+                      for namespace, names in wanted.items()))
+    found = {(row.namespace, row.lookup_key): row
+             for row in conn.execute(sa.select(memory).where(chosen, memory_where(prefix, text, shape)))}
+    return [found[pair] for pair in keys if pair in found]
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -256,6 +256,7 @@ def _message_row(
     analysis: dict[str, Any] | None,
     positions: dict[str, int],
     given: dict[str, list[dict[str, Any]]],
+    turn_url: Callable[[str], str],
 ) -> dict[str, Any]:
     summarised = analysis is not None and message.id in analysis["summarised_ids"]
     analysed = analysis is not None and analysis["reason"] and message.role not in NOT_SAID
@@ -276,11 +277,7 @@ def _message_row(
         "fate": ("summarised" if summarised else "kept") if analysed else "",
         "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
         "given": given.get(message.id) if message.role == "recall" else None,
-        "preview_url": url_for(
-            "conversations.turn", conversation_id=message.conversation_id, message_id=message.id
-        )
-        if message.role == "user"
-        else None,
+        "preview_url": turn_url(message.id) if message.role == "user" else None,
     }
 
 
@@ -360,6 +357,7 @@ def detail(conversation_id: str) -> str:
     given = recall_rows([message for message in page.items if message.role == "recall"])
     what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
     order = {"sort": "-created"} if newest_first else {}
+    turn_url = url_maker("conversations.turn", "message_id", conversation_id=conversation_id)
     more_url = (
         url_for("conversations.detail", conversation_id=conversation_id, cursor=page.next_cursor, **what_if,
                 **order)
@@ -374,7 +372,7 @@ def detail(conversation_id: str) -> str:
         if conversation.metadata
         else "",
         session_id=session_id_of(conversation.metadata),
-        messages=[_message_row(message, analysis, positions, given) for message in page.items],
+        messages=[_message_row(message, analysis, positions, given, turn_url) for message in page.items],
         more_url=more_url,
         analysis=analysis,
         done=done,

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import io
 import itertools
+from typing import Any
 
-from flask import Blueprint, Response, abort, redirect, url_for
+from flask import Blueprint, Response, abort, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from clawmem import operations
 from clawmem.clock import now_seconds
 from clawmem.subjects import Subject, subject_namespace
 from dashboard import state
-from dashboard.views.conversations import _summary_row
+from dashboard.views.conversations import _row_links, _summary_row
 from dashboard.views.memory import entry_row
 from dashboard.views.rendering import render_page, shell_command, text_arg
 
@@ -53,45 +54,76 @@ def subject_commands(user_id: str) -> dict[str, str]:
     }
 
 
+MENTIONS_TARGET = "subject-mentions"
+SEARCH_MENTIONS = "mentions"  # the query parameter that asks for the mentions on the page itself
+
+
+def _mentions(user_id: str, now: int) -> dict[str, Any]:
+    """Return the first :data:`MENTIONS_LISTED` entries elsewhere that mention ``user_id``, from
+    exactly the query export and erase run, and whether there are more."""
+    found = operations.subject_mentions(state.site(), Subject(user_id=user_id))
+    mentions = [row for row, _ in itertools.islice(found, MENTIONS_LISTED + 1)]
+    return {
+        "mentions": [entry_row(row, now) for row in mentions[:MENTIONS_LISTED]],
+        "more_mentions": len(mentions) > MENTIONS_LISTED,
+        "mentions_searched": True,
+    }
+
+
 @bp.get("/<path:user_id>")
 def detail(user_id: str) -> str:
     """One subject: their conversations with counts and tokens, their namespace's entries with
-    TTL states, the entries elsewhere that mention them, and the export and erase commands."""
+    TTL states, the entries elsewhere that mention them, and the export and erase commands.
+
+    The mentions are a scan of every entry in every other namespace (no index holds a whole
+    token of a key or value), so the page comes first and that section follows in a request of
+    its own; without JavaScript its link reloads the page with the section filled in
+    (``?mentions=1``).
+    """
     user_id = _user_id(user_id)
-    site, settings = state.site(), state.settings()
-    store = state.conversations()
     now = now_seconds(state.clock())
-    own = subject_namespace(user_id, settings.subject_namespace)
-    page = store.list(limit=PAGE_SIZE, sort="updated", user_id=user_id)
-    totals = store.subject_totals(user_id)
-    driver = state.driver()
-    own_count = next((n for n in driver.namespace_counts() if n.namespace == own), None)
-    own_page = driver.entries(own, limit=PAGE_SIZE) if own_count else None
-    # Exactly what export and erase take beside the subject namespace, from their own query.
-    subject = Subject(user_id=user_id)
-    found = operations.subject_mentions(site, subject)
-    mentions = [row for row, _ in itertools.islice(found, MENTIONS_LISTED + 1)]
+    not_searched = operations.mentions_not_searched(Subject(user_id=user_id))
+    searched = not_searched is None and bool(request.args.get(SEARCH_MENTIONS))
+    mentions_url = url_for("subjects.detail", user_id=user_id, **{SEARCH_MENTIONS: 1})
+    shared: dict[str, Any] = {
+        "user_id": user_id,
+        "mentions_not_searched": not_searched,
+        "mentions_url": mentions_url,
+        **(_mentions(user_id, now) if searched else {"mentions": [], "more_mentions": False,
+                                                     "mentions_searched": False}),
+    }
     return render_page(
         "subjects/detail.html",
-        {},
-        user_id=user_id,
-        totals=totals,
-        conversations=[_summary_row(conversation) for conversation in page.items],
-        more_conversations_url=url_for("conversations.index", user_id=user_id, sort="-updated")
+        {MENTIONS_TARGET: "subjects/_mentions.html"} if searched else {},
+        lambda: _subject_context(user_id, now),
+        **shared,
+    )
+
+
+def _subject_context(user_id: str, now: int) -> dict[str, Any]:
+    """Return what the subject page shows above the mentions: totals, the newest conversations,
+    their own namespace's entries, and the commands."""
+    settings, store, driver = state.settings(), state.conversations(), state.driver()
+    own = subject_namespace(user_id, settings.subject_namespace)
+    page = store.list(limit=PAGE_SIZE, sort="updated", user_id=user_id)
+    own_total = driver.count(own)
+    own_page = driver.entries(own, limit=PAGE_SIZE) if own_total else None
+    links = _row_links()
+    return {
+        "totals": store.subject_totals(user_id),
+        "conversations": [_summary_row(conversation, links) for conversation in page.items],
+        "more_conversations_url": url_for("conversations.index", user_id=user_id, sort="-updated")
         if page.next_cursor
         else None,
-        namespace=own,
-        namespace_url=url_for("memory.namespace", namespace=own) if own_count else None,
-        namespace_counts=own_count,
-        entries=[entry_row(row, now) for row in own_page.items] if own_page else [],
-        more_entries=bool(own_page and own_page.next_cursor),
-        mentions=[entry_row(row, now) for row in mentions[:MENTIONS_LISTED]],
-        more_mentions=len(mentions) > MENTIONS_LISTED,
-        mentions_not_searched=operations.mentions_not_searched(subject),
-        commands=subject_commands(user_id),
-        export_url=url_for("subjects.export", user_id=user_id),
-        store_messages=settings.store_messages,
-    )
+        "namespace": own,
+        "namespace_url": url_for("memory.namespace", namespace=own) if own_total else None,
+        "namespace_total": own_total,
+        "entries": [entry_row(row, now) for row in own_page.items] if own_page else [],
+        "more_entries": bool(own_page and own_page.next_cursor),
+        "commands": subject_commands(user_id),
+        "export_url": url_for("subjects.export", user_id=user_id),
+        "store_messages": settings.store_messages,
+    }
 
 
 @bp.get("/<path:user_id>/export.json")

@@ -183,3 +183,32 @@ def test_a_screenshot_of_every_page(
     tab.context.close()
     saved = {path.name for path in ARTIFACTS.glob(f"*-{width}.png")}
     assert {f"{name}{suffix}-{width}.png" for name in hostile} <= saved
+
+
+def _mention(app: Flask) -> None:
+    with app.app_context():
+        state.memory().set("callback-note", "ring cust-1001 back about the refund", "default")
+
+
+def test_the_subject_page_lists_its_mentions_after_the_page_by_itself(
+    app: Flask, page: Any, server: str  # noqa: F811
+) -> None:
+    _mention(app)
+    page.goto(f"{server}/subjects/cust-1001")
+    mentions = page.locator("#subject-mentions")
+    expect(mentions.locator("code", has_text="callback-note")).to_be_visible()
+    expect(mentions).to_contain_text("1 entry elsewhere mentions this id.")
+    assert "mentions=1" not in page.url, "the section is filled in on the page itself"
+
+
+def test_without_javascript_the_mentions_link_shows_the_page_with_them(
+    app: Flask, browser: Any, server: str  # noqa: F811
+) -> None:
+    _mention(app)
+    context, tab = _signed_in_at(browser, server, "/subjects/cust-1001", java_script_enabled=False)
+    assert "callback-note" not in tab.inner_text("#subject-mentions")
+    tab.click("#subject-mentions a")
+    tab.wait_for_url(f"{server}/subjects/cust-1001?mentions=1#mentions-heading")
+    expect(tab.locator("#subject-mentions code", has_text="callback-note")).to_be_visible()
+    expect(tab.locator("h1")).to_contain_text("cust-1001")
+    context.close()
