@@ -361,6 +361,21 @@ def test_eval_compares_scorings_side_by_side(tmp_path):
     assert rows == ["clawmem", "weighted"]
 
 
+@pytest.mark.slow
+def test_eval_embeds_a_self_contained_files_entries_for_the_semantic_scorings(tmp_path):
+    # The entries of the file are not written through a site, so nothing embeds them on write:
+    # eval must, or semantic finds nothing and hybrid is weighted alone.
+    path = _write(tmp_path / "meaning.jsonl", [
+        {"namespace": "n", "key": "pet", "value": "My dog is called Rex"},
+        {"namespace": "n", "key": "weather", "value": "It rained all day in Toronto"},
+        {"namespace": "n", "message": "Puppy's name?", "keys": ["pet"]},
+    ])  # fmt: skip
+    result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "semantic", "--scoring", "hybrid"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[2:]}
+    assert rows["semantic"][0] == "1.000" and rows["hybrid"][1] == "1.000"
+
+
 @pytest.mark.parametrize(
     ("content", "error"),
     [

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import click
 
 from clawmem.errors import EmbedderUnavailable, EvalFileError
-from clawmem.recall.eval import evaluate, parse, table
+from clawmem.recall.eval import embed_entries, evaluate, parse, table
 from clawmem.recall.phpclaw import RANKERS
 from clawmem.settings import RECALL_SCORINGS
+from clawmem.vector_writes import SEMANTIC_SCORINGS
 
 
 @click.command("eval")
@@ -45,6 +47,11 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None) -
         for namespace, key, value in entries:
             memory.set(key, value, namespace=namespace)
         k, default_namespace = top_k or 3, "default"
+        if any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
+            # Without the extra, each semantic scoring says so below, skipped or refused.
+            bar = click.progressbar(length=len(entries), label="embedding", file=sys.stderr)
+            with bar, contextlib.suppress(EmbedderUnavailable):
+                embed_entries(memory, entries, bar.update)
     else:
         site = current_site()
         memory = site.memory

@@ -4,7 +4,9 @@ The file is JSON Lines. A *question* line holds ``message``, the ``keys`` that s
 recalled, and optionally ``namespace`` (the recall namespace, else the default) and ``subject``
 (a subject namespace ranked with it). An *entry* line holds ``namespace``, ``key`` and ``value``;
 a file with entry lines is self-contained: it is evaluated on an in-process memory holding just
-those entries, never on the site's. Each question is one turn (top-k and byte budget as usual):
+those entries, never on the site's, each embedded first for ``semantic`` and ``hybrid`` as a
+write through a site would embed it (:func:`embed_entries`). Each question is one turn (top-k
+and byte budget as usual):
 
 - recall@n: the share of questions with a wanted key among the first ``n`` injected entries;
 - MRR: the mean of 1 / the rank of the first wanted key in the ranking (0 past :data:`MRR_DEPTH`).
@@ -13,6 +15,7 @@ those entries, never on the site's. Each question is one turn (top-k and byte bu
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +24,7 @@ from clawmem.errors import EvalFileError
 from clawmem.recall.augmenter import MessageAugmenter
 from clawmem.recall.candidates import Ranker
 from clawmem.recall.sources import Readable
+from clawmem.recall.words import text_of
 
 MRR_DEPTH = 100
 
@@ -90,6 +94,22 @@ def parse(lines: Iterable[str]) -> tuple[list[tuple[str, str, Any]], list[Questi
     if not questions:
         raise EvalFileError("the file holds no question")
     return entries, questions
+
+
+def embed_entries(
+    memory: object, entries: Sequence[tuple[str, str, Any]], progress: Callable[[int], None] | None = None
+) -> int:
+    """Give each ``(namespace, key, value)`` of an eval file held by ``memory`` its vector in the
+    process's scorer (the one the ``semantic`` and ``hybrid`` rankers ask), calling
+    ``progress`` per batch; return how many were embedded. Raises
+    :class:`~clawmem.errors.EmbedderUnavailable` without the ``semantic`` extra."""
+    from clawmem.recall.fusion import default_scorer
+
+    texts: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
+    for namespace, key, value in entries:
+        texts[namespace].append((key, text_of(value)))
+    store = default_scorer().store_for(memory)
+    return sum(store.embed_missing(namespace, own, on_batch=progress) for namespace, own in texts.items())
 
 
 def evaluate(
