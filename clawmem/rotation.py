@@ -14,7 +14,7 @@ nothing left behind, ``keys status`` shows no row under the old key, which can t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,16 +123,8 @@ def vector_key_counts(site: Site) -> tuple[str, dict[str, int], int] | None:
     backing = vector_backing(site)
     if backing is None:
         return None
-    per_key: dict[str, int] = {}
-    plaintext = 0
-    for namespace in backing.namespaces():
-        for _, _, text in backing.stored(namespace):
-            key_id = key_id_of(text)
-            if key_id is None:
-                plaintext += 1
-            else:
-                per_key[key_id] = per_key.get(key_id, 0) + 1
-    return backing.name, per_key, plaintext
+    texts = (text for namespace in backing.namespaces() for _, _, text in backing.stored(namespace))
+    return (backing.name, *_by_key_id(texts))
 
 
 def memory_key_counts(site: Site) -> tuple[dict[str, int], int] | None:
@@ -141,15 +133,20 @@ def memory_key_counts(site: Site) -> tuple[dict[str, int], int] | None:
     driver = _stored_driver(site)
     if driver is None:
         return None
+    texts = (text for namespace in driver.namespaces() for _, text, _ in driver.stored_texts(namespace))
+    return _by_key_id(texts)
+
+
+def _by_key_id(texts: Iterable[str]) -> tuple[dict[str, int], int]:
+    """Return how many of ``texts`` are sealed under each key id, and how many are plaintext."""
     per_key: dict[str, int] = {}
     plaintext = 0
-    for namespace in driver.namespaces():
-        for _, text, _ in driver.stored_texts(namespace):
-            key_id = key_id_of(text)
-            if key_id is None:
-                plaintext += 1
-            else:
-                per_key[key_id] = per_key.get(key_id, 0) + 1
+    for text in texts:
+        key_id = key_id_of(text)
+        if key_id is None:
+            plaintext += 1
+        else:
+            per_key[key_id] = per_key.get(key_id, 0) + 1
     return per_key, plaintext
 
 

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -31,7 +30,14 @@ from clawmem.clock import Clock
 from clawmem.codecs import warn_undecryptable
 from clawmem.errors import CorruptStoreError, InvalidNamespace, Undecryptable
 from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
-from clawmem.memory.file_vectors import VECTORS_SUFFIX, FileVectorBacking, drop_vectors
+from clawmem.memory.file_vectors import (
+    FILE_MODE,
+    TEMP_PREFIX,
+    VECTORS_SUFFIX,
+    FileVectorBacking,
+    drop_vectors,
+    replace_file,
+)
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -45,10 +51,7 @@ from clawmem.rules import (
 log = logging.getLogger(__name__)
 
 STORE_SUFFIX = ".json"
-# Writes go through temporary files named like this; a crash can leave one behind.
-TEMP_PREFIX = ".tmp-"
 LOCK_SUFFIX = ".lock"
-FILE_MODE = 0o600
 DIRECTORY_MODE = 0o700
 DEFAULT_SITE_DIRECTORY = "default-site"
 SITE_DIRECTORY_PREFIX = "site-"
@@ -284,20 +287,7 @@ class FileMemory(FeedingMemory):
         if not store:
             path.unlink(missing_ok=True)
             return
-        content = dump_store(store)
-        descriptor, temp_name = tempfile.mkstemp(dir=self.directory, prefix=TEMP_PREFIX, suffix=STORE_SUFFIX)
-        try:
-            with os.fdopen(descriptor, "wb") as temp_file:
-                temp_file.write(content)
-                temp_file.flush()
-                # Without fsync a crash could leave an empty file behind the rename.
-                os.fsync(temp_file.fileno())
-            os.chmod(temp_name, FILE_MODE)
-            os.replace(temp_name, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp_name)
-            raise
+        replace_file(path, dump_store(store), STORE_SUFFIX)
 
     def _rewrite(self, namespace: str, now: int, edit: Callable[[Store], bool]) -> int:
         """Apply ``edit`` (returns whether it changed the store) and prune expired entries, all

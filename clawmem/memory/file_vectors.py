@@ -25,8 +25,8 @@ from clawmem.errors import CorruptStoreError
 VectorRow = tuple[str, str, str]  # (key, text print, vector text)
 VECTORS_SUFFIX = ".vectors"
 COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place
-FILE_MODE = 0o600
-TEMP_PREFIX = ".tmp-"
+FILE_MODE = 0o600  # every file the file driver writes
+TEMP_PREFIX = ".tmp-"  # its writes go through temporary files named so; a crash can leave one
 
 Sidecar = dict[str, Any]  # {"model_id": str, "dimension": int, "vectors": {key: [print, text]}}
 
@@ -53,13 +53,11 @@ def read_sidecar(path: Path) -> Sidecar:
     return data
 
 
-def write_sidecar(path: Path, sidecar: Sidecar) -> None:
-    """Replace the sidecar at ``path`` atomically (remove it when it holds no vector)."""
-    if not sidecar["vectors"]:
-        path.unlink(missing_ok=True)
-        return
-    content = json.dumps(sidecar, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=VECTORS_SUFFIX)
+def replace_file(path: Path, content: bytes, suffix: str) -> None:
+    """Replace the file at ``path`` with ``content`` atomically: a temporary file beside it
+    (``TEMP_PREFIX`` + ``suffix``, readable by its owner only), synced, then renamed over it.
+    Without the sync a crash could leave an empty file behind the rename."""
+    descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=suffix)
     try:
         with os.fdopen(descriptor, "wb") as temp_file:
             temp_file.write(content)
@@ -71,6 +69,15 @@ def write_sidecar(path: Path, sidecar: Sidecar) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
         raise
+
+
+def write_sidecar(path: Path, sidecar: Sidecar) -> None:
+    """Replace the sidecar at ``path`` atomically (remove it when it holds no vector)."""
+    if not sidecar["vectors"]:
+        path.unlink(missing_ok=True)
+        return
+    content = json.dumps(sidecar, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    replace_file(path, content, VECTORS_SUFFIX)
 
 
 def drop_vectors(path: Path, keys: Iterable[str] | None) -> None:
