@@ -64,7 +64,14 @@ def decode_json_value(text: str) -> Any:
     """Return the value of strict JSON ``text``: ``NaN``, ``Infinity`` and a float that overflows
     (``1e999``) raise ``ValueError``, as clawmem never writes them and a document holding them
     is not JSON. (Integers of any size are JSON, and clawmem writes them.)"""
+    if isinstance(text, str) and not text.startswith("\ufeff"):  # what json.loads checks first
+        return _STRICT.decode(text)
     return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+
+
+# One decoder for every value: json.loads with these hooks would build a decoder and its
+# scanner per call, and a full load of the recall index decodes every stored value.
+_STRICT = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
 
 
 JSON = ValueCodec("JSON", encode_value, decode_json_value)

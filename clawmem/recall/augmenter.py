@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from clawmem import events
@@ -16,7 +16,7 @@ from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StaleIndex
 from clawmem.prompt import SkillDecision, Span
 from clawmem.recall.candidates import Ranker, Ranking
-from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, MEMORY_HEADER, plan, render_memory_text
+from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, MEMORY_HEADER, plan_lines, render_memory_text
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.rankings import ATTEMPTS, ScanRanking, scan_ranking, word_overlap
 from clawmem.recall.report import AugmentResult, Decisions, EntryDecision
@@ -105,16 +105,23 @@ class MessageAugmenter:
         self, message: str, namespaces: Sequence[str]
     ) -> tuple[Ranking, list[tuple[str, str]], list[EntryDecision]]:
         """Return the ranking of ``message`` over ``namespaces`` and its planned block."""
+        ranking, lines, decide = self._planned(message, namespaces)
+        return ranking, lines, decide()
+
+    def _planned(
+        self, message: str, namespaces: Sequence[str]
+    ) -> tuple[Ranking, list[tuple[str, str]], Callable[[], list[EntryDecision]]]:
+        # The block now, its decisions when the report is read (see plan_lines).
         for _ in range(ATTEMPTS):
             ranking = self.ranker(self.memory, message, namespaces, self._now(namespaces[-1]))
             try:
-                lines, planned = plan(ranking, self.top_k, self.max_recall_bytes, self.min_score)
+                lines, decide = plan_lines(ranking, self.top_k, self.max_recall_bytes, self.min_score)
             except StaleIndex:
                 continue  # the index corrected itself; rank again
-            return ranking, lines, planned
+            return ranking, lines, decide
         ranking = scan_ranking(self.memory, message, namespaces, self._now(namespaces[-1]))
-        lines, planned = plan(ranking, self.top_k, self.max_recall_bytes, self.min_score)
-        return ranking, lines, planned
+        lines, decide = plan_lines(ranking, self.top_k, self.max_recall_bytes, self.min_score)
+        return ranking, lines, decide
 
     def augment(self, message: str, subject_namespace: str | None = None) -> AugmentResult:
         """Return the augmented text and its report. Never raises for a memory backend failure.
@@ -134,7 +141,7 @@ class MessageAugmenter:
         block_bytes = 0
         if self.top_k > 0:
             try:
-                ranking, lines, planned = self.rank(message, namespaces)
+                ranking, lines, planned = self._planned(message, namespaces)
             except Exception as exc:  # the memory backend's and the embedder's boundary, both
                 # possibly the caller's own code: the turn goes on without memory, and the log
                 # names the class only, as an exception message may quote stored data.

@@ -36,6 +36,7 @@ _MERGE_AT = 64  # pending postings of a word merged into its array past this man
 # add, several times cheaper than an indexed add per posting (a Zipf vocabulary's common words).
 _DENSE_SHARE = 8
 _DENSE_FROM = 65_536
+_FEW = 128  # best-scoring slots at most this many are ranked by a Python sort
 _ONES = {kind: np.ones(1, dtype=kind) for kind in (np.uint8, np.uint16)}  # what a posting adds
 
 
@@ -92,9 +93,11 @@ class Candidates:
             return self.slots
         counts = self.counts
         lowest = int(counts.max())
-        while lowest > 1 and np.count_nonzero(counts >= lowest) < count:
+        held = counts >= lowest  # one mask, compared again in place per level and then listed
+        while lowest > 1 and np.count_nonzero(held) < count:
             lowest -= 1
-        return np.flatnonzero(counts >= lowest)
+            np.greater_equal(counts, lowest, out=held)
+        return held.nonzero()[0]
 
     def first(self, count: int) -> list[tuple[str, int, int]]:
         """Return the first ``count`` candidates in rank order (score desc, key asc) as
@@ -102,6 +105,11 @@ class Candidates:
         if count <= 0 or not self.candidate_count:
             return []
         slots = self._best(count)
+        if slots.size <= _FEW:
+            # A sort of (score desc, key order) tuples: cheaper than the array steps for so few.
+            scores, orders = self.counts[slots].tolist(), self.key_order[slots].tolist()
+            by_rank = sorted(zip([-score for score in scores], orders, slots.tolist(), strict=True))
+            return [self._found(slot, -negated) for negated, _, slot in by_rank[:count]]
         scores = self.counts[slots]
         orders = self.key_order[slots]
         orders -= orders.min()  # a copy already, taken by the indexing
@@ -115,13 +123,12 @@ class Candidates:
             chosen = np.arange(slots.size)
         chosen = chosen[np.argsort(order_key[chosen], kind="stable")]
         slots, scores = slots[chosen], scores[chosen]
-        sizes = self.line_size[slots]
-        found = []
-        for slot, score, size in zip(slots.tolist(), scores.tolist(), sizes.tolist(), strict=True):
-            key = self.keys[slot]
-            self._slot_of[key] = slot
-            found.append((key, int(score), int(size)))
-        return found
+        return [self._found(slot, score) for slot, score in zip(slots.tolist(), scores.tolist(), strict=True)]
+
+    def _found(self, slot: int, score: int) -> tuple[str, int, int]:
+        key = self.keys[slot]
+        self._slot_of[key] = slot
+        return key, int(score), int(self.line_size[slot])
 
     def confirm(self, keys: Sequence[str], rows: Mapping[str, Any], now: int) -> bool:
         """Check ``keys`` (candidates of this query) against ``rows`` (see

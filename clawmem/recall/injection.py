@@ -22,7 +22,7 @@ message is returned byte-identical.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, INJECTED, TRUNCATED, USER_MESSAGE, Span
 from clawmem.recall.candidates import Candidate, Ranking
@@ -64,6 +64,16 @@ def plan(
     Raises :class:`clawmem.errors.StaleIndex` when the ranking found a candidate changed
     in the backend (it has corrected its index; rank again).
     """
+    lines, decide = plan_lines(ranking, top_k, max_bytes, min_score)
+    return lines, decide()
+
+
+def plan_lines(
+    ranking: Ranking, top_k: int, max_bytes: int, min_score: float | None = None
+) -> tuple[list[tuple[str, str]], Callable[[], list[EntryDecision]]]:
+    """Return what :func:`plan` returns, the decisions as a call that makes them when a report
+    reads them: a turn whose report nobody reads pays for its lines only. Raises as
+    :func:`plan` does, before returning."""
     first = ranking.first(top_k)
     floored = [c for c in first if min_score is not None and c.score < min_score]
     first = [c for c in first if min_score is None or c.score >= min_score]
@@ -74,26 +84,29 @@ def plan(
         if status in (INJECTED, TRUNCATED)
     ]
     texts = dict(zip(((c.namespace, c.key) for c in kept), ranking.texts(kept), strict=True))
-    lines = []
-    decisions = []
-    below = [
-        (BELOW_MIN_SCORE, f"score {c.score:.4g} is below the floor {min_score:.4g}", 0)
-        for c in floored
-    ]
-    first += floored
-    outcomes += below
-    for candidate, (status, reason, room), words in zip(first, outcomes, ranking.matched(first), strict=True):
-        text = texts.get((candidate.namespace, candidate.key), "")
+    lines: list[tuple[str, str]] = []
+    reasons: list[str] = []
+    for candidate, (status, reason, room) in zip(first, outcomes, strict=True):
+        if status not in (INJECTED, TRUNCATED):
+            reasons.append(reason)
+            continue
+        text = texts[candidate.namespace, candidate.key]
         line = injection_line(candidate.key, text)
         if status == INJECTED:
             lines.append((candidate.key, line))
-        elif status == TRUNCATED:
-            kept = cut_utf8(line[:-1], room)
-            lines.append((candidate.key, kept + "\n"))
-            reason = f"the only line, cut from {candidate.bytes} to {utf8_len(kept) + 1} bytes to fit"
-        if status in (INJECTED, TRUNCATED) and line != f"- {candidate.key}: {text}\n":
+        else:
+            cut = cut_utf8(line[:-1], room)
+            lines.append((candidate.key, cut + "\n"))
+            reason = f"the only line, cut from {candidate.bytes} to {utf8_len(cut) + 1} bytes to fit"
+        if line != f"- {candidate.key}: {text}\n":
             reason += "; control characters escaped"  # the preview says the line is not as stored
-        decisions.append(
+        reasons.append(reason)
+
+    def decide() -> list[EntryDecision]:
+        below = [f"score {c.score:.4g} is below the floor {min_score:.4g}" for c in floored]
+        statuses = [status for status, _, _ in outcomes] + [BELOW_MIN_SCORE] * len(floored)
+        decided = first + floored
+        return [
             EntryDecision(
                 candidate.key,
                 candidate.score,
@@ -104,8 +117,12 @@ def plan(
                 words,
                 explain(ranking, candidate),
             )
-        )
-    return lines, decisions
+            for candidate, status, reason, words in zip(
+                decided, statuses, reasons + below, ranking.matched(decided), strict=True
+            )
+        ]
+
+    return lines, decide
 
 
 def fit(first: Sequence[Candidate], candidate_count: int, max_bytes: int) -> list[tuple[str, str, int]]:

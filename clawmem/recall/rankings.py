@@ -135,7 +135,7 @@ class IndexRanking:
                 raise StaleIndex()
             for key in keys:
                 text = texts[namespace, key] = text_of(rows[key].value)
-                self._held[namespace, key] = set(entry_words(key, text))
+                self._held[namespace, key] = entry_words(key, text)
         return [texts[c.namespace, c.key] for c in candidates]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,18 +108,27 @@ class AugmentResult:
 
 class Decisions(Sequence[EntryDecision]):
     """Every candidate's decision in rank order, computed only as far as it is read: the first
-    ``top_k`` are planned with the turn, the rest were cut by top-k."""
+    ``top_k`` were planned with the turn (their decisions made on the first read), the rest were
+    cut by top-k."""
 
-    def __init__(self, ranking: Ranking | None, planned: list[EntryDecision], top_k: int) -> None:
+    def __init__(
+        self,
+        ranking: Ranking | None,
+        planned: list[EntryDecision] | Callable[[], list[EntryDecision]],
+        top_k: int,
+    ) -> None:
         self._ranking = ranking
-        self._known = list(planned)
+        # The planned decisions, or (with a ranking) the call that makes them on the first read.
+        self._planned, self._known = (planned, []) if callable(planned) else (None, list(planned))
         self._top_k = top_k
-        self._hits = ranking.candidate_count if ranking is not None else len(planned)
+        self._hits = ranking.candidate_count if ranking is not None else len(self._known)
 
     def __len__(self) -> int:
         return self._hits
 
     def _extend(self, stop: int) -> None:
+        if self._planned is not None:
+            self._known, self._planned = self._planned(), None
         if stop <= len(self._known) or self._ranking is None:
             return
         start = len(self._known)
