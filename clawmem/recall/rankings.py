@@ -164,15 +164,21 @@ def word_overlap(memory: Readable, message: str, namespaces: Sequence[str], now:
 
 
 def rank_each(
-    memory: Readable, messages: Iterable[str], namespace: str, now: int, ranker: Ranker = word_overlap
+    memory: Readable,
+    messages: Iterable[str],
+    namespace: str,
+    now: int,
+    ranker: Ranker = word_overlap,
+    index: WordIndex | None = None,
 ) -> Iterator[Ranking]:
     """Rank each of ``messages`` over ``namespace``. With word overlap from an index, the index
     is brought up to date once for them all (as the backend stands at this call), not once a
-    message: a survey of a thousand messages costs one catch-up, not a thousand."""
+    message: a survey of a thousand messages costs one catch-up, not a thousand. ``index`` is
+    the namespace's index already brought up to date by the caller, if it has one."""
     driver = serving_driver(memory, namespace)[0]
     if ranker is not word_overlap or not conforms(driver, ChangeFeed):
         return (ranker(memory, message, [namespace], now) for message in messages)
-    source = [(namespace, driver, fresh_index(driver, namespace))]
+    source = [(namespace, driver, index if index is not None else fresh_index(driver, namespace))]
     return (IndexRanking(keywords(message), source, now) for message in messages)
 
 

@@ -27,15 +27,17 @@ def injection_counts(
     now: int,
     max_bytes: int = DEFAULT_MAX_RECALL_BYTES,
     ranker: Ranker = word_overlap,
+    index: WordIndex | None = None,
 ) -> Counter[str]:
     """Return, per key, how many of ``messages`` would inject the entry (as a turn would).
 
-    Only line sizes are needed, so nothing but the index is read per message.
+    Only line sizes are needed, so nothing but the index is read per message (``index``: the
+    namespace's, already brought up to date).
     """
     counts: Counter[str] = Counter()
     if top_k <= 0:
         return counts
-    for ranking in rank_each(memory, messages, namespace, now, ranker):
+    for ranking in rank_each(memory, messages, namespace, now, ranker, index):
         first = ranking.first(top_k)
         outcomes = fit(first, ranking.candidate_count, max_bytes)
         counts.update(
@@ -91,9 +93,12 @@ def survey(
     now: int,
     ranker: Ranker = word_overlap,
 ) -> InjectionSurvey:
-    """Return the :class:`InjectionSurvey` of ``messages`` over ``namespace`` as turns would see it."""
-    injections = injection_counts(memory, messages, namespace, top_k, now, ranker=ranker)
-    return InjectionSurvey(len(messages), injections, live_sizes(memory, namespace, now))
+    """Return the :class:`InjectionSurvey` of ``messages`` over ``namespace`` as turns would see
+    it, the index (if the driver keeps one) brought up to date once for the counts and sizes."""
+    index = _index_of(memory, namespace)
+    injections = injection_counts(memory, messages, namespace, top_k, now, ranker=ranker, index=index)
+    sizes = index.live_sizes(now) if index is not None else live_sizes(memory, namespace, now)
+    return InjectionSurvey(len(messages), injections, sizes)
 
 
 def unmatched_entries(

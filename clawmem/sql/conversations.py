@@ -343,15 +343,32 @@ def message_page(
 ) -> list[StoredMessage]:
     """Return up to ``limit`` of one conversation's messages after ``cursor``, oldest first
     (newest first when ``descending``)."""
+    if not cursor:
+        found = conn.execute(_first_messages_select(prefix, shape, descending, limit),
+                             {"conversation_id": conversation_id})
+        return [_message(row) for row in found]
     table = tables(prefix).messages
     select = sa.select(*row_columns(table, shape)).where(table.c.conversation_id == conversation_id)
     columns = [table.c.created_at, table.c.id]
-    if cursor:
-        moment = decode_time_cursor(cursor, conn.dialect.name, descending)
-        select = select.where(after(columns, moment, descending))
+    moment = decode_time_cursor(cursor, conn.dialect.name, descending)
+    select = select.where(after(columns, moment, descending))
     order = [column.desc() for column in columns] if descending else columns
     select = select.order_by(*order).limit(limit)
     return [_message(row) for row in conn.execute(select)]
+
+
+@functools.cache
+def _first_messages_select(prefix: str, shape: str, descending: bool, limit: int) -> sa.Select[Any]:
+    # The first page of a conversation's messages, its id bound at execution: built once, as
+    # every conversation page asks for it.
+    table = tables(prefix).messages
+    columns = [table.c.created_at, table.c.id]
+    return (
+        sa.select(*row_columns(table, shape))
+        .where(table.c.conversation_id == sa.bindparam("conversation_id"))
+        .order_by(*([column.desc() for column in columns] if descending else columns))
+        .limit(limit)
+    )
 
 
 def _content_size(content: Any, dialect: str) -> tuple[Any, Any | None]:
@@ -374,22 +391,30 @@ def _content_size(content: Any, dialect: str) -> tuple[Any, Any | None]:
 def message_sizes(conn: Connection, prefix: str, conversation_id: str, limit: int) -> list[MessageSize]:
     """Return the :class:`MessageSize` of up to ``limit`` of one conversation's messages, oldest
     first, without reading their content."""
-    table = tables(prefix).messages
-    size, unmeasured = _content_size(table.c.content, conn.dialect.name)
-    columns = [table.c.id, table.c.role, table.c.tool_input, size.label("size")]
-    select = (
-        sa.select(*columns, *([] if unmeasured is None else [unmeasured.label("raw")]))
-        .where(table.c.conversation_id == conversation_id)
-        .order_by(table.c.created_at, table.c.id)
-        .limit(limit)
-    )
+    select, measures_all = _message_sizes_select(prefix, conn.dialect.name, limit)
     found = []
-    for row in conn.execute(select):
+    for row in conn.execute(select, {"conversation_id": conversation_id}):
         tool_input, _ = read_json(row.tool_input, "tool_input")
-        raw = None if unmeasured is None else row.raw
+        raw = None if measures_all else row.raw
         measured = int(row.size or 0) if raw is None else utf8_len(as_text(raw) or "")
         found.append(MessageSize(as_text(row.id), as_text(row.role), measured, tool_input))
     return found
+
+
+@functools.cache
+def _message_sizes_select(prefix: str, dialect: str, limit: int) -> tuple[sa.Select[Any], bool]:
+    # Built once per prefix and dialect, the conversation's id bound at execution (every
+    # conversation page runs it); with whether the database measures every row's size itself.
+    table = tables(prefix).messages
+    size, unmeasured = _content_size(table.c.content, dialect)
+    columns = [table.c.id, table.c.role, table.c.tool_input, size.label("size")]
+    select = (
+        sa.select(*columns, *([] if unmeasured is None else [unmeasured.label("raw")]))
+        .where(table.c.conversation_id == sa.bindparam("conversation_id"))
+        .order_by(table.c.created_at, table.c.id)
+        .limit(limit)
+    )
+    return select, unmeasured is None
 
 
 def messages_with_ids(
@@ -472,12 +497,18 @@ def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
     """Return every namespace that holds a conversation, each found by one seek into the
     namespace index for the next larger one: a DISTINCT reads every conversation's entry, on
     every list page (the namespace filter's choices)."""
+    return list(conn.execute(_namespaces_select(prefix)).scalars())
+
+
+@functools.cache
+def _namespaces_select(prefix: str) -> sa.Select[Any]:
+    # Built once per prefix: every list page asks, and building the recursive statement cost
+    # about as much as running it.
     table = tables(prefix).conversations
     found = sa.select(sa.func.min(table.c.namespace).label("namespace")).cte("found", recursive=True)
     following = sa.select(sa.func.min(table.c.namespace)).where(table.c.namespace > found.c.namespace)
     found = found.union_all(sa.select(following.scalar_subquery()).where(found.c.namespace.is_not(None)))
-    select = sa.select(found.c.namespace).where(found.c.namespace.is_not(None))
-    return list(conn.execute(select).scalars())
+    return sa.select(found.c.namespace).where(found.c.namespace.is_not(None))
 
 
 # How the conversation list can be ordered: the column, and whether newest (or Z) comes first.
@@ -597,19 +628,29 @@ def summaries(
         raise ValueError("phpClaw's tables hold no tokens to sort by")
     start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
     direction = own_direction if descending is None else descending
-    if sort == "messages" or filters.get("conversation_id") is not None:
+    given = _given(filters)
+    if list(given) == ["conversation_id"] and start is None:
+        # One conversation (its page asks on every request): a statement built once, the id bound.
+        one = {"conversation_id": given["conversation_id"]}
+        rows = list(conn.execute(_one_summary_select(prefix, shape), one))
+        counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+    elif sort == "messages" or filters.get("conversation_id") is not None:
         # The order is the count itself: every matching conversation is counted (one
         # conversation asked for by id is counted in the same statement).
         counts = role_counts_of(prefix)
         select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
         rows = sorted_rows(conn, select, [counts[0].element, table.c.id], limit, start, descending=direction)
         counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+    elif not given and start is None and name not in NULLABLE_SORTS:
+        # The list's first page unfiltered, the page most asked for: a statement built once.
+        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit)))
+        counted = page_role_counts(conn, prefix, [row.id for row in rows])
     else:
         # Page first, then count the page's messages only: a database that computes a row's
         # columns before it sorts would otherwise count every matching conversation.
         select = _filtered(sa.select(*row_columns(table, shape)), prefix, **filters)
         rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
-                           nullable=name in ("title", "total_tokens"))
+                           nullable=name in NULLABLE_SORTS)
         counted = page_role_counts(conn, prefix, [row.id for row in rows])
     found = []
     for row in rows:
@@ -623,6 +664,35 @@ def summaries(
             raw_updated_at=raw_moment(row.updated_at),
         ))
     return found
+
+
+def _given(filters: dict[str, Any]) -> dict[str, Any]:
+    """Return the filters of :func:`_filtered` that narrow the list (an empty search does not;
+    an empty ``user_id`` does: it is the anonymous subject)."""
+    return {name: value for name, value in filters.items()
+            if value is not None and (name != "query" or value)}
+
+
+NULLABLE_SORTS = ("title", "total_tokens")  # columns that may be NULL: listed last, in a query apart
+
+
+@functools.cache
+def _one_summary_select(prefix: str, shape: str) -> sa.Select[Any]:
+    table = tables(prefix).conversations
+    return sa.select(*row_columns(table, shape), *role_counts_of(prefix)).where(
+        table.c.id == sa.bindparam("conversation_id")
+    )
+
+
+@functools.cache
+def _first_page_select(prefix: str, shape: str, column: str, descending: bool, limit: int) -> sa.Select[Any]:
+    table = tables(prefix).conversations
+    order = [table.c[column], table.c.id]
+    return (
+        sa.select(*row_columns(table, shape))
+        .order_by(*([part.desc() for part in order] if descending else order))
+        .limit(limit)
+    )
 
 
 def page_role_counts(
@@ -714,12 +784,20 @@ def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, *
     """Return how many conversations :func:`summaries` lists under ``filters``, in one query;
     with ``at_most``, counting stops there (a search through every message can stop early)."""
     table = tables(prefix).conversations
+    if at_most is None and not _given(filters):
+        return int(conn.execute(_count_select(prefix)).scalar() or 0)
     if at_most is None:
         select = _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
     else:
         found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
         select = sa.select(sa.func.count()).select_from(found)
     return int(conn.execute(select).scalar() or 0)
+
+
+@functools.cache
+def _count_select(prefix: str) -> sa.Select[Any]:
+    # Every conversation, as the unfiltered list counts them on each request: built once.
+    return sa.select(sa.func.count()).select_from(tables(prefix).conversations)
 
 
 def scan_candidates(

@@ -91,6 +91,11 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"JSON text holds {name}, which JSON does not allow")
 
 
+# Made once: json.loads with an option builds a decoder on every call, and a page reads
+# every row's JSON columns.
+_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 
 
 def problem_in(value: Any, raw: str | None = None) -> str | None:
@@ -146,7 +151,7 @@ def read_json(text: Any, column: str) -> tuple[Any, str | None]:
     if is_sealed(raw):
         return Sealed(raw), None
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
+        value = _JSON.decode(raw)
     except (ValueError, RecursionError):
         return raw, f"{column} is not JSON"
     problem = problem_in(value, raw)

@@ -6,7 +6,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from flask import Blueprint, Response, abort, request, url_for
 
@@ -21,16 +21,21 @@ from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT, moment_t
 from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
+    TimeFrame,
     int_arg,
+    marked,
     pretty_json,
     preview_text,
     render_page,
+    snippet,
     sort_arg,
     sort_links,
     sort_word,
     text_arg,
+    time_frame,
     url_maker,
     wants_fragment,
+    when,
 )
 from dashboard.views.turns import recall_rows, turn_preview
 
@@ -102,6 +107,54 @@ def _summary_row(
     }
 
 
+class ListRow(NamedTuple):
+    """One row of the conversation list, each field ready to print (the template unpacks it in
+    this order): built in one pass, as a page holds fifty rows and a template's tests and
+    lookups per cell cost more than the rest of a row."""
+
+    url: str
+    title: str  # markup: escaped, the search's matches marked
+    unreadable: str | None
+    snippet: str | None  # markup: the first matching message, around its match
+    subject_url: str | None  # the subject's page; the anonymous ones share no subject
+    user_id: str
+    namespace: str
+    messages: int  # said
+    apart: str  # the recall records and checkpoints, counted apart ('' for none)
+    tokens: int | None  # None: not reported
+    started: str  # markup of rendering.when
+    updated: str
+
+
+def _list_row(
+    conversation: ConversationSummary,
+    links: tuple[Callable[[str], str], Callable[[str], str]],
+    query: str | None,
+    match: str | None,
+    frame: TimeFrame,
+) -> ListRow:
+    to_conversation, to_subject = links
+    recalls, checkpoints = conversation.recall_count, conversation.checkpoint_count
+    apart = f"+{recalls} recall" if recalls else ""
+    if checkpoints:
+        apart += f" +{checkpoints} checkpoint{'' if checkpoints == 1 else 's'}"
+    return ListRow(
+        url=to_conversation(conversation.id),
+        title=marked(conversation.title or "(untitled)", query),
+        unreadable=conversation.unreadable,
+        snippet=None if match is None else snippet(match, query),
+        subject_url=to_subject(conversation.user_id) if conversation.user_id else None,
+        user_id=conversation.user_id or "anonymous",
+        namespace=conversation.namespace,
+        messages=conversation.message_count,
+        apart=apart,
+        tokens=conversation.total_tokens,
+        # Both times are NOT NULL: no time means one the row's writer left unreadable.
+        started=when(conversation.created_at or UNREADABLE_TIME, frame),
+        updated=when(conversation.updated_at or UNREADABLE_TIME, frame),
+    )
+
+
 def _chosen(filters: dict[str, str], since: datetime | None, until: datetime | None) -> dict[str, Any]:
     return {
         "user_id": filters.get("user_id"),
@@ -132,11 +185,11 @@ def _list_page(
         scanned = {"conversations": scan.conversations_read, "messages": scan.messages_read,
                    "complete": scan.complete, "limit": SCAN_LIMIT}
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
-    links = _row_links()
+    links, frame = _row_links(), time_frame()
     # A search reads message text, which no index serves: its count stops at a bound.
     bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     return {
-        "rows": [{**_summary_row(c, links), "match": found.get(c.id)} for c in page.items],
+        "rows": [_list_row(c, links, filters.get("q"), found.get(c.id), frame) for c in page.items],
         "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
         "bound": bound,
         "scanned": scanned,
@@ -257,6 +310,7 @@ def _message_row(
     positions: dict[str, int],
     given: dict[str, list[dict[str, Any]]],
     turn_url: Callable[[str], str],
+    frame: TimeFrame,
 ) -> dict[str, Any]:
     summarised = analysis is not None and message.id in analysis["summarised_ids"]
     analysed = analysis is not None and analysis["reason"] and message.role not in NOT_SAID
@@ -265,7 +319,7 @@ def _message_row(
         "id": message.id,
         "position": positions.get(message.id),
         "role": message.role,
-        "created_at": message.created_at or UNREADABLE_TIME,  # NOT NULL: none means unreadable
+        "created_at": when(message.created_at or UNREADABLE_TIME, frame),  # NOT NULL: none means unreadable
         "content": message.content or "",
         "unreadable": message.unreadable,  # e.g. a column the configured keys cannot decrypt
         "tool_name": message.tool_name or "",
@@ -358,6 +412,7 @@ def detail(conversation_id: str) -> str:
     what_if = {name: request.args[name] for name in ("max_messages", "max_tokens") if request.args.get(name)}
     order = {"sort": "-created"} if newest_first else {}
     turn_url = url_maker("conversations.turn", "message_id", conversation_id=conversation_id)
+    frame = time_frame()
     more_url = (
         url_for("conversations.detail", conversation_id=conversation_id, cursor=page.next_cursor, **what_if,
                 **order)
@@ -372,7 +427,8 @@ def detail(conversation_id: str) -> str:
         if conversation.metadata
         else "",
         session_id=session_id_of(conversation.metadata),
-        messages=[_message_row(message, analysis, positions, given, turn_url) for message in page.items],
+        messages=[_message_row(message, analysis, positions, given, turn_url, frame)
+                  for message in page.items],
         more_url=more_url,
         analysis=analysis,
         done=done,

@@ -207,7 +207,10 @@ def _clock_text(moment: datetime) -> str:
     return moment.isoformat(" ", "seconds")[:19]
 
 
-def _time_frame() -> tuple[float, Any, date]:
+TimeFrame = tuple[float, Any, date]  # the app's clock, the display zone and today's date there
+
+
+def time_frame() -> TimeFrame:
     """Return the app's clock, the display zone and today's date there, read once per request:
     a list page prints a hundred times, and each would otherwise look all three up."""
     frame = g.get("clawmem_time_frame") if has_request_context() else None
@@ -219,7 +222,7 @@ def _time_frame() -> tuple[float, Any, date]:
     return frame
 
 
-def when(moment: Any) -> Markup | str:
+def when(moment: Any, frame: TimeFrame | None = None) -> Markup | str:
     """Return a time as a ``<time>`` element saying how long ago (or ahead of the app's clock)
     it is, followed by the absolute time in the display zone, visible on every screen (a phone
     has no hover). Takes a naive-UTC datetime or Unix seconds; ``None`` is '', words (``never``,
@@ -233,7 +236,7 @@ def when(moment: Any) -> Markup | str:
         moment = readable
     if not isinstance(moment, datetime):
         return UNREADABLE_TIME
-    now, zone, today = _time_frame()
+    now, zone, today = frame or time_frame()
     aware = moment.replace(tzinfo=UTC)
     ahead = aware.timestamp() - now
     try:
@@ -259,7 +262,13 @@ def url_maker(endpoint: str, name: str, **values: Any) -> Callable[[str], str]:
     a path part, from one URL built here: a list builds one link per row, and url_for costs
     more than the rest of the row."""
     head, _, tail = url_for(endpoint, **{name: _URL_VALUE}, **values).partition(_URL_VALUE)
-    return lambda value: f"{head}{quote(str(value), safe=_PATH_SAFE)}{tail}"
+
+    def url(value: str) -> str:
+        # An id of letters and digits (every id this package makes) needs no quoting.
+        text = str(value)
+        return f"{head}{text if text.isalnum() and text.isascii() else quote(text, safe=_PATH_SAFE)}{tail}"
+
+    return url
 
 
 def marked(text: str | None, query: str | None) -> Markup:
