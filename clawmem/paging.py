@@ -198,12 +198,18 @@ def is_descending(sort: str, descending: bool | None) -> bool:
     return SORTS[sort] if descending is None else descending
 
 
-def cursor_name(sort: str, descending: bool | None) -> str:
+def directed_name(sort: str, descending: bool | None, own_descending: bool) -> str:
     """Return the name a cursor of ``sort`` in that direction is made for: ``updated``, or
-    ``updated:asc`` for the other way than its own, so a cursor never continues another order."""
-    if descending is None or descending == SORTS[sort]:
+    ``updated:asc`` for the other way than its own (``own_descending``), so a cursor never
+    continues another order."""
+    if descending is None or descending == own_descending:
         return sort
     return f"{sort}:{'desc' if descending else 'asc'}"
+
+
+def cursor_name(sort: str, descending: bool | None) -> str:
+    """Return the name a cursor of a key list's ``sort`` in that direction is made for."""
+    return directed_name(sort, descending, SORTS[sort])
 
 
 def check_sort(sort: str) -> str:

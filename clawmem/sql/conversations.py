@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from clawmem.crypto.envelope import like_pattern as sealed_pattern
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
-from clawmem.paging import decode_moment, decode_sorted_cursor, decode_time_cursor, moment_key
+from clawmem.paging import decode_moment, decode_sorted_cursor, decode_time_cursor, directed_name, moment_key
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
@@ -533,11 +533,9 @@ def check_sort(sort: str) -> str:
 
 
 def sort_name(sort: str, descending: bool | None) -> str:
-    """Return the name a cursor of ``sort`` in that direction is made for (``tokens``, or
-    ``tokens:asc`` for the other way than its own)."""
-    if descending is None or descending == SORTS[sort][1]:
-        return sort
-    return f"{sort}:{'desc' if descending else 'asc'}"
+    """Return the name a cursor of the conversation list's ``sort`` in that direction is made
+    for (``tokens``, or ``tokens:asc`` for the other way than its own)."""
+    return directed_name(sort, descending, SORTS[sort][1])
 
 
 def cursor_key(conversation: ConversationSummary, sort: str, descending: bool | None = None) -> list[Any]:
