@@ -1,6 +1,6 @@
 # make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
 # make test: the whole suite (installs the test toolchain of requirements-test.txt first).
-# make test-fast: no browser, no slow tests, in parallel.
+# make test-fast: no browser, no slow tests, no MariaDB/PostgreSQL parametrisations, in parallel.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
@@ -47,8 +47,10 @@ test: lint
 	$(PYTHON) -m pytest
 	$(PYTHON) -m pytest -c tests/langchain_standard/pytest.ini --rootdir=. tests/langchain_standard
 
-# make test-fast: the day-to-day lane: no browser, no slow tests, in parallel (pytest-xdist).
-# make test and CI stay the whole suite.
+# make test-fast: the day-to-day lane: no browser, no slow tests, and the tests' MariaDB and
+# PostgreSQL parametrisations left out (marked servers in tests/conftest.py), in parallel
+# (pytest-xdist). make test and CI stay the whole suite.
+FAST_MARKERS ?= not slow and not browser and not servers
 test-fast: test-venv
 	$(VENV)/bin/ruff check .
-	$(PYTHON) -m pytest -q -n auto -m "not slow and not browser" -p no:cacheprovider
+	$(PYTHON) -m pytest -q -n auto -m "$(FAST_MARKERS)" -p no:cacheprovider

@@ -30,6 +30,18 @@ _URL_VARIABLES = {
 _reachable: dict[str, str] = {}
 
 
+SERVER_SQL_BACKENDS = {"mysql", "postgres"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``servers`` every test that runs on MariaDB or PostgreSQL by a parameter of its own
+    (``make test-fast`` leaves them to ``make test``)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and SERVER_SQL_BACKENDS & set(callspec.id.split("-")):
+            item.add_marker(pytest.mark.servers)
+
+
 def _unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true but {reason}", pytrace=False)
