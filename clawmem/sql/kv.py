@@ -8,6 +8,7 @@ and rows come back with ``expires_at`` in Unix seconds and values decoded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -265,15 +266,20 @@ def count_by_the_rest(
     SQLite counts a whole table by adding up its leaf pages' cell counts, not by stepping
     through rows, so where the namespace holds most of the table this costs a few of the
     namespace count's steps (and an index search per other namespace's rows)."""
+    counts = conn.execute(_count_by_the_rest_select(prefix, shape), {"namespace": namespace})
+    total, below, above = counts.one()
+    return int(total) - int(below) - int(above), int(total)
+
+
+@functools.cache
+def _count_by_the_rest_select(prefix: str, shape: str) -> sa.Select[Any]:
     table = tables(prefix, shape).memory
+    namespace = sa.bindparam("namespace")
 
     def rows(*where: Any) -> Any:
         return sa.select(sa.func.count()).select_from(table).where(*where).scalar_subquery()
 
-    total, below, above = conn.execute(
-        sa.select(rows(), rows(table.c.namespace < namespace), rows(table.c.namespace > namespace))
-    ).one()
-    return int(total) - int(below) - int(above), int(total)
+    return sa.select(rows(), rows(table.c.namespace < namespace), rows(table.c.namespace > namespace))
 
 
 def newest_write(conn: Connection, prefix: str, shape: str = CLAWMEM_SCHEMA) -> datetime | None:
@@ -434,16 +440,20 @@ def index_probe(
     """Return ``(key, updated_at, expires_at, version)`` of the namespace's rows stamped at or
     after ``since`` (every row without it): what tells the recall index which rows changed,
     without reading their values (except on SQLite, see :func:`row_version`)."""
+    select = _index_probe_select(prefix, shape, conn.dialect.name, since is not None)
+    found = conn.execute(select, {"namespace": namespace, "since": since})
+    return [(key, updated_at, unix_seconds(expires), version) for key, updated_at, expires, version in found]
+
+
+@functools.cache
+def _index_probe_select(prefix: str, shape: str, dialect: str, bounded: bool) -> sa.Select[Any]:
     table = tables(prefix, shape).memory
     select = sa.select(
-        table.c.lookup_key, table.c.updated_at, table.c.expires_at, row_version(table, conn.dialect.name)
-    ).where(table.c.namespace == namespace)
-    if since is not None:
-        select = select.where(table.c.updated_at >= since)
-    return [
-        (key, updated_at, unix_seconds(expires), version)
-        for key, updated_at, expires, version in conn.execute(select)
-    ]
+        table.c.lookup_key, table.c.updated_at, table.c.expires_at, row_version(table, dialect)
+    ).where(table.c.namespace == sa.bindparam("namespace"))
+    if bounded:
+        select = select.where(table.c.updated_at >= sa.bindparam("since", type_=table.c.updated_at.type))
+    return select
 
 
 def window_digest(
@@ -531,9 +541,21 @@ def rows_of_keys(
     values: StoredValues | None = None,
 ) -> list[MemoryRow]:
     """Return the rows of ``keys`` in the namespace that exist, expired ones included."""
+    found = conn.execute(_rows_of_keys_select(prefix, shape), {"namespace": namespace, "keys": list(keys)})
+    return [memory_row(row, shape, values) for row in found]
+
+
+# The statements of a recall turn are built once per prefix and bound at execution: building
+# one took about as long as SQLite took to run it.
+
+
+@functools.cache
+def _rows_of_keys_select(prefix: str, shape: str) -> sa.Select[Any]:
     table = tables(prefix, shape).memory
-    select = sa.select(table).where(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
-    return [memory_row(row, shape, values) for row in conn.execute(select)]
+    return sa.select(table).where(
+        table.c.namespace == sa.bindparam("namespace"),
+        table.c.lookup_key.in_(sa.bindparam("keys", expanding=True)),
+    )
 
 
 def rows_across(
