@@ -1,8 +1,10 @@
 """Fixtures of the dashboard tests: an app per test on its own database and instance folder,
-an admin, a signed-in client, and the demo data. Load with ``pytest_plugins``."""
+an admin, a signed-in client, and the demo data (per test, or one app with it per module for
+tests that only read). Load with ``pytest_plugins``."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +26,22 @@ def dashboard_backend(request: pytest.FixtureRequest) -> str:
     return getattr(request, "param", "sqlite")
 
 
+def build_app(url: str, prefix: str, instance: Any, clock: FakeClock, **config: Any) -> Flask:
+    """Return a dashboard app on ``url`` and ``prefix`` with its tables made, reading ``clock``."""
+    settings = {
+        "TESTING": True,
+        "ARGON2_PROFILE": "CHEAPEST",  # hashing speed is not under test; the hash type is
+        "DATABASE_URL": url,
+        "TABLE_PREFIX": prefix,
+        **config,
+    }
+    app = create_app(settings, instance_path=str(instance))
+    app.extensions["clawmem.clock"] = clock
+    with app.app_context():
+        create_tables(state.engine(), prefix)
+    return app
+
+
 @pytest.fixture
 def make_app(
     tmp_path: Any, clock: FakeClock, prefix: str, dashboard_backend: str
@@ -33,18 +51,7 @@ def make_app(
     url = sql_url(dashboard_backend, tmp_path)
 
     def build(**config: Any) -> Flask:
-        settings = {
-            "TESTING": True,
-            "ARGON2_PROFILE": "CHEAPEST",  # hashing speed is not under test; the hash type is
-            "DATABASE_URL": url,
-            "TABLE_PREFIX": prefix,
-            **config,
-        }
-        app = create_app(settings, instance_path=str(tmp_path / "instance"))
-        app.extensions["clawmem.clock"] = clock
-        with app.app_context():
-            create_tables(state.engine(), prefix)
-        return app
+        return build_app(url, prefix, tmp_path / "instance", clock, **config)
 
     yield build
     engine = engine_for(url)
@@ -77,5 +84,32 @@ def signed_in(client: FlaskClient, admin: tuple[str, str]) -> FlaskClient:
 @pytest.fixture
 def demo(app: Flask) -> None:
     """Load the demo data through ``flask claw demo``."""
+    load_demo(app)
+
+
+def load_demo(app: Flask) -> None:
+    """Load the demo data into ``app`` through ``flask claw demo``."""
     result = app.test_cli_runner().invoke(args=["claw", "demo"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def demo_app(tmp_path_factory: pytest.TempPathFactory) -> Flask:
+    """One app on SQLite with the demo data and an admin, shared by the tests of a module that
+    only read it (each takes a client of its own): loading the demo takes about a second."""
+    directory = tmp_path_factory.mktemp("demo")
+    clock = FakeClock(1_700_000_000.25)
+    app = build_app(sql_url("sqlite", directory), f"t{uuid.uuid4().hex[:8]}_", directory / "instance", clock)
+    load_demo(app)
+    with app.app_context():
+        accounts.create_admin(ADMIN, PASSWORD, clock())
+    return app
+
+
+@pytest.fixture
+def demo_signed_in(demo_app: Flask) -> FlaskClient:
+    """A client of :func:`demo_app` with a live session of its admin."""
+    client = demo_app.test_client()
+    response = sign_in(client)
+    assert response.status_code == 302, response.get_data(as_text=True)
+    return client

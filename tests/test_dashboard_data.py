@@ -104,9 +104,9 @@ def test_a_forged_cursor_is_a_clear_400(signed_in: FlaskClient) -> None:
     ],
 )
 def test_every_list_answers_a_foreign_cursor_with_the_same_400(
-    app: Flask, demo: None, signed_in: FlaskClient, path: str
+    demo_signed_in: FlaskClient, path: str
 ) -> None:
-    response = signed_in.get(path)
+    response = demo_signed_in.get(path)
     assert response.status_code == 400
     assert "this cursor did not come from this list; start again from the first page" in page_text(response)
 

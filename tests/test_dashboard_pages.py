@@ -106,8 +106,8 @@ def test_every_rule_has_an_example(app: Flask, demo: None) -> None:
 
 
 @pytest.mark.parametrize("endpoint", GATED)
-def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClient, endpoint: str) -> None:
-    response = signed_in.get(example_urls(app)[endpoint])
+def test_page_is_200_when_signed_in(demo_app: Flask, demo_signed_in: FlaskClient, endpoint: str) -> None:
+    response = demo_signed_in.get(example_urls(demo_app)[endpoint])
     assert response.status_code == 200
     mimetypes = {"subjects.export": "application/json", "memory.download": "application/json",
                  "conversations.download": "text/csv"}
@@ -115,11 +115,9 @@ def test_page_is_200_when_signed_in(app: Flask, demo: None, signed_in: FlaskClie
 
 
 @pytest.mark.parametrize("endpoint", GATED)
-def test_page_redirects_to_sign_in_when_signed_out(
-    app: Flask, demo: None, client: FlaskClient, endpoint: str
-) -> None:
-    url = example_urls(app)[endpoint]
-    response = client.get(url)
+def test_page_redirects_to_sign_in_when_signed_out(demo_app: Flask, endpoint: str) -> None:
+    url = example_urls(demo_app)[endpoint]
+    response = demo_app.test_client().get(url)
     assert response.status_code == 302
     location = urlsplit(response.headers["Location"])
     assert location.path == "/login"
@@ -127,10 +125,9 @@ def test_page_redirects_to_sign_in_when_signed_out(
 
 
 @pytest.mark.parametrize("endpoint", sorted(PUBLIC))
-def test_public_endpoints_answer_without_a_session(
-    app: Flask, demo: None, client: FlaskClient, endpoint: str
-) -> None:
-    with client.get(example_urls(app)[endpoint]) as response:  # closes a static file's handle
+def test_public_endpoints_answer_without_a_session(demo_app: Flask, endpoint: str) -> None:
+    url = example_urls(demo_app)[endpoint]
+    with demo_app.test_client().get(url) as response:  # closes a static file's handle
         assert response.status_code == 200
 
 
@@ -227,9 +224,9 @@ def test_no_page_has_a_control_that_deletes_or_edits(app: Flask, demo: None, sig
 
 @pytest.mark.parametrize("endpoint", GATED + ["auth.login"])
 def test_data_pages_carry_the_security_headers(
-    app: Flask, demo: None, signed_in: FlaskClient, endpoint: str
+    demo_app: Flask, demo_signed_in: FlaskClient, endpoint: str
 ) -> None:
-    response = signed_in.get(example_urls(app)[endpoint], follow_redirects=True)
+    response = demo_signed_in.get(example_urls(demo_app)[endpoint], follow_redirects=True)
     assert response.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
     assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
     assert "'unsafe-inline'" not in response.headers["Content-Security-Policy"]
