@@ -511,6 +511,8 @@ class ConversationLog:
         until: datetime | None = None,
         query: str | None = None,
         descending: bool | None = None,
+        counted: bool = False,
+        count_at_most: int | None = None,
     ) -> Page[ConversationSummary]:
         """Return a page of conversations in ``sort`` order: ``created`` or ``updated`` (newest
         first), ``title`` (A to Z, untitled last), ``tokens`` (most billed first, not reported
@@ -519,19 +521,26 @@ class ConversationLog:
 
         Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
         ``query`` contained in the title or any message's content (case-insensitive).
+        With ``counted``, the page's ``total`` is what :meth:`count` gives under the same
+        filters and ``count_at_most``, read in the page's own query.
         Raises ``ValueError`` for a bad limit, sort or namespace and ``InvalidCursor`` for a bad
         cursor, or one of another sort.
         """
         check_limit(limit)
         sql.check_sort(sort)
+        if count_at_most is not None:
+            check_limit(count_at_most, 1_000_000)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with connect(self.engine) as conn:
-            found = sql.summaries(
+            found, total = sql.counted_summaries(
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
-                descending=descending, **filters,
+                descending=descending, counted=counted, at_most=count_at_most, **filters,
             )
         found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
-        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort, descending))
+        def key(conversation: ConversationSummary) -> list[Any]:
+            return sql.cursor_key(conversation, sort, descending)
+
+        return page_of(found, limit, key, total)
 
     def count(
         self,

@@ -620,6 +620,30 @@ def summaries(
     """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
     :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
     (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
+    found, _ = counted_summaries(
+        conn, prefix, limit=limit, sort=sort, cursor=cursor, shape=shape, descending=descending,
+        counted=False, **filters,
+    )
+    return found
+
+
+def counted_summaries(
+    conn: Connection,
+    prefix: str,
+    *,
+    limit: int,
+    sort: str = "created",
+    cursor: str | None = None,
+    shape: str = CLAWMEM_SCHEMA,
+    descending: bool | None = None,
+    counted: bool = True,
+    at_most: int | None = None,
+    **filters: Any,
+) -> tuple[list[ConversationSummary], int | None]:
+    """Return :func:`summaries` and, when ``counted``, how many conversations match the filters
+    in all (as :func:`count_summaries` counts them, up to ``at_most``; ``None`` when not
+    counted): the count is a column of the page's own statement, so a list page with its total
+    costs one statement instead of two."""
     table = tables(prefix).conversations
     name, own_direction = SORTS[check_sort(sort)]
     if sort == "tokens" and shape != CLAWMEM_SCHEMA:
@@ -627,32 +651,33 @@ def summaries(
     start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
     direction = own_direction if descending is None else descending
     given = _given(filters)
-    if list(given) == ["conversation_id"] and start is None:
+    total = [_total_column(prefix, at_most, filters)] if counted else []
+    if list(given) == ["conversation_id"] and start is None and not counted:
         # One conversation (its page asks on every request): a statement built once, the id bound.
         one = {"conversation_id": given["conversation_id"]}
         rows = list(conn.execute(_one_summary_select(prefix, shape), one))
-        counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+        counts = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
     elif sort == "messages" or filters.get("conversation_id") is not None:
         # The order is the count itself: every matching conversation is counted (one
         # conversation asked for by id is counted in the same statement).
-        counts = role_counts_of(prefix)
-        select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
-        rows = sorted_rows(conn, select, [counts[0].element, table.c.id], limit, start, descending=direction)
-        counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+        of_row = role_counts_of(prefix)
+        select = _filtered(sa.select(*row_columns(table, shape), *of_row, *total), prefix, **filters)
+        rows = sorted_rows(conn, select, [of_row[0].element, table.c.id], limit, start, descending=direction)
+        counts = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
     elif not given and start is None and name not in NULLABLE_SORTS:
         # The list's first page unfiltered, the page most asked for: a statement built once.
-        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit)))
-        counted = page_role_counts(conn, prefix, [row.id for row in rows])
+        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit, counted)))
+        counts = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
     else:
         # Page first, then count the page's messages only: a database that computes a row's
         # columns before it sorts would otherwise count every matching conversation.
-        select = _filtered(sa.select(*row_columns(table, shape)), prefix, **filters)
+        select = _filtered(sa.select(*row_columns(table, shape), *total), prefix, **filters)
         rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
                            nullable=name in NULLABLE_SORTS)
-        counted = page_role_counts(conn, prefix, [row.id for row in rows])
+        counts = page_role_counts(conn, prefix, [row.id for row in rows])
     found = []
     for row in rows:
-        said, recall, checkpoints = counted.get(row.id, (0, 0, 0))
+        said, recall, checkpoints = counts.get(row.id, (0, 0, 0))
         found.append(ConversationSummary(
             **conversation_fields(row),
             message_count=int(said or 0),
@@ -661,7 +686,12 @@ def summaries(
             raw_created_at=raw_moment(row.created_at),
             raw_updated_at=raw_moment(row.updated_at),
         ))
-    return found
+    if not counted:
+        return found, None
+    if rows:
+        return found, int(rows[0].total or 0)
+    # No row to carry the count: none match, unless the page starts after the last one.
+    return found, 0 if start is None else count_summaries(conn, prefix, at_most, **filters)
 
 
 def _given(filters: dict[str, Any]) -> dict[str, Any]:
@@ -683,13 +713,24 @@ def _one_summary_select(prefix: str, shape: str) -> sa.Select[Any]:
 
 
 @functools.cache
-def _first_page_select(prefix: str, shape: str, column: str, descending: bool, limit: int) -> sa.Select[Any]:
+def _first_page_select(
+    prefix: str, shape: str, column: str, descending: bool, limit: int, counted: bool = False
+) -> sa.Select[Any]:
+    # The page is chosen first (a derived table on the column's index), then only its rows are
+    # counted, each an index range count; with ``counted``, the list's total (evaluated once,
+    # as it refers to no row) rides along, so the page most asked for is one statement.
     table = tables(prefix).conversations
     order = [table.c[column], table.c.id]
-    return (
+    page = (
         sa.select(*row_columns(table, shape))
         .order_by(*([part.desc() for part in order] if descending else order))
         .limit(limit)
+        .subquery("page")
+    )
+    outer = [page.c[column], page.c.id]
+    total = [_every_conversation_column(prefix)] if counted else []
+    return sa.select(*page.c, *_role_counts(prefix, page.c.id), *total).order_by(
+        *([part.desc() for part in outer] if descending else outer)
     )
 
 
@@ -727,9 +768,13 @@ def role_counts_of(prefix: str) -> tuple[sa.Label[Any], ...]:
     """Return the three correlated counts of a conversation row's messages: ``message_count``
     (what was said), ``recall_count`` and ``checkpoint_count``, each an index range count
     (built once per prefix: a conversation's page asks for them on every request)."""
-    schema = tables(prefix)
-    table, messages = schema.conversations, schema.messages
-    of_row = messages.c.conversation_id == table.c.id
+    return _role_counts(prefix, tables(prefix).conversations.c.id)
+
+
+def _role_counts(prefix: str, conversation_id: Any) -> tuple[sa.Label[Any], ...]:
+    # The counts of role_counts_of, of the row whose id is the column ``conversation_id``.
+    messages = tables(prefix).messages
+    of_row = messages.c.conversation_id == conversation_id
 
     def count(label: str, *where: Any) -> sa.Label[Any]:
         return sa.select(sa.func.count()).where(of_row, *where).scalar_subquery().label(label)
@@ -781,21 +826,38 @@ def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLA
 def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:
     """Return how many conversations :func:`summaries` lists under ``filters``, in one query;
     with ``at_most``, counting stops there (a search through every message can stop early)."""
+    return int(conn.execute(_count_statement(prefix, at_most, filters)).scalar() or 0)
+
+
+def _count_statement(prefix: str, at_most: int | None, filters: dict[str, Any]) -> sa.Select[Any]:
     table = tables(prefix).conversations
     if at_most is None and not _given(filters):
-        return int(conn.execute(_count_select(prefix)).scalar() or 0)
+        return _count_select(prefix)
     if at_most is None:
-        select = _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
-    else:
-        found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
-        select = sa.select(sa.func.count()).select_from(found)
-    return int(conn.execute(select).scalar() or 0)
+        return _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
+    found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
+    return sa.select(sa.func.count()).select_from(found)
 
 
 @functools.cache
 def _count_select(prefix: str) -> sa.Select[Any]:
     # Every conversation, as the unfiltered list counts them on each request: built once.
     return sa.select(sa.func.count()).select_from(tables(prefix).conversations)
+
+
+def _total_column(prefix: str, at_most: int | None, filters: dict[str, Any]) -> sa.Label[Any]:
+    """Return :func:`count_summaries` as a column of the list's own statement (it refers to no
+    row of it, so the database counts once)."""
+    if at_most is None and not _given(filters):
+        return _every_conversation_column(prefix)
+    # Never correlated: inside a statement on the conversations it still counts them all.
+    return _count_statement(prefix, at_most, filters).correlate(None).scalar_subquery().label("total")
+
+
+@functools.cache
+def _every_conversation_column(prefix: str) -> sa.Label[Any]:
+    # The unfiltered list's total: built once.
+    return _count_select(prefix).correlate(None).scalar_subquery().label("total")
 
 
 def scan_candidates(

@@ -174,8 +174,12 @@ def _list_page(
     are asked for) how many conversations match in all."""
     store = state.conversations()
     chosen = _chosen(filters, since, until)
+    # A search reads message text, which no index serves: its count stops at a bound. The count
+    # is read with the page (a request for more rows shows none).
+    bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     page = store.list(
-        limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending, **chosen
+        limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending,
+        counted=not wants_fragment(MORE_TARGET), count_at_most=bound, **chosen,
     )
     order = sort_word(sort, descending)
     scanned = None
@@ -186,11 +190,9 @@ def _list_page(
                    "complete": scan.complete, "limit": SCAN_LIMIT}
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
     links, frame = _row_links(), time_frame()
-    # A search reads message text, which no index serves: its count stops at a bound.
-    bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     return {
         "rows": [_list_row(c, links, filters.get("q"), found.get(c.id), frame) for c in page.items],
-        "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
+        "total": page.total,
         "bound": bound,
         "scanned": scanned,
         "more_url": url_for("conversations.index", **filters, sort=order, cursor=page.next_cursor)
