@@ -46,6 +46,7 @@ from clawmem.sql.conversations import (
     StoredMessage,
 )
 from clawmem.sql.engine import connect, engine_for, retry_deadlocks, write_transaction
+from clawmem.text import utf8_len
 
 ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
 # What phpClaw reads back (its Message roles); a conversation it continues must hold no other.
@@ -182,6 +183,12 @@ class TextScan:
     conversations_read: int
     messages_read: int
     complete: bool
+
+
+def sizes_of(messages: Iterable[StoredMessage]) -> list[MessageSize]:
+    """Return the :class:`MessageSize` of each of ``messages`` (as read and opened), measured
+    from its text: what :meth:`ConversationLog.message_sizes` gives when the messages are at hand."""
+    return [MessageSize(row.id, row.role, utf8_len(row.content or ""), row.tool_input) for row in messages]
 
 
 class ConversationLog:
@@ -697,11 +704,7 @@ class ConversationLog:
                 return sql.message_sizes(conn, self.prefix, conversation_id, limit)
             # An envelope's size is not its plaintext's: measure the opened messages instead.
             stored = sql.message_page(conn, self.prefix, conversation_id, limit, None, self.shape)
-        rows = self._messages(stored)
-        return [
-            MessageSize(row.id, row.role, len((row.content or "").encode("utf-8")), row.tool_input)
-            for row in rows
-        ]
+        return sizes_of(self._messages(stored))
 
     def messages_with_ids(self, conversation_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
         """Return the messages of one conversation among ``message_ids``, by id; ids of no

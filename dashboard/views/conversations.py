@@ -12,7 +12,7 @@ from flask import Blueprint, Response, abort, request, url_for
 
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
 from clawmem.conversations import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
-from clawmem.conversations import ConversationLog
+from clawmem.conversations import ConversationLog, sizes_of
 from clawmem.integrations.openai_agents import session_id_of
 from clawmem.pipeline import billed_tokens, provider_history
 from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
@@ -378,11 +378,14 @@ def _sizes(store: ConversationLog, conversation_id: str, count: int) -> list[Mes
     return None if len(sizes) > ANALYSIS_LIMIT else sizes
 
 
-def _reader(store: ConversationLog, conversation_id: str) -> Reader:
-    """Return what reads the analysed messages' text, in the order of the ids asked for."""
+def _reader(store: ConversationLog, conversation_id: str, read_already: list[StoredMessage]) -> Reader:
+    """Return what reads the analysed messages' text, in the order of the ids asked for (from
+    ``read_already`` when it holds them all)."""
+    known = {message.id: message for message in read_already}
 
     def read(message_ids: list[str]) -> list[StoredMessage]:
-        found = store.messages_with_ids(conversation_id, message_ids)
+        found = known if all(message_id in known for message_id in message_ids) else (
+            store.messages_with_ids(conversation_id, message_ids))
         return [found[message_id] for message_id in message_ids if message_id in found]
 
     return read
@@ -401,10 +404,13 @@ def detail(conversation_id: str) -> str:
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
     _, newest_first = sort_arg(MESSAGE_SORTS, "created")
-    # The analysis reads every message's size, not its text; only this page is read in full.
-    sizes = _sizes(store, conversation_id, conversation.row_count)
     page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor, descending=newest_first)
-    reader = _reader(store, conversation_id)
+    # The analysis reads every message's size, not its text; only this page is read in full,
+    # and when it holds the whole conversation the sizes are measured from it.
+    whole = cursor is None and page.next_cursor is None
+    in_order = page.items[::-1] if newest_first else page.items
+    sizes = sizes_of(in_order) if whole else _sizes(store, conversation_id, conversation.row_count)
+    reader = _reader(store, conversation_id, page.items if whole else [])
     analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None
     positions = {message.id: index for index, message in enumerate(sizes or [], start=1)}
     # What the agent did: every checkpoint stored, what it covers and cost (from its sizes row,
