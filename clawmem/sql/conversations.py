@@ -655,19 +655,18 @@ def counted_summaries(
     if list(given) == ["conversation_id"] and start is None and not counted:
         # One conversation (its page asks on every request): a statement built once, the id bound.
         one = {"conversation_id": given["conversation_id"]}
-        rows = list(conn.execute(_one_summary_select(prefix, shape), one))
-        counts = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+        rows, counts = list(conn.execute(_one_summary_select(prefix, shape), one)), None
     elif sort == "messages" or filters.get("conversation_id") is not None:
         # The order is the count itself: every matching conversation is counted (one
         # conversation asked for by id is counted in the same statement).
         of_row = role_counts_of(prefix)
         select = _filtered(sa.select(*row_columns(table, shape), *of_row, *total), prefix, **filters)
+        counts = None
         rows = sorted_rows(conn, select, [of_row[0].element, table.c.id], limit, start, descending=direction)
-        counts = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
     elif not given and start is None and name not in NULLABLE_SORTS:
         # The list's first page unfiltered, the page most asked for: a statement built once.
         rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit, counted)))
-        counts = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+        counts = None
     else:
         # Page first, then count the page's messages only: a database that computes a row's
         # columns before it sorts would otherwise count every matching conversation.
@@ -675,16 +674,24 @@ def counted_summaries(
         rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
                            nullable=name in NULLABLE_SORTS)
         counts = page_role_counts(conn, prefix, [row.id for row in rows])
+    # Each row read once into a dict by its result's column names (looked up once): a row's
+    # attributes cost more to read than the rest of a summary.
+    names = rows[0]._fields if rows else ()
     found = []
     for row in rows:
-        said, recall, checkpoints = counts.get(row.id, (0, 0, 0))
+        columns = dict(zip(names, row, strict=True))
+        if counts is None:  # counted in the row's own statement
+            said, recall = columns["message_count"], columns["recall_count"]
+            checkpoints = columns["checkpoint_count"]
+        else:
+            said, recall, checkpoints = counts.get(columns["id"], (0, 0, 0))
         found.append(ConversationSummary(
-            **conversation_fields(row),
+            **_fields_of(columns),
             message_count=int(said or 0),
             recall_count=int(recall or 0),
             checkpoint_count=int(checkpoints or 0),
-            raw_created_at=raw_moment(row.created_at),
-            raw_updated_at=raw_moment(row.updated_at),
+            raw_created_at=raw_moment(columns["created_at"]),
+            raw_updated_at=raw_moment(columns["updated_at"]),
         ))
     if not counted:
         return found, None
@@ -716,21 +723,17 @@ def _one_summary_select(prefix: str, shape: str) -> sa.Select[Any]:
 def _first_page_select(
     prefix: str, shape: str, column: str, descending: bool, limit: int, counted: bool = False
 ) -> sa.Select[Any]:
-    # The page is chosen first (a derived table on the column's index), then only its rows are
-    # counted, each an index range count; with ``counted``, the list's total (evaluated once,
-    # as it refers to no row) rides along, so the page most asked for is one statement.
+    # The rows come in the order of the column's index and the limit stops the walk, so the
+    # correlated counts run for the page's rows only, each an index range count; with
+    # ``counted``, the list's total (evaluated once, as it refers to no row) rides along: the
+    # page most asked for is one statement.
     table = tables(prefix).conversations
     order = [table.c[column], table.c.id]
-    page = (
-        sa.select(*row_columns(table, shape))
+    total = [_every_conversation_column(prefix)] if counted else []
+    return (
+        sa.select(*row_columns(table, shape), *role_counts_of(prefix), *total)
         .order_by(*([part.desc() for part in order] if descending else order))
         .limit(limit)
-        .subquery("page")
-    )
-    outer = [page.c[column], page.c.id]
-    total = [_every_conversation_column(prefix)] if counted else []
-    return sa.select(*page.c, *_role_counts(prefix, page.c.id), *total).order_by(
-        *([part.desc() for part in outer] if descending else outer)
     )
 
 
@@ -768,13 +771,9 @@ def role_counts_of(prefix: str) -> tuple[sa.Label[Any], ...]:
     """Return the three correlated counts of a conversation row's messages: ``message_count``
     (what was said), ``recall_count`` and ``checkpoint_count``, each an index range count
     (built once per prefix: a conversation's page asks for them on every request)."""
-    return _role_counts(prefix, tables(prefix).conversations.c.id)
-
-
-def _role_counts(prefix: str, conversation_id: Any) -> tuple[sa.Label[Any], ...]:
-    # The counts of role_counts_of, of the row whose id is the column ``conversation_id``.
-    messages = tables(prefix).messages
-    of_row = messages.c.conversation_id == conversation_id
+    schema = tables(prefix)
+    table, messages = schema.conversations, schema.messages
+    of_row = messages.c.conversation_id == table.c.id
 
     def count(label: str, *where: Any) -> sa.Label[Any]:
         return sa.select(sa.func.count()).where(of_row, *where).scalar_subquery().label(label)
@@ -927,18 +926,23 @@ def php_metadata(metadata: Any) -> Any:
 def conversation_fields(row: Any) -> dict[str, Any]:
     """Return a conversation row's columns as fields (metadata parsed), with ``unreadable``
     saying which could not be read (see :mod:`clawmem.sql.lenient`)."""
-    metadata, bad_metadata = read_json(row.metadata, "metadata")
-    created_at, bad_created = read_moment(row.created_at, "created_at")
-    updated_at, bad_updated = read_moment(row.updated_at, "updated_at")
+    return _fields_of(dict(zip(row._fields, row, strict=True)))
+
+
+def _fields_of(columns: dict[str, Any]) -> dict[str, Any]:
+    # conversation_fields of a row given as a dict of its columns by name.
+    metadata, bad_metadata = read_json(columns["metadata"], "metadata")
+    created_at, bad_created = read_moment(columns["created_at"], "created_at")
+    updated_at, bad_updated = read_moment(columns["updated_at"], "updated_at")
     return {
-        "id": as_text(row.id),
-        "namespace": as_text(row.namespace),
-        "user_id": as_text(row.user_id),
-        "title": as_text(row.title),
+        "id": as_text(columns["id"]),
+        "namespace": as_text(columns["namespace"]),
+        "user_id": as_text(columns["user_id"]),
+        "title": as_text(columns["title"]),
         "metadata": php_metadata(metadata),
         "created_at": created_at,
         "updated_at": updated_at,
-        "total_tokens": _whole(row._mapping.get("total_tokens")),
+        "total_tokens": _whole(columns.get("total_tokens")),
         "unreadable": reasons(bad_metadata, bad_created, bad_updated),
     }
 
