@@ -238,7 +238,7 @@ def load_messages(
         .where(table.c.conversation_id.in_(list(conversation_ids)))
         .order_by(table.c.conversation_id, table.c.created_at, table.c.id)
     )
-    return [_message(row) for row in rows]
+    return _messages(rows)
 
 
 def messages_since_checkpoint(
@@ -258,7 +258,7 @@ def messages_since_checkpoint(
     ).first()
     select = sa.select(*row_columns(table, shape)).where(of_conversation).order_by(*in_order)
     if checkpoint is None:
-        return [_message(row) for row in conn.execute(select)]
+        return _messages(conn.execute(select))
     summary = _message(checkpoint)
     boundary = conn.execute(
         sa.select(*in_order).where(of_conversation, table.c.id == covered_until(summary))
@@ -326,7 +326,7 @@ def messages_of_job(
         .where(table.c.conversation_id == conversation_id, matched)
         .order_by(table.c.created_at, table.c.id)
     )
-    found = [_message(row) for row in rows]
+    found = _messages(rows)
     if opened is not None:
         found = opened(found)
     return [m for m in found if isinstance(m.metadata, dict) and m.metadata.get("job_id") == job_id]
@@ -346,7 +346,7 @@ def message_page(
     if not cursor:
         found = conn.execute(_first_messages_select(prefix, shape, descending, limit),
                              {"conversation_id": conversation_id})
-        return [_message(row) for row in found]
+        return _messages(found)
     table = tables(prefix).messages
     select = sa.select(*row_columns(table, shape)).where(table.c.conversation_id == conversation_id)
     columns = [table.c.created_at, table.c.id]
@@ -354,7 +354,7 @@ def message_page(
     select = select.where(after(columns, moment, descending))
     order = [column.desc() for column in columns] if descending else columns
     select = select.order_by(*order).limit(limit)
-    return [_message(row) for row in conn.execute(select)]
+    return _messages(conn.execute(select))
 
 
 @functools.cache
@@ -450,7 +450,7 @@ def recent_messages(
         .order_by(table.c.created_at.desc(), table.c.id.desc())
         .limit(limit)
     )
-    return [_message(row) for row in conn.execute(select)]
+    return _messages(conn.execute(select))
 
 
 def table_counts(conn: Connection, prefix: str) -> dict[str, int]:
@@ -954,19 +954,33 @@ def _whole(value: Any) -> int | None:
 
 
 def _message(row: Any) -> StoredMessage:
-    tool_input, bad_input = read_json(row.tool_input, "tool_input")
-    metadata, bad_metadata = read_json(row._mapping.get("metadata"), "metadata")
-    created_at, bad_created = read_moment(row.created_at, "created_at")
+    return _message_of(dict(zip(row._fields, row, strict=True)))
+
+
+def _messages(rows: Iterable[Any]) -> list[StoredMessage]:
+    # Each row read once into a dict by its result's column names, looked up once: a row's
+    # attributes cost more to read than the rest of a message (a page reads a hundred).
+    found, names = [], None
+    for row in rows:
+        names = names or row._fields
+        found.append(_message_of(dict(zip(names, row, strict=True))))
+    return found
+
+
+def _message_of(columns: dict[str, Any]) -> StoredMessage:
+    tool_input, bad_input = read_json(columns["tool_input"], "tool_input")
+    metadata, bad_metadata = read_json(columns.get("metadata"), "metadata")
+    created_at, bad_created = read_moment(columns["created_at"], "created_at")
     return StoredMessage(
-        id=as_text(row.id),
-        conversation_id=as_text(row.conversation_id),
-        role=as_text(row.role),
-        content=as_text(row.content),
-        tool_name=as_text(row.tool_name),
+        id=as_text(columns["id"]),
+        conversation_id=as_text(columns["conversation_id"]),
+        role=as_text(columns["role"]),
+        content=as_text(columns["content"]),
+        tool_name=as_text(columns["tool_name"]),
         tool_input=tool_input,
         created_at=created_at,
         unreadable=reasons(bad_input, bad_metadata, bad_created),
-        raw_created_at=raw_moment(row.created_at),
+        raw_created_at=raw_moment(columns["created_at"]),
         metadata=metadata,
     )
 
@@ -990,9 +1004,9 @@ def newest_messages(
         table.c.conversation_id == conversation_id, table.c.role.in_(list(roles))
     )
     if limit is None:
-        return [_message(row) for row in conn.execute(select.order_by(table.c.created_at, table.c.id))]
+        return _messages(conn.execute(select.order_by(table.c.created_at, table.c.id)))
     select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
-    return [_message(row) for row in reversed(conn.execute(select).all())]
+    return _messages(reversed(conn.execute(select).all()))
 
 
 def pop_newest_message(
