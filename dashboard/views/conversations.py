@@ -306,6 +306,36 @@ def _checkpoint(message: StoredMessage | MessageSize, positions: dict[str, int])
     }
 
 
+class Billed(NamedTuple):
+    """What an assistant row's provider call was billed: ``tokens`` (``None``: not reported)
+    and the usage's parts, as the page says them."""
+
+    tokens: int | None
+    usage: str
+
+
+class MessageRow(NamedTuple):
+    """One message as its page shows it. A tuple with names, not a dict: the template reads
+    some fifteen fields of each, and a name it looks up on a dict is first tried (and missed)
+    as an attribute."""
+
+    id: str
+    position: int | None  # in the whole conversation, when its every message's size is known
+    role: str
+    created_at: str  # markup of rendering.when
+    content: str
+    unreadable: str | None  # e.g. a column the configured keys cannot decrypt
+    tool_name: str
+    tool_input: str
+    checkpoint: dict[str, Any] | None  # what a summary row covers and cost (_checkpoint)
+    tokens: int | None  # what a turn would send of it (a recall record is never sent)
+    billed: Billed | None  # an assistant row's provider call
+    fate: str  # "summarised" or "kept" by the analysis ('' when it does not say)
+    first_fire: bool
+    given: list[dict[str, Any]] | None  # a recall record's entries
+    preview_url: str | None  # a user message's turn preview
+
+
 def _message_row(
     message: StoredMessage,
     analysis: dict[str, Any] | None,
@@ -313,40 +343,39 @@ def _message_row(
     given: dict[str, list[dict[str, Any]]],
     turn_url: Callable[[str], str],
     frame: TimeFrame,
-) -> dict[str, Any]:
+) -> MessageRow:
     summarised = analysis is not None and message.id in analysis["summarised_ids"]
     analysed = analysis is not None and analysis["reason"] and message.role not in NOT_SAID
     checkpoint = _checkpoint(message, positions)
-    return {
-        "id": message.id,
-        "position": positions.get(message.id),
-        "role": message.role,
-        "created_at": when(message.created_at or UNREADABLE_TIME, frame),  # NOT NULL: none means unreadable
-        "content": message.content or "",
-        "unreadable": message.unreadable,  # e.g. a column the configured keys cannot decrypt
-        "tool_name": message.tool_name or "",
-        "tool_input": "" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
-        "checkpoint": checkpoint,
-        # What a turn would send of it (a recall record is never sent), and what its call billed.
-        "tokens": None if message.role == "recall" else estimate_tokens(provider_history([message])),
-        "billed": _billed(message),
-        "fate": ("summarised" if summarised else "kept") if analysed else "",
-        "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
-        "given": given.get(message.id) if message.role == "recall" else None,
-        "preview_url": turn_url(message.id) if message.role == "user" else None,
-    }
+    return MessageRow(
+        id=message.id,
+        position=positions.get(message.id),
+        role=message.role,
+        created_at=when(message.created_at or UNREADABLE_TIME, frame),  # NOT NULL: none means unreadable
+        content=message.content or "",
+        unreadable=message.unreadable,
+        tool_name=message.tool_name or "",
+        tool_input="" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
+        checkpoint=checkpoint,
+        tokens=None if message.role == "recall" else estimate_tokens(provider_history([message])),
+        billed=_billed(message),
+        fate=("summarised" if summarised else "kept") if analysed else "",
+        first_fire=analysis is not None and analysis["first_fire_id"] == message.id,
+        given=given.get(message.id) if message.role == "recall" else None,
+        preview_url=turn_url(message.id) if message.role == "user" else None,
+    )
 
 
-def _billed(message: StoredMessage) -> dict[str, Any] | None:
-    """Return what an assistant row's provider call was billed, from its metadata's usage:
-    ``tokens`` (``None``: not reported) and the usage's parts; ``None`` for other rows."""
+def _billed(message: StoredMessage) -> Billed | None:
+    """Return what an assistant row's provider call was billed, from its metadata's usage;
+    ``None`` for other rows."""
     if message.role != "assistant":
         return None
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else None
     parts = {name: value for name, value in (usage or {}).items() if type(value) is int}
-    return {"tokens": billed_tokens(usage),
-            "usage": ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items())}
+    return Billed(billed_tokens(usage),
+                  ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items()))
 
 
 Reader = Callable[[list[str]], list[StoredMessage]]
