@@ -46,6 +46,7 @@ from clawmem.sql.conversations import (
     StoredMessage,
 )
 from clawmem.sql.engine import connect, engine_for, retry_deadlocks, write_transaction
+from clawmem.text import utf8_len
 
 ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
 # What phpClaw reads back (its Message roles); a conversation it continues must hold no other.
@@ -182,6 +183,12 @@ class TextScan:
     conversations_read: int
     messages_read: int
     complete: bool
+
+
+def sizes_of(messages: Iterable[StoredMessage]) -> list[MessageSize]:
+    """Return the :class:`MessageSize` of each of ``messages`` (as read and opened), measured
+    from its text: what :meth:`ConversationLog.message_sizes` gives when the messages are at hand."""
+    return [MessageSize(row.id, row.role, utf8_len(row.content or ""), row.tool_input) for row in messages]
 
 
 class ConversationLog:
@@ -511,6 +518,8 @@ class ConversationLog:
         until: datetime | None = None,
         query: str | None = None,
         descending: bool | None = None,
+        counted: bool = False,
+        count_at_most: int | None = None,
     ) -> Page[ConversationSummary]:
         """Return a page of conversations in ``sort`` order: ``created`` or ``updated`` (newest
         first), ``title`` (A to Z, untitled last), ``tokens`` (most billed first, not reported
@@ -519,19 +528,26 @@ class ConversationLog:
 
         Filters: exact ``user_id`` and ``namespace``, ``since <= created_at < until``, and
         ``query`` contained in the title or any message's content (case-insensitive).
+        With ``counted``, the page's ``total`` is what :meth:`count` gives under the same
+        filters and ``count_at_most``, read in the page's own query.
         Raises ``ValueError`` for a bad limit, sort or namespace and ``InvalidCursor`` for a bad
         cursor, or one of another sort.
         """
         check_limit(limit)
         sql.check_sort(sort)
+        if count_at_most is not None:
+            check_limit(count_at_most, 1_000_000)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with connect(self.engine) as conn:
-            found = sql.summaries(
+            found, total = sql.counted_summaries(
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
-                descending=descending, **filters,
+                descending=descending, counted=counted, at_most=count_at_most, **filters,
             )
         found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
-        return page_of(found, limit, lambda conversation: sql.cursor_key(conversation, sort, descending))
+        def key(conversation: ConversationSummary) -> list[Any]:
+            return sql.cursor_key(conversation, sort, descending)
+
+        return page_of(found, limit, key, total)
 
     def count(
         self,
@@ -688,11 +704,7 @@ class ConversationLog:
                 return sql.message_sizes(conn, self.prefix, conversation_id, limit)
             # An envelope's size is not its plaintext's: measure the opened messages instead.
             stored = sql.message_page(conn, self.prefix, conversation_id, limit, None, self.shape)
-        rows = self._messages(stored)
-        return [
-            MessageSize(row.id, row.role, len((row.content or "").encode("utf-8")), row.tool_input)
-            for row in rows
-        ]
+        return sizes_of(self._messages(stored))
 
     def messages_with_ids(self, conversation_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
         """Return the messages of one conversation among ``message_ids``, by id; ids of no

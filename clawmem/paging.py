@@ -23,10 +23,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page of a listing; ``next_cursor`` is ``None`` on the last page."""
+    """One page of a listing; ``next_cursor`` is ``None`` on the last page. ``total`` is how
+    many items the whole listing holds, when the listing was asked to count them (else ``None``)."""
 
     items: list[T]
     next_cursor: str | None
+    total: int | None = None
 
 
 def encode_cursor(values: Sequence[Any]) -> str:
@@ -149,14 +151,15 @@ def decode_moment(text: str, cursor: str, dialect: str = "") -> Any:
     return raw
 
 
-def page_of(rows: Sequence[T], limit: int, key: Any) -> Page[T]:
-    """Return the first ``limit`` of ``rows`` (fetched as ``limit + 1``) with the cursor after them.
+def page_of(rows: Sequence[T], limit: int, key: Any, total: int | None = None) -> Page[T]:
+    """Return the first ``limit`` of ``rows`` (fetched as ``limit + 1``) with the cursor after them
+    (and ``total``, the listing's count, when it was counted).
 
     ``key(row)`` gives the row's sort-key values.
     """
     items = list(rows[:limit])
     more = len(rows) > limit
-    return Page(items, encode_cursor(key(items[-1])) if more and items else None)
+    return Page(items, encode_cursor(key(items[-1])) if more and items else None, total)
 
 
 def check_limit(limit: object, maximum: int = 500) -> int:

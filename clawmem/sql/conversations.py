@@ -238,7 +238,7 @@ def load_messages(
         .where(table.c.conversation_id.in_(list(conversation_ids)))
         .order_by(table.c.conversation_id, table.c.created_at, table.c.id)
     )
-    return [_message(row) for row in rows]
+    return _messages(rows)
 
 
 def messages_since_checkpoint(
@@ -258,7 +258,7 @@ def messages_since_checkpoint(
     ).first()
     select = sa.select(*row_columns(table, shape)).where(of_conversation).order_by(*in_order)
     if checkpoint is None:
-        return [_message(row) for row in conn.execute(select)]
+        return _messages(conn.execute(select))
     summary = _message(checkpoint)
     boundary = conn.execute(
         sa.select(*in_order).where(of_conversation, table.c.id == covered_until(summary))
@@ -326,7 +326,7 @@ def messages_of_job(
         .where(table.c.conversation_id == conversation_id, matched)
         .order_by(table.c.created_at, table.c.id)
     )
-    found = [_message(row) for row in rows]
+    found = _messages(rows)
     if opened is not None:
         found = opened(found)
     return [m for m in found if isinstance(m.metadata, dict) and m.metadata.get("job_id") == job_id]
@@ -346,7 +346,7 @@ def message_page(
     if not cursor:
         found = conn.execute(_first_messages_select(prefix, shape, descending, limit),
                              {"conversation_id": conversation_id})
-        return [_message(row) for row in found]
+        return _messages(found)
     table = tables(prefix).messages
     select = sa.select(*row_columns(table, shape)).where(table.c.conversation_id == conversation_id)
     columns = [table.c.created_at, table.c.id]
@@ -354,7 +354,7 @@ def message_page(
     select = select.where(after(columns, moment, descending))
     order = [column.desc() for column in columns] if descending else columns
     select = select.order_by(*order).limit(limit)
-    return [_message(row) for row in conn.execute(select)]
+    return _messages(conn.execute(select))
 
 
 @functools.cache
@@ -450,7 +450,7 @@ def recent_messages(
         .order_by(table.c.created_at.desc(), table.c.id.desc())
         .limit(limit)
     )
-    return [_message(row) for row in conn.execute(select)]
+    return _messages(conn.execute(select))
 
 
 def table_counts(conn: Connection, prefix: str) -> dict[str, int]:
@@ -620,6 +620,30 @@ def summaries(
     """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
     :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
     (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
+    found, _ = counted_summaries(
+        conn, prefix, limit=limit, sort=sort, cursor=cursor, shape=shape, descending=descending,
+        counted=False, **filters,
+    )
+    return found
+
+
+def counted_summaries(
+    conn: Connection,
+    prefix: str,
+    *,
+    limit: int,
+    sort: str = "created",
+    cursor: str | None = None,
+    shape: str = CLAWMEM_SCHEMA,
+    descending: bool | None = None,
+    counted: bool = True,
+    at_most: int | None = None,
+    **filters: Any,
+) -> tuple[list[ConversationSummary], int | None]:
+    """Return :func:`summaries` and, when ``counted``, how many conversations match the filters
+    in all (as :func:`count_summaries` counts them, up to ``at_most``; ``None`` when not
+    counted): the count is a column of the page's own statement, so a list page with its total
+    costs one statement instead of two."""
     table = tables(prefix).conversations
     name, own_direction = SORTS[check_sort(sort)]
     if sort == "tokens" and shape != CLAWMEM_SCHEMA:
@@ -627,41 +651,54 @@ def summaries(
     start = _start(cursor, sort, conn.dialect.name, descending) if cursor else None
     direction = own_direction if descending is None else descending
     given = _given(filters)
-    if list(given) == ["conversation_id"] and start is None:
+    total = [_total_column(prefix, at_most, filters)] if counted else []
+    if list(given) == ["conversation_id"] and start is None and not counted:
         # One conversation (its page asks on every request): a statement built once, the id bound.
         one = {"conversation_id": given["conversation_id"]}
-        rows = list(conn.execute(_one_summary_select(prefix, shape), one))
-        counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+        rows, counts = list(conn.execute(_one_summary_select(prefix, shape), one)), None
     elif sort == "messages" or filters.get("conversation_id") is not None:
         # The order is the count itself: every matching conversation is counted (one
         # conversation asked for by id is counted in the same statement).
-        counts = role_counts_of(prefix)
-        select = _filtered(sa.select(*row_columns(table, shape), *counts), prefix, **filters)
-        rows = sorted_rows(conn, select, [counts[0].element, table.c.id], limit, start, descending=direction)
-        counted = {row.id: (row.message_count, row.recall_count, row.checkpoint_count) for row in rows}
+        of_row = role_counts_of(prefix)
+        select = _filtered(sa.select(*row_columns(table, shape), *of_row, *total), prefix, **filters)
+        counts = None
+        rows = sorted_rows(conn, select, [of_row[0].element, table.c.id], limit, start, descending=direction)
     elif not given and start is None and name not in NULLABLE_SORTS:
         # The list's first page unfiltered, the page most asked for: a statement built once.
-        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit)))
-        counted = page_role_counts(conn, prefix, [row.id for row in rows])
+        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit, counted)))
+        counts = None
     else:
         # Page first, then count the page's messages only: a database that computes a row's
         # columns before it sorts would otherwise count every matching conversation.
-        select = _filtered(sa.select(*row_columns(table, shape)), prefix, **filters)
+        select = _filtered(sa.select(*row_columns(table, shape), *total), prefix, **filters)
         rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
                            nullable=name in NULLABLE_SORTS)
-        counted = page_role_counts(conn, prefix, [row.id for row in rows])
+        counts = page_role_counts(conn, prefix, [row.id for row in rows])
+    # Each row read once into a dict by its result's column names (looked up once): a row's
+    # attributes cost more to read than the rest of a summary.
+    names = rows[0]._fields if rows else ()
     found = []
     for row in rows:
-        said, recall, checkpoints = counted.get(row.id, (0, 0, 0))
+        columns = dict(zip(names, row, strict=True))
+        if counts is None:  # counted in the row's own statement
+            said, recall = columns["message_count"], columns["recall_count"]
+            checkpoints = columns["checkpoint_count"]
+        else:
+            said, recall, checkpoints = counts.get(columns["id"], (0, 0, 0))
         found.append(ConversationSummary(
-            **conversation_fields(row),
+            **_fields_of(columns),
             message_count=int(said or 0),
             recall_count=int(recall or 0),
             checkpoint_count=int(checkpoints or 0),
-            raw_created_at=raw_moment(row.created_at),
-            raw_updated_at=raw_moment(row.updated_at),
+            raw_created_at=raw_moment(columns["created_at"]),
+            raw_updated_at=raw_moment(columns["updated_at"]),
         ))
-    return found
+    if not counted:
+        return found, None
+    if rows:
+        return found, int(rows[0].total or 0)
+    # No row to carry the count: none match, unless the page starts after the last one.
+    return found, 0 if start is None else count_summaries(conn, prefix, at_most, **filters)
 
 
 def _given(filters: dict[str, Any]) -> dict[str, Any]:
@@ -683,11 +720,18 @@ def _one_summary_select(prefix: str, shape: str) -> sa.Select[Any]:
 
 
 @functools.cache
-def _first_page_select(prefix: str, shape: str, column: str, descending: bool, limit: int) -> sa.Select[Any]:
+def _first_page_select(
+    prefix: str, shape: str, column: str, descending: bool, limit: int, counted: bool = False
+) -> sa.Select[Any]:
+    # The rows come in the order of the column's index and the limit stops the walk, so the
+    # correlated counts run for the page's rows only, each an index range count; with
+    # ``counted``, the list's total (evaluated once, as it refers to no row) rides along: the
+    # page most asked for is one statement.
     table = tables(prefix).conversations
     order = [table.c[column], table.c.id]
+    total = [_every_conversation_column(prefix)] if counted else []
     return (
-        sa.select(*row_columns(table, shape))
+        sa.select(*row_columns(table, shape), *role_counts_of(prefix), *total)
         .order_by(*([part.desc() for part in order] if descending else order))
         .limit(limit)
     )
@@ -781,21 +825,38 @@ def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLA
 def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:
     """Return how many conversations :func:`summaries` lists under ``filters``, in one query;
     with ``at_most``, counting stops there (a search through every message can stop early)."""
+    return int(conn.execute(_count_statement(prefix, at_most, filters)).scalar() or 0)
+
+
+def _count_statement(prefix: str, at_most: int | None, filters: dict[str, Any]) -> sa.Select[Any]:
     table = tables(prefix).conversations
     if at_most is None and not _given(filters):
-        return int(conn.execute(_count_select(prefix)).scalar() or 0)
+        return _count_select(prefix)
     if at_most is None:
-        select = _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
-    else:
-        found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
-        select = sa.select(sa.func.count()).select_from(found)
-    return int(conn.execute(select).scalar() or 0)
+        return _filtered(sa.select(sa.func.count()).select_from(table), prefix, **filters)
+    found = _filtered(sa.select(table.c.id), prefix, **filters).limit(at_most).subquery()
+    return sa.select(sa.func.count()).select_from(found)
 
 
 @functools.cache
 def _count_select(prefix: str) -> sa.Select[Any]:
     # Every conversation, as the unfiltered list counts them on each request: built once.
     return sa.select(sa.func.count()).select_from(tables(prefix).conversations)
+
+
+def _total_column(prefix: str, at_most: int | None, filters: dict[str, Any]) -> sa.Label[Any]:
+    """Return :func:`count_summaries` as a column of the list's own statement (it refers to no
+    row of it, so the database counts once)."""
+    if at_most is None and not _given(filters):
+        return _every_conversation_column(prefix)
+    # Never correlated: inside a statement on the conversations it still counts them all.
+    return _count_statement(prefix, at_most, filters).correlate(None).scalar_subquery().label("total")
+
+
+@functools.cache
+def _every_conversation_column(prefix: str) -> sa.Label[Any]:
+    # The unfiltered list's total: built once.
+    return _count_select(prefix).correlate(None).scalar_subquery().label("total")
 
 
 def scan_candidates(
@@ -865,18 +926,23 @@ def php_metadata(metadata: Any) -> Any:
 def conversation_fields(row: Any) -> dict[str, Any]:
     """Return a conversation row's columns as fields (metadata parsed), with ``unreadable``
     saying which could not be read (see :mod:`clawmem.sql.lenient`)."""
-    metadata, bad_metadata = read_json(row.metadata, "metadata")
-    created_at, bad_created = read_moment(row.created_at, "created_at")
-    updated_at, bad_updated = read_moment(row.updated_at, "updated_at")
+    return _fields_of(dict(zip(row._fields, row, strict=True)))
+
+
+def _fields_of(columns: dict[str, Any]) -> dict[str, Any]:
+    # conversation_fields of a row given as a dict of its columns by name.
+    metadata, bad_metadata = read_json(columns["metadata"], "metadata")
+    created_at, bad_created = read_moment(columns["created_at"], "created_at")
+    updated_at, bad_updated = read_moment(columns["updated_at"], "updated_at")
     return {
-        "id": as_text(row.id),
-        "namespace": as_text(row.namespace),
-        "user_id": as_text(row.user_id),
-        "title": as_text(row.title),
+        "id": as_text(columns["id"]),
+        "namespace": as_text(columns["namespace"]),
+        "user_id": as_text(columns["user_id"]),
+        "title": as_text(columns["title"]),
         "metadata": php_metadata(metadata),
         "created_at": created_at,
         "updated_at": updated_at,
-        "total_tokens": _whole(row._mapping.get("total_tokens")),
+        "total_tokens": _whole(columns.get("total_tokens")),
         "unreadable": reasons(bad_metadata, bad_created, bad_updated),
     }
 
@@ -888,19 +954,33 @@ def _whole(value: Any) -> int | None:
 
 
 def _message(row: Any) -> StoredMessage:
-    tool_input, bad_input = read_json(row.tool_input, "tool_input")
-    metadata, bad_metadata = read_json(row._mapping.get("metadata"), "metadata")
-    created_at, bad_created = read_moment(row.created_at, "created_at")
+    return _message_of(dict(zip(row._fields, row, strict=True)))
+
+
+def _messages(rows: Iterable[Any]) -> list[StoredMessage]:
+    # Each row read once into a dict by its result's column names, looked up once: a row's
+    # attributes cost more to read than the rest of a message (a page reads a hundred).
+    found, names = [], None
+    for row in rows:
+        names = names or row._fields
+        found.append(_message_of(dict(zip(names, row, strict=True))))
+    return found
+
+
+def _message_of(columns: dict[str, Any]) -> StoredMessage:
+    tool_input, bad_input = read_json(columns["tool_input"], "tool_input")
+    metadata, bad_metadata = read_json(columns.get("metadata"), "metadata")
+    created_at, bad_created = read_moment(columns["created_at"], "created_at")
     return StoredMessage(
-        id=as_text(row.id),
-        conversation_id=as_text(row.conversation_id),
-        role=as_text(row.role),
-        content=as_text(row.content),
-        tool_name=as_text(row.tool_name),
+        id=as_text(columns["id"]),
+        conversation_id=as_text(columns["conversation_id"]),
+        role=as_text(columns["role"]),
+        content=as_text(columns["content"]),
+        tool_name=as_text(columns["tool_name"]),
         tool_input=tool_input,
         created_at=created_at,
         unreadable=reasons(bad_input, bad_metadata, bad_created),
-        raw_created_at=raw_moment(row.created_at),
+        raw_created_at=raw_moment(columns["created_at"]),
         metadata=metadata,
     )
 
@@ -924,9 +1004,9 @@ def newest_messages(
         table.c.conversation_id == conversation_id, table.c.role.in_(list(roles))
     )
     if limit is None:
-        return [_message(row) for row in conn.execute(select.order_by(table.c.created_at, table.c.id))]
+        return _messages(conn.execute(select.order_by(table.c.created_at, table.c.id)))
     select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
-    return [_message(row) for row in reversed(conn.execute(select).all())]
+    return _messages(reversed(conn.execute(select).all()))
 
 
 def pop_newest_message(

@@ -179,8 +179,7 @@ def read_moment(value: Any, column: str) -> tuple[datetime | None, str | None]:
     if value is None:
         return None, None
     if isinstance(value, datetime):
-        return (value.replace(tzinfo=None) if value.tzinfo is None else
-                value.astimezone(UTC).replace(tzinfo=None)), None
+        return (value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)), None
     return None, f"{column} is not a readable time"
 
 
@@ -215,4 +214,6 @@ def unix_to_datetime(seconds: int | None) -> datetime | None:
 
 def reasons(*found: str | None) -> str | None:
     """Return the reasons a row is unreadable joined with ``"; "``, or ``None`` when it has none."""
-    return "; ".join(reason for reason in found if reason) or None
+    if not any(found):  # the usual row: every column readable, said without building a string
+        return None
+    return "; ".join(reason for reason in found if reason)

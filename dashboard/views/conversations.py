@@ -12,7 +12,7 @@ from flask import Blueprint, Response, abort, request, url_for
 
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
 from clawmem.conversations import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
-from clawmem.conversations import ConversationLog
+from clawmem.conversations import ConversationLog, sizes_of
 from clawmem.integrations.openai_agents import session_id_of
 from clawmem.pipeline import billed_tokens, provider_history
 from clawmem.sql.conversations import SORTS, ConversationSummary, MessageSize, StoredMessage
@@ -174,8 +174,12 @@ def _list_page(
     are asked for) how many conversations match in all."""
     store = state.conversations()
     chosen = _chosen(filters, since, until)
+    # A search reads message text, which no index serves: its count stops at a bound. The count
+    # is read with the page (a request for more rows shows none).
+    bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     page = store.list(
-        limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending, **chosen
+        limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending,
+        counted=not wants_fragment(MORE_TARGET), count_at_most=bound, **chosen,
     )
     order = sort_word(sort, descending)
     scanned = None
@@ -186,11 +190,9 @@ def _list_page(
                    "complete": scan.complete, "limit": SCAN_LIMIT}
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
     links, frame = _row_links(), time_frame()
-    # A search reads message text, which no index serves: its count stops at a bound.
-    bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     return {
         "rows": [_list_row(c, links, filters.get("q"), found.get(c.id), frame) for c in page.items],
-        "total": None if wants_fragment(MORE_TARGET) else store.count(**chosen, at_most=bound),
+        "total": page.total,
         "bound": bound,
         "scanned": scanned,
         "more_url": url_for("conversations.index", **filters, sort=order, cursor=page.next_cursor)
@@ -304,6 +306,36 @@ def _checkpoint(message: StoredMessage | MessageSize, positions: dict[str, int])
     }
 
 
+class Billed(NamedTuple):
+    """What an assistant row's provider call was billed: ``tokens`` (``None``: not reported)
+    and the usage's parts, as the page says them."""
+
+    tokens: int | None
+    usage: str
+
+
+class MessageRow(NamedTuple):
+    """One message as its page shows it. A tuple with names, not a dict: the template reads
+    some fifteen fields of each, and a name it looks up on a dict is first tried (and missed)
+    as an attribute."""
+
+    id: str
+    position: int | None  # in the whole conversation, when its every message's size is known
+    role: str
+    created_at: str  # markup of rendering.when
+    content: str
+    unreadable: str | None  # e.g. a column the configured keys cannot decrypt
+    tool_name: str
+    tool_input: str
+    checkpoint: dict[str, Any] | None  # what a summary row covers and cost (_checkpoint)
+    tokens: int | None  # what a turn would send of it (a recall record is never sent)
+    billed: Billed | None  # an assistant row's provider call
+    fate: str  # "summarised" or "kept" by the analysis ('' when it does not say)
+    first_fire: bool
+    given: list[dict[str, Any]] | None  # a recall record's entries
+    preview_url: str | None  # a user message's turn preview
+
+
 def _message_row(
     message: StoredMessage,
     analysis: dict[str, Any] | None,
@@ -311,40 +343,39 @@ def _message_row(
     given: dict[str, list[dict[str, Any]]],
     turn_url: Callable[[str], str],
     frame: TimeFrame,
-) -> dict[str, Any]:
+) -> MessageRow:
     summarised = analysis is not None and message.id in analysis["summarised_ids"]
     analysed = analysis is not None and analysis["reason"] and message.role not in NOT_SAID
     checkpoint = _checkpoint(message, positions)
-    return {
-        "id": message.id,
-        "position": positions.get(message.id),
-        "role": message.role,
-        "created_at": when(message.created_at or UNREADABLE_TIME, frame),  # NOT NULL: none means unreadable
-        "content": message.content or "",
-        "unreadable": message.unreadable,  # e.g. a column the configured keys cannot decrypt
-        "tool_name": message.tool_name or "",
-        "tool_input": "" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
-        "checkpoint": checkpoint,
-        # What a turn would send of it (a recall record is never sent), and what its call billed.
-        "tokens": None if message.role == "recall" else estimate_tokens(provider_history([message])),
-        "billed": _billed(message),
-        "fate": ("summarised" if summarised else "kept") if analysed else "",
-        "first_fire": analysis is not None and analysis["first_fire_id"] == message.id,
-        "given": given.get(message.id) if message.role == "recall" else None,
-        "preview_url": turn_url(message.id) if message.role == "user" else None,
-    }
+    return MessageRow(
+        id=message.id,
+        position=positions.get(message.id),
+        role=message.role,
+        created_at=when(message.created_at or UNREADABLE_TIME, frame),  # NOT NULL: none means unreadable
+        content=message.content or "",
+        unreadable=message.unreadable,
+        tool_name=message.tool_name or "",
+        tool_input="" if message.tool_input is None or checkpoint else pretty_json(message.tool_input),
+        checkpoint=checkpoint,
+        tokens=None if message.role == "recall" else estimate_tokens(provider_history([message])),
+        billed=_billed(message),
+        fate=("summarised" if summarised else "kept") if analysed else "",
+        first_fire=analysis is not None and analysis["first_fire_id"] == message.id,
+        given=given.get(message.id) if message.role == "recall" else None,
+        preview_url=turn_url(message.id) if message.role == "user" else None,
+    )
 
 
-def _billed(message: StoredMessage) -> dict[str, Any] | None:
-    """Return what an assistant row's provider call was billed, from its metadata's usage:
-    ``tokens`` (``None``: not reported) and the usage's parts; ``None`` for other rows."""
+def _billed(message: StoredMessage) -> Billed | None:
+    """Return what an assistant row's provider call was billed, from its metadata's usage;
+    ``None`` for other rows."""
     if message.role != "assistant":
         return None
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else None
     parts = {name: value for name, value in (usage or {}).items() if type(value) is int}
-    return {"tokens": billed_tokens(usage),
-            "usage": ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items())}
+    return Billed(billed_tokens(usage),
+                  ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items()))
 
 
 Reader = Callable[[list[str]], list[StoredMessage]]
@@ -376,11 +407,14 @@ def _sizes(store: ConversationLog, conversation_id: str, count: int) -> list[Mes
     return None if len(sizes) > ANALYSIS_LIMIT else sizes
 
 
-def _reader(store: ConversationLog, conversation_id: str) -> Reader:
-    """Return what reads the analysed messages' text, in the order of the ids asked for."""
+def _reader(store: ConversationLog, conversation_id: str, read_already: list[StoredMessage]) -> Reader:
+    """Return what reads the analysed messages' text, in the order of the ids asked for (from
+    ``read_already`` when it holds them all)."""
+    known = {message.id: message for message in read_already}
 
     def read(message_ids: list[str]) -> list[StoredMessage]:
-        found = store.messages_with_ids(conversation_id, message_ids)
+        found = known if all(message_id in known for message_id in message_ids) else (
+            store.messages_with_ids(conversation_id, message_ids))
         return [found[message_id] for message_id in message_ids if message_id in found]
 
     return read
@@ -399,10 +433,13 @@ def detail(conversation_id: str) -> str:
     max_tokens = int_arg("max_tokens", settings.compact_max_tokens, 0, 1_000_000_000)
     cursor = text_arg("cursor", 500) or None
     _, newest_first = sort_arg(MESSAGE_SORTS, "created")
-    # The analysis reads every message's size, not its text; only this page is read in full.
-    sizes = _sizes(store, conversation_id, conversation.row_count)
     page = store.messages(conversation_id, limit=MESSAGE_PAGE_SIZE, cursor=cursor, descending=newest_first)
-    reader = _reader(store, conversation_id)
+    # The analysis reads every message's size, not its text; only this page is read in full,
+    # and when it holds the whole conversation the sizes are measured from it.
+    whole = cursor is None and page.next_cursor is None
+    in_order = page.items[::-1] if newest_first else page.items
+    sizes = sizes_of(in_order) if whole else _sizes(store, conversation_id, conversation.row_count)
+    reader = _reader(store, conversation_id, page.items if whole else [])
     analysis = _analysis(sizes, reader, max_messages, max_tokens) if sizes is not None else None
     positions = {message.id: index for index, message in enumerate(sizes or [], start=1)}
     # What the agent did: every checkpoint stored, what it covers and cost (from its sizes row,

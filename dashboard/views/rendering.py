@@ -5,6 +5,7 @@ Also the small formatters views use to turn rows into the plain strings template
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -212,10 +213,14 @@ TimeFrame = tuple[float, Any, date]  # the app's clock, the display zone and tod
 
 def time_frame() -> TimeFrame:
     """Return the app's clock, the display zone and today's date there, read once per request:
-    a list page prints a hundred times, and each would otherwise look all three up."""
+    a list page prints a hundred times, and each would otherwise look all three up. A zone that
+    is UTC by another name (``ZoneInfo("UTC")``) is given as :data:`~datetime.UTC`, whose times
+    need no conversion."""
     frame = g.get("clawmem_time_frame") if has_request_context() else None
     if frame is None:
         now, zone = state.clock()(), display_zone()
+        if getattr(zone, "key", None) == "UTC":
+            zone = UTC
         frame = (now, zone, datetime.fromtimestamp(now, zone).date())
         if has_request_context():
             g.clawmem_time_frame = frame
@@ -239,22 +244,35 @@ def when(moment: Any, frame: TimeFrame | None = None) -> Markup | str:
     now, zone, today = frame or time_frame()
     aware = moment.replace(tzinfo=UTC)
     ahead = aware.timestamp() - now
-    try:
-        local = aware if zone is UTC else aware.astimezone(zone)
-        days_ahead: int | None = (local.date() - today).days
-        absolute = f"{_clock_text(local)} {local.tzname() or zone_name(zone)}"
-    except (OverflowError, ValueError, OSError):
-        days_ahead, absolute = None, format_time(moment, zone=zone)
-    # Joined from parts: Markup.format costs more than the rest of this on a list page. Only the
-    # words need escaping: the time stamps hold digits, dashes, colons and the zone's name.
     stamp = moment.isoformat(timespec="seconds")
+    try:
+        if zone is UTC:
+            local = aware
+            # The stamp's own digits: isoformat pads a year before 1000, which _clock_text does not.
+            clock = stamp.replace("T", " ") if moment.year >= 1000 else _clock_text(moment)
+        else:
+            local = aware.astimezone(zone)
+            clock = _clock_text(local)
+        days_ahead: int | None = (local.date() - today).days
+        absolute = f"{clock} {_escaped_zone(local.tzname() or zone_name(zone))}"
+    except (OverflowError, ValueError, OSError):
+        days_ahead, absolute = None, escape(format_time(moment, zone=zone))
+    # Joined from parts: Markup.format costs more than the rest of this on a list page. Only the
+    # zone's name is escaped: the time stamps hold digits, dashes and colons, the words are ours.
     return Markup(f'<time datetime="{stamp}Z">{relative_words(ahead, days_ahead)}</time> '
-                  f'<span class="absolute">({escape(absolute)})</span>')
+                  f'<span class="absolute">({absolute})</span>')
+
+
+@functools.cache
+def _escaped_zone(name: str) -> str:
+    # A zone's name as HTML: a page prints it a hundred times, and a site has one or two.
+    return str(escape(name))
 
 
 # What werkzeug's converters leave unquoted in a path value (BaseConverter.to_url).
 _PATH_SAFE = "!$&'()*+,/:;=@"
 _URL_VALUE = "clawmem-url-value"
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]+")  # what quote leaves as it is, whatever it is told
 
 
 def url_maker(endpoint: str, name: str, **values: Any) -> Callable[[str], str]:
@@ -264,9 +282,10 @@ def url_maker(endpoint: str, name: str, **values: Any) -> Callable[[str], str]:
     head, _, tail = url_for(endpoint, **{name: _URL_VALUE}, **values).partition(_URL_VALUE)
 
     def url(value: str) -> str:
-        # An id of letters and digits (every id this package makes) needs no quoting.
+        # An id of what quote never changes (every id this package makes, a user id such as
+        # cust-1001) needs no quoting.
         text = str(value)
-        return f"{head}{text if text.isalnum() and text.isascii() else quote(text, safe=_PATH_SAFE)}{tail}"
+        return f"{head}{text if _UNQUOTED.fullmatch(text) else quote(text, safe=_PATH_SAFE)}{tail}"
 
     return url
 
