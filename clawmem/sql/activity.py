@@ -1,8 +1,11 @@
 """Rows per day, the aggregate counts behind the Overview's charts.
 
-Every count is a range count on an indexed time column (``created_at``), asked for all days in
-one statement of scalar subqueries: the same SQL on every dialect and both table shapes, and a
-day costs only the index entries of that day, never a pass over the whole table.
+Every count reads only the index entries of the days asked (``created_at`` is indexed), never a
+pass over the whole table. On SQLite each day is a range count, all days asked in one statement
+of scalar subqueries. On PostgreSQL and MariaDB/MySQL, where planning and binding sixty
+subqueries costs more than counting a few thousand rows, the Overview's chart counts the window's
+rows per day in one ``GROUP BY`` on the day of ``created_at`` (times are stored as naive UTC, so
+that day is the UTC day the edges bound).
 """
 
 from __future__ import annotations
@@ -151,6 +154,61 @@ def _activity_select(prefix: str, intervals: int, ours: bool) -> sa.Select[Any]:
     ))
 
 
+GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the chart counts by GROUP BY
+WHOLE, MESSAGES, CONVERSATIONS = 0, 1, 2  # the kinds of row of _grouped_activity_select
+
+
+def _day_of(column: sa.Column[datetime], dialect: str) -> sa.ColumnElement[Any]:
+    # The calendar day of a stored (naive UTC) time, as the server computes it.
+    return sa.cast(column, sa.Date) if dialect == "postgresql" else sa.func.date(column)
+
+
+@functools.cache
+def _grouped_activity_select(prefix: str, ours: bool, dialect: str) -> sa.CompoundSelect:
+    # One statement, as on SQLite: the conversations' totals and edges first (each its own
+    # subquery, so each keeps its index), then the window's messages and conversations per day.
+    schema = tables(prefix)
+    conversations = schema.conversations
+    values = [sa.func.count(), sa.func.min(conversations.c.created_at),
+              sa.func.max(conversations.c.updated_at)]
+    if ours:  # phpClaw's conversations keep no tokens
+        values.append(sa.func.sum(conversations.c.total_tokens))
+    whole = sa.select(
+        sa.literal(WHOLE), sa.null(),
+        *(sa.select(value).select_from(conversations).scalar_subquery() for value in values),
+        *([] if ours else [sa.null()]),
+    )
+
+    def per_day(kind: int, column: sa.Column[datetime]) -> sa.Select[Any]:
+        low = sa.bindparam("low", type_=column.type)
+        high = sa.bindparam("high", type_=column.type)
+        day = _day_of(column, dialect)
+        return (sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null())
+                .where(column >= low, column < high).group_by(day))
+
+    return sa.union_all(whole, per_day(MESSAGES, schema.messages.c.created_at),
+                        per_day(CONVERSATIONS, conversations.c.created_at))
+
+
+def _grouped_counts(
+    conn: Connection, prefix: str, edges: Sequence[datetime], ours: bool
+) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any]]:
+    """Return the messages and conversations per day of ``edges`` (UTC midnights) and the
+    conversations' count, earliest ``created_at``, latest ``updated_at`` and tokens."""
+    statement = _grouped_activity_select(prefix, ours, conn.dialect.name)
+    day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
+    per_day = {MESSAGES: [0] * len(day_number), CONVERSATIONS: [0] * len(day_number)}
+    whole: tuple[Any, Any, Any, Any] = (0, None, None, None)
+    for kind, day, count, oldest, newest, total_tokens in conn.execute(
+        statement, {"low": edges[0], "high": edges[-1]}
+    ):
+        if kind == WHOLE:
+            whole = (count, oldest, newest, total_tokens)
+        elif day in day_number:
+            per_day[kind][day_number[day]] = int(count or 0)
+    return per_day[MESSAGES], per_day[CONVERSATIONS], whole
+
+
 def activity(
     conn: Connection,
     prefix: str,
@@ -165,12 +223,16 @@ def activity(
     :func:`tokens_per_day`; none on phpClaw's tables, whose messages keep no usage)."""
     ours = shape == CLAWMEM_SCHEMA
     edges = day_edges(now, days)
-    bounds: dict[str, datetime] = {}
-    for number, (low, high) in enumerate(pairwise(edges)):
-        bounds[f"low{number}"], bounds[f"high{number}"] = low, high
-    found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
-    messages, conversations = found[:days], found[days:2 * days]
-    total, oldest, newest, total_tokens = found[2 * days:]
+    if conn.dialect.name in GROUPED_DIALECTS:
+        messages, conversations, whole = _grouped_counts(conn, prefix, edges, ours)
+        total, oldest, newest, total_tokens = whole
+    else:
+        bounds: dict[str, datetime] = {}
+        for number, (low, high) in enumerate(pairwise(edges)):
+            bounds[f"low{number}"], bounds[f"high{number}"] = low, high
+        found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
+        messages, conversations = found[:days], found[days:2 * days]
+        total, oldest, newest, total_tokens = found[2 * days:]
     return Activity(
         [edge.date() for edge in edges[:-1]],
         [int(count or 0) for count in messages],
