@@ -205,7 +205,8 @@ def test_the_charts_counts_per_day_equal_a_range_count_of_each_day(
     engine: sa.engine.Engine, prefix: str
 ) -> None:
     # Rows on a midnight, a microsecond before one, before the window and after today: each
-    # server's count by day agrees with counting each day's range, as SQLite does.
+    # server's count by day (messages, conversations, memory rows) agrees with counting each
+    # day's range, as SQLite does.
     now = datetime(2024, 5, 10, 13, 5)
     edges = day_edges(now, 7)
     schema = tables(prefix)
@@ -220,11 +221,18 @@ def test_the_charts_counts_per_day_equal_a_range_count_of_each_day(
                 conn.execute(sa.insert(schema.messages).values(
                     id=f"m{number}-{position}", conversation_id=f"c{number}", role="user", content="x",
                     tool_name=None, tool_input=None, metadata=None, created_at=moment))
+                conn.execute(sa.insert(schema.memory).values(
+                    id=f"r{number}-{position}", namespace="default", lookup_key=f"k{number}-{position}",
+                    value="v", metadata=None,
+                    expires_at=None, created_at=moment, updated_at=moment))
     with engine.connect() as conn:
         found = activity.activity(conn, prefix, now, 7)
         assert found.messages == activity.messages_per_day(conn, prefix, edges) == [5, 4, 0, 5, 0, 0, 6]
         per_day = activity.conversations_per_day(conn, prefix, edges)
         assert found.conversations == per_day == [2, 1, 0, 1, 0, 0, 1]
+        memory_rows = activity.memory_rows_per_day(conn, prefix, edges)
+        ranges = activity.counts_between(conn, schema.memory.c.created_at, edges)
+        assert memory_rows == ranges == found.messages
     assert (found.conversations_now, found.total_tokens) == (7, 21)
     assert (found.oldest, found.newest) == (moments[0], moments[-1] + timedelta(minutes=5))
 

@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -27,6 +27,8 @@ from clawmem.sql.conversations import edge
 from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
+GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the charts count by GROUP BY
+WHOLE, MESSAGES, CONVERSATIONS = 0, 1, 2  # the kinds of row of _grouped_activity_select
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ def day_edges(now: datetime, days: int) -> list[datetime]:
         raise ValueError(f"days must be a whole number from 1 to {MAX_DAYS}, got {days!r}")
     tomorrow = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
     return [tomorrow - timedelta(days=days - number) for number in range(days + 1)]
+
+
+def _day_of(column: sa.Column[datetime], dialect: str) -> sa.ColumnElement[Any]:
+    # The calendar day of a stored (naive UTC) time, as the server computes it.
+    return sa.cast(column, sa.Date) if dialect == "postgresql" else sa.func.date(column)
 
 
 @functools.cache
@@ -94,7 +101,39 @@ def memory_rows_per_day(
     conn: Connection, prefix: str, edges: Sequence[datetime], shape: str = CLAWMEM_SCHEMA
 ) -> list[int]:
     """Return how many memory rows were first written in each interval of ``edges``."""
-    return counts_between(conn, tables(prefix, shape).memory.c.created_at, edges)
+    column = tables(prefix, shape).memory.c.created_at
+    if conn.dialect.name in GROUPED_DIALECTS and _midnights(edges):
+        return _counts_by_day(conn, column, edges)
+    return counts_between(conn, column, edges)
+
+
+def _midnights(edges: Sequence[datetime]) -> bool:
+    # Edges a day apart, each at midnight: the intervals are whole days, which a count by the
+    # day of the column answers.
+    return len(edges) >= 2 and all(
+        later - earlier == timedelta(days=1) and earlier.time() == time()
+        for earlier, later in pairwise(edges)
+    )
+
+
+@functools.cache
+def _by_day_select(column: sa.Column[datetime], dialect: str) -> sa.Select[Any]:
+    day = _day_of(column, dialect)
+    low = sa.bindparam("low", type_=column.type)
+    high = sa.bindparam("high", type_=column.type)
+    return sa.select(day, sa.func.count()).where(column >= low, column < high).group_by(day)
+
+
+def _counts_by_day(conn: Connection, column: sa.Column[datetime], edges: Sequence[datetime]) -> list[int]:
+    """Return how many rows have ``column`` on each day ``edges`` (midnights) bound, by one
+    ``GROUP BY`` on the day of ``column`` over the whole range."""
+    day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
+    counts = [0] * len(day_number)
+    statement = _by_day_select(column, conn.dialect.name)
+    for day, count in conn.execute(statement, {"low": edges[0], "high": edges[-1]}):
+        if day in day_number:
+            counts[day_number[day]] = int(count or 0)
+    return counts
 
 def tokens_per_day(
     conn: Connection,
@@ -152,15 +191,6 @@ def _activity_select(prefix: str, intervals: int, ours: bool) -> sa.Select[Any]:
         sa.select(value).select_from(conversations).scalar_subquery().label(name)
         for name, value in zip(("stored", "oldest", "newest", "total_tokens"), whole, strict=True)
     ))
-
-
-GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the chart counts by GROUP BY
-WHOLE, MESSAGES, CONVERSATIONS = 0, 1, 2  # the kinds of row of _grouped_activity_select
-
-
-def _day_of(column: sa.Column[datetime], dialect: str) -> sa.ColumnElement[Any]:
-    # The calendar day of a stored (naive UTC) time, as the server computes it.
-    return sa.cast(column, sa.Date) if dialect == "postgresql" else sa.func.date(column)
 
 
 @functools.cache
