@@ -146,13 +146,7 @@ def tokens_per_day(
     no row reported one ("not reported", never 0). One range read on the messages' time index."""
     if len(edges) < 2:
         return []
-    messages = tables(prefix).messages
-    rows = conn.execute(
-        sa.select(messages.c.created_at, messages.c.metadata).where(
-            messages.c.created_at >= edges[0], messages.c.created_at < edges[-1],
-            messages.c.role == "assistant", messages.c.metadata.is_not(None),
-        )
-    )
+    rows = conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]})
     found: list[int | None] = [None] * (len(edges) - 1)
     for created_at, metadata in rows:
         tokens = billed(_usage(metadata))
@@ -162,6 +156,18 @@ def tokens_per_day(
         if 0 <= day < len(found):
             found[day] = (found[day] or 0) + tokens
     return found
+
+
+@functools.cache
+def _reported_select(prefix: str) -> sa.Select[Any]:
+    # Built once: asked on every Overview.
+    messages = tables(prefix).messages
+    low = sa.bindparam("low", type_=messages.c.created_at.type)
+    high = sa.bindparam("high", type_=messages.c.created_at.type)
+    return sa.select(messages.c.created_at, messages.c.metadata).where(
+        messages.c.created_at >= low, messages.c.created_at < high,
+        messages.c.role == "assistant", messages.c.metadata.is_not(None),
+    )
 
 
 def _usage(metadata: Any) -> Mapping[str, Any] | None:

@@ -8,6 +8,7 @@ and rows come back with ``expires_at`` in Unix seconds and values decoded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -236,17 +237,25 @@ def namespace_counts(
 ) -> list[NamespaceCount]:
     """Return every namespace with its total, live and expired counts, sorted by name."""
     table = tables(prefix, shape).memory
-    expired = sa.func.sum(sa.case((_expired(table, now), 1), else_=0))
-    with_expiry = sa.func.count(table.c.expires_at)
-    query = (
-        sa.select(table.c.namespace, sa.func.count(), expired, with_expiry)
+    found = conn.execute(_namespace_counts_select(prefix, shape), {"now": stored_moment(table, now)})
+    return [
+        NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0), int(timed or 0) - int(gone or 0))
+        for ns, total, gone, timed in found
+    ]
+
+
+@functools.cache
+def _namespace_counts_select(prefix: str, shape: str) -> sa.Select[Any]:
+    # Built once: the Overview asks it on every load, and building it costs more than a
+    # statement of a few hundred rows takes to run.
+    table = tables(prefix, shape).memory
+    expired = table.c.expires_at <= sa.bindparam("now", type_=table.c.expires_at.type)
+    return (
+        sa.select(table.c.namespace, sa.func.count(), sa.func.sum(sa.case((expired, 1), else_=0)),
+                  sa.func.count(table.c.expires_at))
         .group_by(table.c.namespace)
         .order_by(table.c.namespace)
     )
-    return [
-        NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0), int(timed or 0) - int(gone or 0))
-        for ns, total, gone, timed in conn.execute(query)
-    ]
 
 
 def count_namespace(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> int:
@@ -455,7 +464,17 @@ def window_digest(
     statement. ``None`` elsewhere."""
     if conn.dialect.name not in ("mysql", "mariadb"):
         return None
+    bounds = {"namespace": namespace} if since is None else {"namespace": namespace, "since": since}
+    count, digest, rows = conn.execute(_window_digest_select(prefix, shape, since is not None), bounds).one()
+    return (int(count), int(digest or 0)), int(rows)
+
+
+@functools.cache
+def _window_digest_select(prefix: str, shape: str, bounded: bool) -> sa.Select[Any]:
+    # Built once per shape: asked on every catch-up of a namespace's index (every turn and
+    # Overview), and building it costs about as much as running it on a quiet namespace.
     table = tables(prefix, shape).memory
+    namespace = sa.bindparam("namespace", type_=table.c.namespace.type)
     expires = sa.func.coalesce(table.c.expires_at, "none")
     row = sa.func.concat_ws("|", table.c.lookup_key, table.c.updated_at, expires, table.c.value)
     hashed = sa.cast(sa.func.conv(sa.func.left(sa.func.md5(row), 16), 16, 10), mysql.BIGINT(unsigned=True))
@@ -463,10 +482,9 @@ def window_digest(
     select = sa.select(sa.func.count(), sa.func.bit_xor(hashed), total.scalar_subquery()).where(
         table.c.namespace == namespace
     )
-    if since is not None:
-        select = select.where(table.c.updated_at >= since)
-    count, digest, rows = conn.execute(select).one()
-    return (int(count), int(digest or 0)), int(rows)
+    if bounded:
+        select = select.where(table.c.updated_at >= sa.bindparam("since", type_=table.c.updated_at.type))
+    return select
 
 
 def commit_marker(conn: Connection) -> str | None:
