@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from itertools import pairwise
@@ -28,7 +28,7 @@ from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
 GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the charts count by GROUP BY
-WHOLE, MESSAGES, CONVERSATIONS = 0, 1, 2  # the kinds of row of _grouped_activity_select
+WHOLE, MESSAGES, CONVERSATIONS, REPORTED = 0, 1, 2, 3  # the kinds of row of _grouped_activity_select
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,14 @@ def tokens_per_day(
     no row reported one ("not reported", never 0). One range read on the messages' time index."""
     if len(edges) < 2:
         return []
-    rows = conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]})
+    return _billed_per_day(conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]}),
+                           edges, billed)
+
+
+def _billed_per_day(
+    rows: Iterable[Any], edges: Sequence[datetime], billed: Callable[[Mapping[str, Any] | None], int | None]
+) -> list[int | None]:
+    """Return :func:`tokens_per_day` of ``rows`` (``created_at``, ``metadata``) already read."""
     found: list[int | None] = [None] * (len(edges) - 1)
     for created_at, metadata in rows:
         tokens = billed(_usage(metadata))
@@ -158,16 +165,20 @@ def tokens_per_day(
     return found
 
 
+def _reported_rows(prefix: str) -> sa.ColumnElement[bool]:
+    # The assistant rows of the window that may hold a usage.
+    messages = tables(prefix).messages
+    low = sa.bindparam("low", type_=messages.c.created_at.type)
+    high = sa.bindparam("high", type_=messages.c.created_at.type)
+    return sa.and_(messages.c.created_at >= low, messages.c.created_at < high,
+                   messages.c.role == "assistant", messages.c.metadata.is_not(None))
+
+
 @functools.cache
 def _reported_select(prefix: str) -> sa.Select[Any]:
     # Built once: asked on every Overview.
     messages = tables(prefix).messages
-    low = sa.bindparam("low", type_=messages.c.created_at.type)
-    high = sa.bindparam("high", type_=messages.c.created_at.type)
-    return sa.select(messages.c.created_at, messages.c.metadata).where(
-        messages.c.created_at >= low, messages.c.created_at < high,
-        messages.c.role == "assistant", messages.c.metadata.is_not(None),
-    )
+    return sa.select(messages.c.created_at, messages.c.metadata).where(_reported_rows(prefix))
 
 
 def _usage(metadata: Any) -> Mapping[str, Any] | None:
@@ -200,9 +211,10 @@ def _activity_select(prefix: str, intervals: int, ours: bool) -> sa.Select[Any]:
 
 
 @functools.cache
-def _grouped_activity_select(prefix: str, ours: bool, dialect: str) -> sa.CompoundSelect:
-    # One statement, as on SQLite: the conversations' totals and edges first (each its own
-    # subquery, so each keeps its index), then the window's messages and conversations per day.
+def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bool) -> sa.CompoundSelect:
+    # One statement: the conversations' totals and edges first (each its own subquery, so each
+    # keeps its index), then the window's messages and conversations per day, and with
+    # ``reported`` the rows the tokens per day are read from (see tokens_per_day).
     schema = tables(prefix)
     conversations = schema.conversations
     values = [sa.func.count(), sa.func.min(conversations.c.created_at),
@@ -213,36 +225,51 @@ def _grouped_activity_select(prefix: str, ours: bool, dialect: str) -> sa.Compou
         sa.literal(WHOLE), sa.null(),
         *(sa.select(value).select_from(conversations).scalar_subquery() for value in values),
         *([] if ours else [sa.null()]),
+        sa.null(),
     )
 
     def per_day(kind: int, column: sa.Column[datetime]) -> sa.Select[Any]:
         low = sa.bindparam("low", type_=column.type)
         high = sa.bindparam("high", type_=column.type)
         day = _day_of(column, dialect)
-        return (sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null())
+        return (sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null(), sa.null())
                 .where(column >= low, column < high).group_by(day))
 
-    return sa.union_all(whole, per_day(MESSAGES, schema.messages.c.created_at),
-                        per_day(CONVERSATIONS, conversations.c.created_at))
+    parts = [whole, per_day(MESSAGES, schema.messages.c.created_at),
+             per_day(CONVERSATIONS, conversations.c.created_at)]
+    if reported:
+        messages = schema.messages
+        parts.append(sa.select(sa.literal(REPORTED), sa.null(), sa.null(), messages.c.created_at, sa.null(),
+                               sa.null(), messages.c.metadata).where(_reported_rows(prefix)))
+    return sa.union_all(*parts)
 
 
 def _grouped_counts(
-    conn: Connection, prefix: str, edges: Sequence[datetime], ours: bool
-) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any]]:
-    """Return the messages and conversations per day of ``edges`` (UTC midnights) and the
-    conversations' count, earliest ``created_at``, latest ``updated_at`` and tokens."""
-    statement = _grouped_activity_select(prefix, ours, conn.dialect.name)
+    conn: Connection,
+    prefix: str,
+    edges: Sequence[datetime],
+    ours: bool,
+    billed: Callable[[Mapping[str, Any] | None], int | None] | None,
+) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any], list[int | None] | None]:
+    """Return the messages and conversations per day of ``edges`` (UTC midnights), the
+    conversations' count, earliest ``created_at``, latest ``updated_at`` and tokens, and given
+    ``billed`` the tokens per day (:func:`tokens_per_day`), from one statement."""
+    statement = _grouped_activity_select(prefix, ours, conn.dialect.name, billed is not None)
     day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
     per_day = {MESSAGES: [0] * len(day_number), CONVERSATIONS: [0] * len(day_number)}
     whole: tuple[Any, Any, Any, Any] = (0, None, None, None)
-    for kind, day, count, oldest, newest, total_tokens in conn.execute(
+    reported: list[tuple[Any, Any]] = []
+    for kind, day, count, moment, newest, total_tokens, metadata in conn.execute(
         statement, {"low": edges[0], "high": edges[-1]}
     ):
         if kind == WHOLE:
-            whole = (count, oldest, newest, total_tokens)
+            whole = (count, moment, newest, total_tokens)
+        elif kind == REPORTED:
+            reported.append((moment, metadata))
         elif day in day_number:
             per_day[kind][day_number[day]] = int(count or 0)
-    return per_day[MESSAGES], per_day[CONVERSATIONS], whole
+    tokens = None if billed is None else _billed_per_day(reported, edges, billed)
+    return per_day[MESSAGES], per_day[CONVERSATIONS], whole, tokens
 
 
 def activity(
@@ -255,12 +282,14 @@ def activity(
 ) -> Activity:
     """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``,
     with the conversations stored now, their earliest and latest times and their tokens, in one
-    statement, and, given ``billed``, the tokens of each day in a second (see
-    :func:`tokens_per_day`; none on phpClaw's tables, whose messages keep no usage)."""
+    statement, and, given ``billed``, the tokens of each day (see :func:`tokens_per_day`; none
+    on phpClaw's tables, whose messages keep no usage), in the same statement on a server and
+    in a second on SQLite."""
     ours = shape == CLAWMEM_SCHEMA
     edges = day_edges(now, days)
+    billed = billed if ours else None  # phpClaw's messages keep no usage
     if conn.dialect.name in GROUPED_DIALECTS:
-        messages, conversations, whole = _grouped_counts(conn, prefix, edges, ours)
+        messages, conversations, whole, tokens = _grouped_counts(conn, prefix, edges, ours, billed)
         total, oldest, newest, total_tokens = whole
     else:
         bounds: dict[str, datetime] = {}
@@ -269,6 +298,7 @@ def activity(
         found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
         messages, conversations = found[:days], found[days:2 * days]
         total, oldest, newest, total_tokens = found[2 * days:]
+        tokens = None if billed is None else tokens_per_day(conn, prefix, edges, billed)
     return Activity(
         [edge.date() for edge in edges[:-1]],
         [int(count or 0) for count in messages],
@@ -277,7 +307,7 @@ def activity(
         _readable_edge(conn, prefix, sa.func.min, "created_at", oldest),
         _readable_edge(conn, prefix, sa.func.max, "updated_at", newest),
         None if total_tokens is None else int(total_tokens),
-        tokens_per_day(conn, prefix, edges, billed) if ours and billed is not None else None,
+        tokens,
     )
 
 
