@@ -66,11 +66,20 @@ def get_entry(
 ) -> str | None:
     """Return the JSON text of a live entry, or ``None``."""
     table = tables(prefix, shape).memory
-    return conn.execute(
-        sa.select(table.c.value).where(
-            table.c.namespace == namespace, table.c.lookup_key == key, _live(table, now)
-        )
-    ).scalar_one_or_none()
+    bound = {"namespace": namespace, "key": key, "now": stored_moment(table, now)}
+    return conn.execute(_entry_select(prefix, shape), bound).scalar_one_or_none()
+
+
+@functools.cache
+def _entry_select(prefix: str, shape: str) -> sa.Select[Any]:
+    # Built once: every get() asks it, and building it costs more than the lookup by key.
+    table = tables(prefix, shape).memory
+    now = sa.bindparam("now", type_=table.c.expires_at.type)
+    return sa.select(table.c.value).where(
+        table.c.namespace == sa.bindparam("namespace", type_=table.c.namespace.type),
+        table.c.lookup_key == sa.bindparam("key", type_=table.c.lookup_key.type),
+        sa.or_(table.c.expires_at.is_(None), table.c.expires_at > now),
+    )
 
 
 def upsert_entry(
