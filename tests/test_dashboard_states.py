@@ -15,7 +15,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.sql import activity
+from clawmem.sql import activity, kv
 from clawmem.sql.activity import day_edges
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables, tables
@@ -233,6 +233,19 @@ def test_the_charts_counts_per_day_equal_a_range_count_of_each_day(
         memory_rows = activity.memory_rows_per_day(conn, prefix, edges)
         ranges = activity.counts_between(conn, schema.memory.c.created_at, edges)
         assert memory_rows == ranges == found.messages
+    with engine.begin() as conn:  # namespaces in another case and order, one row expired, one expiring
+        for number, (namespace, expires_at) in enumerate([("Zed", 1), ("alpha", 2**40), ("Zed", None)]):
+            conn.execute(sa.insert(schema.memory).values(
+                id=f"n{number}", namespace=namespace, lookup_key=f"n{number}", value="v", metadata=None,
+                expires_at=expires_at, created_at=edges[2], updated_at=edges[2]))
+    with engine.connect() as conn:
+        seconds = int(now.timestamp())
+        together = activity.memory_counts_and_rows_per_day(conn, prefix, seconds, edges)
+        counts = kv.namespace_counts(conn, prefix, seconds)
+        apart = (counts, activity.memory_rows_per_day(conn, prefix, edges))
+    assert together == (apart if engine.dialect.name != "sqlite" else None)
+    assert [count.namespace for count in apart[0]] == sorted(["Zed", "alpha", "default"])
+    assert apart[1] == [5, 4, 3, 5, 0, 0, 6]
     assert (found.conversations_now, found.total_tokens) == (7, 21)
     assert (found.oldest, found.newest) == (moments[0], moments[-1] + timedelta(minutes=5))
 

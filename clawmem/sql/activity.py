@@ -22,13 +22,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from clawmem.records import NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA
+from clawmem.sql import kv
 from clawmem.sql.conversations import edge
 from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
 GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the charts count by GROUP BY
 WHOLE, MESSAGES, CONVERSATIONS, REPORTED = 0, 1, 2, 3  # the kinds of row of _grouped_activity_select
+MEMORY = 1  # _memory_counts_select's rows per day (its namespaces' counts are WHOLE)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,44 @@ def memory_rows_per_day(
     if conn.dialect.name in GROUPED_DIALECTS and _midnights(edges):
         return _counts_by_day(conn, column, edges)
     return counts_between(conn, column, edges)
+
+
+def memory_counts_and_rows_per_day(
+    conn: Connection, prefix: str, now: int, edges: Sequence[datetime], shape: str = CLAWMEM_SCHEMA
+) -> tuple[list[NamespaceCount], list[int]] | None:
+    """Return, on PostgreSQL and MariaDB/MySQL, :func:`clawmem.sql.kv.namespace_counts` and
+    :func:`memory_rows_per_day` of ``edges`` (midnights) from one statement; ``None`` elsewhere,
+    or for other edges."""
+    if conn.dialect.name not in GROUPED_DIALECTS or not _midnights(edges):
+        return None
+    table = tables(prefix, shape).memory
+    bound = {"now": kv.stored_moment(table, now), "low": edges[0], "high": edges[-1]}
+    day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
+    counts, per_day = [], [0] * len(day_number)
+    for kind, namespace, day, total, gone, timed in conn.execute(
+        _memory_counts_select(prefix, shape, conn.dialect.name), bound
+    ):
+        if kind == WHOLE:
+            counts.append(kv.namespace_count(namespace, total, gone, timed))
+        elif day in day_number:
+            per_day[day_number[day]] = int(total or 0)
+    return counts, per_day
+
+
+@functools.cache
+def _memory_counts_select(prefix: str, shape: str, dialect: str) -> sa.CompoundSelect:
+    # The namespaces' counts (in name order, as namespace_counts gives them) then the rows
+    # first written on each day of the window.
+    table = tables(prefix, shape).memory
+    by_namespace = sa.select(sa.literal(WHOLE).label("kind"), table.c.namespace, sa.null(),
+                             *kv.namespace_count_columns(table)).group_by(table.c.namespace)
+    day = _day_of(table.c.created_at, dialect)
+    low = sa.bindparam("low", type_=table.c.created_at.type)
+    high = sa.bindparam("high", type_=table.c.created_at.type)
+    by_day = (sa.select(sa.literal(MEMORY), sa.null(), day, sa.func.count(), sa.null(), sa.null())
+              .where(table.c.created_at >= low, table.c.created_at < high).group_by(day))
+    union = sa.union_all(by_namespace, by_day)
+    return union.order_by(union.selected_columns.kind, union.selected_columns.namespace)
 
 
 def _midnights(edges: Sequence[datetime]) -> bool:

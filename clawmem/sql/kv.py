@@ -246,25 +246,35 @@ def namespace_counts(
 ) -> list[NamespaceCount]:
     """Return every namespace with its total, live and expired counts, sorted by name."""
     table = tables(prefix, shape).memory
-    found = conn.execute(_namespace_counts_select(prefix, shape), {"now": stored_moment(table, now)})
-    return [
-        NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0), int(timed or 0) - int(gone or 0))
-        for ns, total, gone, timed in found
-    ]
+    found = conn.execute(namespace_counts_select(prefix, shape), {"now": stored_moment(table, now)})
+    return [namespace_count(*row) for row in found]
+
+
+def namespace_count(namespace: str, total: int, expired: int | None, expiring: int | None) -> NamespaceCount:
+    """Return the :class:`NamespaceCount` of a row of :func:`namespace_counts_select`: its
+    rows, those expired at the bound ``now`` and those with an expiry."""
+    gone = int(expired or 0)
+    return NamespaceCount(namespace, total, total - gone, gone, int(expiring or 0) - gone)
 
 
 @functools.cache
-def _namespace_counts_select(prefix: str, shape: str) -> sa.Select[Any]:
+def namespace_counts_select(prefix: str, shape: str) -> sa.Select[Any]:
+    """Return the statement of :func:`namespace_counts`, ``now`` a bound parameter."""
     # Built once: the Overview asks it on every load, and building it costs more than a
     # statement of a few hundred rows takes to run.
     table = tables(prefix, shape).memory
-    expired = table.c.expires_at <= sa.bindparam("now", type_=table.c.expires_at.type)
     return (
-        sa.select(table.c.namespace, sa.func.count(), sa.func.sum(sa.case((expired, 1), else_=0)),
-                  sa.func.count(table.c.expires_at))
+        sa.select(table.c.namespace, *namespace_count_columns(table))
         .group_by(table.c.namespace)
         .order_by(table.c.namespace)
     )
+
+
+def namespace_count_columns(table: sa.Table) -> tuple[sa.ColumnElement[Any], ...]:
+    """Return what :func:`namespace_count` reads of a namespace's group of rows: how many, how
+    many expired at the bound parameter ``now``, and how many have an expiry."""
+    expired = table.c.expires_at <= sa.bindparam("now", type_=table.c.expires_at.type)
+    return sa.func.count(), sa.func.sum(sa.case((expired, 1), else_=0)), sa.func.count(table.c.expires_at)
 
 
 def count_namespace(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> int:
