@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.sql import activity
+from clawmem.sql import activity, kv
 from clawmem.sql.activity import day_edges
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables, tables
@@ -199,6 +199,55 @@ def test_chart_geometry() -> None:
     assert [(s.state, s.start, s.width) for s in segments] == [("a", 0.0, 12.5), ("c", 12.5, 37.5)]
     with pytest.raises(ValueError, match="2 labels for 1 values"):
         charts.columns(["a", "b"], [1])
+
+
+def test_the_charts_counts_per_day_equal_a_range_count_of_each_day(
+    engine: sa.engine.Engine, prefix: str
+) -> None:
+    # Rows on a midnight, a microsecond before one, before the window and after today: each
+    # server's count by day (messages, conversations, memory rows) agrees with counting each
+    # day's range, as SQLite does.
+    now = datetime(2024, 5, 10, 13, 5)
+    edges = day_edges(now, 7)
+    schema = tables(prefix)
+    moments = [edges[0] - timedelta(microseconds=1), edges[0], edges[1] - timedelta(microseconds=1), edges[1],
+               edges[3] + timedelta(hours=23, minutes=59, seconds=59), edges[6], edges[7]]
+    with engine.begin() as conn:
+        for number, moment in enumerate(moments):
+            conn.execute(sa.insert(schema.conversations).values(
+                id=f"c{number}", namespace="default", user_id="", title=None, metadata=None,
+                created_at=moment, updated_at=moment + timedelta(minutes=5), total_tokens=number or None))
+            for position in range(number + 1):
+                conn.execute(sa.insert(schema.messages).values(
+                    id=f"m{number}-{position}", conversation_id=f"c{number}", role="user", content="x",
+                    tool_name=None, tool_input=None, metadata=None, created_at=moment))
+                conn.execute(sa.insert(schema.memory).values(
+                    id=f"r{number}-{position}", namespace="default", lookup_key=f"k{number}-{position}",
+                    value="v", metadata=None,
+                    expires_at=None, created_at=moment, updated_at=moment))
+    with engine.connect() as conn:
+        found = activity.activity(conn, prefix, now, 7)
+        assert found.messages == activity.messages_per_day(conn, prefix, edges) == [5, 4, 0, 5, 0, 0, 6]
+        per_day = activity.conversations_per_day(conn, prefix, edges)
+        assert found.conversations == per_day == [2, 1, 0, 1, 0, 0, 1]
+        memory_rows = activity.memory_rows_per_day(conn, prefix, edges)
+        ranges = activity.counts_between(conn, schema.memory.c.created_at, edges)
+        assert memory_rows == ranges == found.messages
+    with engine.begin() as conn:  # namespaces in another case and order, one row expired, one expiring
+        for number, (namespace, expires_at) in enumerate([("Zed", 1), ("alpha", 2**40), ("Zed", None)]):
+            conn.execute(sa.insert(schema.memory).values(
+                id=f"n{number}", namespace=namespace, lookup_key=f"n{number}", value="v", metadata=None,
+                expires_at=expires_at, created_at=edges[2], updated_at=edges[2]))
+    with engine.connect() as conn:
+        seconds = int(now.timestamp())
+        together = activity.memory_counts_and_rows_per_day(conn, prefix, seconds, edges)
+        counts = kv.namespace_counts(conn, prefix, seconds)
+        apart = (counts, activity.memory_rows_per_day(conn, prefix, edges))
+    assert together == (apart if engine.dialect.name != "sqlite" else None)
+    assert [count.namespace for count in apart[0]] == sorted(["Zed", "alpha", "default"])
+    assert apart[1] == [5, 4, 3, 5, 0, 0, 6]
+    assert (found.conversations_now, found.total_tokens) == (7, 21)
+    assert (found.oldest, found.newest) == (moments[0], moments[-1] + timedelta(minutes=5))
 
 
 def test_day_edges_are_utc_midnights_ending_tomorrow() -> None:

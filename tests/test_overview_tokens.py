@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
@@ -54,6 +55,7 @@ def _chart_rows(body: str) -> dict[str, str]:
     return dict(re.findall(r"<tr><td>([^<]+)</td><td class=\"num\">([^<]+)</td></tr>", chart))
 
 
+@pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
 def test_the_overview_shows_the_tables_token_total_and_each_days_tokens(
     app: Flask, demo: None, signed_in: FlaskClient
 ) -> None:
@@ -71,6 +73,7 @@ def test_the_overview_shows_the_tables_token_total_and_each_days_tokens(
     assert f"up to {max(reported.values())} tokens a day" in body
 
 
+@pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
 def test_no_reported_usage_reads_not_reported_never_zero(
     app: Flask, signed_in: FlaskClient, clock: FakeClock
 ) -> None:
@@ -83,6 +86,7 @@ def test_no_reported_usage_reads_not_reported_never_zero(
     assert "<strong>0</strong>" not in body.split("tokens-chart-title", 1)[1].split("</section>", 1)[0]
 
 
+@pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
 def test_usage_outside_the_window_or_unreadable_counts_in_no_day(
     app: Flask, signed_in: FlaskClient, clock: FakeClock
 ) -> None:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clawmem import events
+from clawmem.clock import FakeClock
 from clawmem.compaction import ExtractiveSummarizer, HistoryCompactor
 from clawmem.errors import StorageError
 from clawmem.memory.array import ArrayMemory
@@ -464,6 +465,33 @@ def test_injection_counts_equal_one_plan_per_message(
         for key, _ in lines:
             expected[key] = expected.get(key, 0) + 1
     assert dict(injection_counts(memory, messages, "default", top_k, 0, max_bytes)) == expected
+
+
+def _planned_counts(memory: ArrayMemory, messages: list[str], top_k: int, now: int) -> dict[str, int]:
+    expected: dict[str, int] = {}
+    for message in messages:
+        for key, _ in plan(scan_ranking(memory, message, ["default"], now), top_k, 4096)[0]:
+            expected[key] = expected.get(key, 0) + 1
+    return expected
+
+
+def test_a_survey_asked_again_counts_what_was_written_and_what_expired_since(clock: FakeClock) -> None:
+    # The same messages surveyed again (an Overview reloaded) answer as the memory stands now.
+    memory = ArrayMemory(clock=clock)
+    memory.set("tea", "green tea leaves")
+    memory.set("coffee", "coffee beans", ttl=60)
+    messages = ["tea please", "coffee please", "tea and coffee", "tea please"]
+    first = dict(injection_counts(memory, messages, "default", 3, int(clock())))
+    assert first == {"tea": 3, "coffee": 2} == _planned_counts(memory, messages, 3, int(clock()))
+    assert dict(injection_counts(memory, messages, "default", 3, int(clock()))) == first
+    memory.set("cocoa", "hot cocoa with coffee")
+    after_write = dict(injection_counts(memory, messages, "default", 3, int(clock())))
+    assert after_write == {"tea": 3, "coffee": 2, "cocoa": 2}
+    assert dict(injection_counts(memory, messages, "default", 1, int(clock()))) == _planned_counts(
+        memory, messages, 1, int(clock())
+    )
+    clock.advance(61)
+    assert dict(injection_counts(memory, messages, "default", 3, int(clock()))) == {"tea": 3, "cocoa": 2}
 
 
 def test_a_preview_augmenter_announces_nothing() -> None:

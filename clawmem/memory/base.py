@@ -327,6 +327,13 @@ class BaseMemory(SearchableMemory):
         midnights, oldest first), or ``None`` from a driver that keeps no write times."""
         return None
 
+    def counts_and_rows_per_day(
+        self, edges: Sequence[datetime]
+    ) -> tuple[list[NamespaceCount], list[int] | None]:
+        """Return :meth:`namespace_counts` and :meth:`rows_per_day` of ``edges`` together (what
+        the Overview shows of memory; one statement on a SQL server)."""
+        return self.namespace_counts(), self.rows_per_day(edges)
+
     def newest_write(self) -> datetime | None:
         """Return when any entry was last written, or ``None`` (no entries, or a driver that
         keeps no write times)."""

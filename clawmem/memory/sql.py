@@ -211,6 +211,10 @@ class SqlMemory(FeedingMemory):
     def rows_per_day(self, edges: Sequence[datetime]) -> list[int]:
         return self._read("rows_per_day", activity.memory_rows_per_day, edges)
 
+    def counts_and_rows_per_day(self, edges: Sequence[datetime]) -> tuple[list[NamespaceCount], list[int]]:
+        found = self._read("namespace_counts", activity.memory_counts_and_rows_per_day, self._now(), edges)
+        return found if found is not None else (self.namespace_counts(), self.rows_per_day(edges))
+
     def newest_write(self) -> datetime | None:
         """Return when any entry was last written, or ``None`` for an empty table."""
         return self._read("newest_write", kv.newest_write)

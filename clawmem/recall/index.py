@@ -401,6 +401,16 @@ class WordIndex:
         self._live_cache = (self.version, now, until, live, int(np.count_nonzero(live)))
         return live, self._live_cache[4]
 
+    def answers_as_of(self, now: int) -> tuple[int, int, int]:
+        """Return what every query's answer at ``now`` depends on besides its words: the index's
+        version and the clock seconds ``[since, until)`` around ``now`` in which no entry
+        expires. Two queries of the same words answer the same while this is the same."""
+        with self.lock:
+            self._live(now)
+            cached = self._live_cache
+            assert cached is not None  # set by _live
+            return cached[0], cached[1], cached[2]
+
     def query(self, words: Iterable[str], now: int) -> Candidates:
         """Return the live entries sharing at least one of ``words`` with their scores, and
         how many live entries share none."""

@@ -5,18 +5,30 @@ the entries a message shares no word with. The dashboard asks these; it never sc
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from clawmem.prompt import INJECTED, TRUNCATED
-from clawmem.recall.candidates import Ranker
+from clawmem.recall.candidates import Ranker, Ranking
 from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import WordIndex
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, fit, line_bytes
 from clawmem.recall.rankings import rank_each, word_overlap
 from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.words import keywords, text_of
+
+# Per namespace index: the keys each message text injects, for one state of the index (see
+# WordIndex.answers_as_of) and one top_k and byte cap. An Overview asks the same fifty messages
+# on every load: while memory is unchanged, only messages it has not ranked yet are ranked.
+_INJECTED: weakref.WeakKeyDictionary[WordIndex, tuple[Any, dict[str, tuple[str, ...]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_INJECTED_LOCK = threading.Lock()
+MAX_REMEMBERED = 4096  # message texts kept per index before starting again
 
 
 def injection_counts(
@@ -32,20 +44,44 @@ def injection_counts(
     """Return, per key, how many of ``messages`` would inject the entry (as a turn would).
 
     Only line sizes are needed, so nothing but the index is read per message (``index``: the
-    namespace's, already brought up to date).
+    namespace's, already brought up to date). With word overlap over an index, a message text
+    already ranked against the same state of the index is not ranked again.
     """
     counts: Counter[str] = Counter()
     if top_k <= 0:
         return counts
-    for ranking in rank_each(memory, messages, namespace, now, ranker, index):
-        first = ranking.first(top_k)
-        outcomes = fit(first, ranking.candidate_count, max_bytes)
-        counts.update(
-            c.key
-            for c, (status, _, _) in zip(first, outcomes, strict=True)
-            if status in (INJECTED, TRUNCATED)
-        )
+    if ranker is word_overlap and index is None:
+        index = _index_of(memory, namespace)
+    if ranker is not word_overlap or index is None:
+        for ranking in rank_each(memory, messages, namespace, now, ranker, index):
+            counts.update(_injected(ranking, top_k, max_bytes))
+        return counts
+    texts = list(messages)
+    state = (index.answers_as_of(now), top_k, max_bytes)
+    with _INJECTED_LOCK:
+        remembered = _INJECTED.get(index)
+        known = dict(remembered[1]) if remembered is not None and remembered[0] == state else {}
+    unknown = list(dict.fromkeys(text for text in texts if text not in known))
+    for text, ranking in zip(unknown, rank_each(memory, unknown, namespace, now, ranker, index), strict=True):
+        known[text] = _injected(ranking, top_k, max_bytes)
+    if unknown and index.answers_as_of(now) == state[0]:  # the index did not move meanwhile
+        with _INJECTED_LOCK:
+            # Past the cap, only this survey's messages are kept: the others were asked before.
+            kept = known if len(known) <= MAX_REMEMBERED else {text: known[text] for text in texts}
+            _INJECTED[index] = (state, kept)
+    for text in texts:
+        counts.update(known[text])
     return counts
+
+
+def _injected(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[str, ...]:
+    """Return the keys of ``ranking``'s first ``top_k`` candidates that go into the block,
+    whole or cut, in rank order."""
+    first = ranking.first(top_k)
+    outcomes = fit(first, ranking.candidate_count, max_bytes)
+    return tuple(
+        c.key for c, (status, _, _) in zip(first, outcomes, strict=True) if status in (INJECTED, TRUNCATED)
+    )
 
 
 def _index_of(memory: Readable, namespace: str) -> WordIndex | None:

@@ -1,8 +1,11 @@
 """Rows per day, the aggregate counts behind the Overview's charts.
 
-Every count is a range count on an indexed time column (``created_at``), asked for all days in
-one statement of scalar subqueries: the same SQL on every dialect and both table shapes, and a
-day costs only the index entries of that day, never a pass over the whole table.
+Every count reads only the index entries of the days asked (``created_at`` is indexed), never a
+pass over the whole table. On SQLite each day is a range count, all days asked in one statement
+of scalar subqueries. On PostgreSQL and MariaDB/MySQL, where planning and binding sixty
+subqueries costs more than counting a few thousand rows, the Overview's chart counts the window's
+rows per day in one ``GROUP BY`` on the day of ``created_at`` (times are stored as naive UTC, so
+that day is the UTC day the edges bound).
 """
 
 from __future__ import annotations
@@ -10,20 +13,25 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from itertools import pairwise
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from clawmem.records import NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA
+from clawmem.sql import kv
 from clawmem.sql.conversations import edge
 from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
+GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the charts count by GROUP BY
+WHOLE, MESSAGES, CONVERSATIONS, REPORTED = 0, 1, 2, 3  # the kinds of row of _grouped_activity_select
+MEMORY = 1  # _memory_counts_select's rows per day (its namespaces' counts are WHOLE)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,11 @@ def day_edges(now: datetime, days: int) -> list[datetime]:
         raise ValueError(f"days must be a whole number from 1 to {MAX_DAYS}, got {days!r}")
     tomorrow = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
     return [tomorrow - timedelta(days=days - number) for number in range(days + 1)]
+
+
+def _day_of(column: sa.Column[datetime], dialect: str) -> sa.ColumnElement[Any]:
+    # The calendar day of a stored (naive UTC) time, as the server computes it.
+    return sa.cast(column, sa.Date) if dialect == "postgresql" else sa.func.date(column)
 
 
 @functools.cache
@@ -91,7 +104,77 @@ def memory_rows_per_day(
     conn: Connection, prefix: str, edges: Sequence[datetime], shape: str = CLAWMEM_SCHEMA
 ) -> list[int]:
     """Return how many memory rows were first written in each interval of ``edges``."""
-    return counts_between(conn, tables(prefix, shape).memory.c.created_at, edges)
+    column = tables(prefix, shape).memory.c.created_at
+    if conn.dialect.name in GROUPED_DIALECTS and _midnights(edges):
+        return _counts_by_day(conn, column, edges)
+    return counts_between(conn, column, edges)
+
+
+def memory_counts_and_rows_per_day(
+    conn: Connection, prefix: str, now: int, edges: Sequence[datetime], shape: str = CLAWMEM_SCHEMA
+) -> tuple[list[NamespaceCount], list[int]] | None:
+    """Return, on PostgreSQL and MariaDB/MySQL, :func:`clawmem.sql.kv.namespace_counts` and
+    :func:`memory_rows_per_day` of ``edges`` (midnights) from one statement; ``None`` elsewhere,
+    or for other edges."""
+    if conn.dialect.name not in GROUPED_DIALECTS or not _midnights(edges):
+        return None
+    table = tables(prefix, shape).memory
+    bound = {"now": kv.stored_moment(table, now), "low": edges[0], "high": edges[-1]}
+    day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
+    counts, per_day = [], [0] * len(day_number)
+    for kind, namespace, day, total, gone, timed in conn.execute(
+        _memory_counts_select(prefix, shape, conn.dialect.name), bound
+    ):
+        if kind == WHOLE:
+            counts.append(kv.namespace_count(namespace, total, gone, timed))
+        elif day in day_number:
+            per_day[day_number[day]] = int(total or 0)
+    return counts, per_day
+
+
+@functools.cache
+def _memory_counts_select(prefix: str, shape: str, dialect: str) -> sa.CompoundSelect:
+    # The namespaces' counts (in name order, as namespace_counts gives them) then the rows
+    # first written on each day of the window.
+    table = tables(prefix, shape).memory
+    by_namespace = sa.select(sa.literal(WHOLE).label("kind"), table.c.namespace, sa.null(),
+                             *kv.namespace_count_columns(table)).group_by(table.c.namespace)
+    day = _day_of(table.c.created_at, dialect)
+    low = sa.bindparam("low", type_=table.c.created_at.type)
+    high = sa.bindparam("high", type_=table.c.created_at.type)
+    by_day = (sa.select(sa.literal(MEMORY), sa.null(), day, sa.func.count(), sa.null(), sa.null())
+              .where(table.c.created_at >= low, table.c.created_at < high).group_by(day))
+    union = sa.union_all(by_namespace, by_day)
+    return union.order_by(union.selected_columns.kind, union.selected_columns.namespace)
+
+
+def _midnights(edges: Sequence[datetime]) -> bool:
+    # Edges a day apart, each at midnight: the intervals are whole days, which a count by the
+    # day of the column answers.
+    return len(edges) >= 2 and all(
+        later - earlier == timedelta(days=1) and earlier.time() == time()
+        for earlier, later in pairwise(edges)
+    )
+
+
+@functools.cache
+def _by_day_select(column: sa.Column[datetime], dialect: str) -> sa.Select[Any]:
+    day = _day_of(column, dialect)
+    low = sa.bindparam("low", type_=column.type)
+    high = sa.bindparam("high", type_=column.type)
+    return sa.select(day, sa.func.count()).where(column >= low, column < high).group_by(day)
+
+
+def _counts_by_day(conn: Connection, column: sa.Column[datetime], edges: Sequence[datetime]) -> list[int]:
+    """Return how many rows have ``column`` on each day ``edges`` (midnights) bound, by one
+    ``GROUP BY`` on the day of ``column`` over the whole range."""
+    day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
+    counts = [0] * len(day_number)
+    statement = _by_day_select(column, conn.dialect.name)
+    for day, count in conn.execute(statement, {"low": edges[0], "high": edges[-1]}):
+        if day in day_number:
+            counts[day_number[day]] = int(count or 0)
+    return counts
 
 def tokens_per_day(
     conn: Connection,
@@ -104,13 +187,14 @@ def tokens_per_day(
     no row reported one ("not reported", never 0). One range read on the messages' time index."""
     if len(edges) < 2:
         return []
-    messages = tables(prefix).messages
-    rows = conn.execute(
-        sa.select(messages.c.created_at, messages.c.metadata).where(
-            messages.c.created_at >= edges[0], messages.c.created_at < edges[-1],
-            messages.c.role == "assistant", messages.c.metadata.is_not(None),
-        )
-    )
+    return _billed_per_day(conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]}),
+                           edges, billed)
+
+
+def _billed_per_day(
+    rows: Iterable[Any], edges: Sequence[datetime], billed: Callable[[Mapping[str, Any] | None], int | None]
+) -> list[int | None]:
+    """Return :func:`tokens_per_day` of ``rows`` (``created_at``, ``metadata``) already read."""
     found: list[int | None] = [None] * (len(edges) - 1)
     for created_at, metadata in rows:
         tokens = billed(_usage(metadata))
@@ -120,6 +204,22 @@ def tokens_per_day(
         if 0 <= day < len(found):
             found[day] = (found[day] or 0) + tokens
     return found
+
+
+def _reported_rows(prefix: str) -> sa.ColumnElement[bool]:
+    # The assistant rows of the window that may hold a usage.
+    messages = tables(prefix).messages
+    low = sa.bindparam("low", type_=messages.c.created_at.type)
+    high = sa.bindparam("high", type_=messages.c.created_at.type)
+    return sa.and_(messages.c.created_at >= low, messages.c.created_at < high,
+                   messages.c.role == "assistant", messages.c.metadata.is_not(None))
+
+
+@functools.cache
+def _reported_select(prefix: str) -> sa.Select[Any]:
+    # Built once: asked on every Overview.
+    messages = tables(prefix).messages
+    return sa.select(messages.c.created_at, messages.c.metadata).where(_reported_rows(prefix))
 
 
 def _usage(metadata: Any) -> Mapping[str, Any] | None:
@@ -151,6 +251,68 @@ def _activity_select(prefix: str, intervals: int, ours: bool) -> sa.Select[Any]:
     ))
 
 
+@functools.cache
+def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bool) -> sa.CompoundSelect:
+    # One statement: the conversations' totals and edges first (each its own subquery, so each
+    # keeps its index), then the window's messages and conversations per day, and with
+    # ``reported`` the rows the tokens per day are read from (see tokens_per_day).
+    schema = tables(prefix)
+    conversations = schema.conversations
+    values = [sa.func.count(), sa.func.min(conversations.c.created_at),
+              sa.func.max(conversations.c.updated_at)]
+    if ours:  # phpClaw's conversations keep no tokens
+        values.append(sa.func.sum(conversations.c.total_tokens))
+    whole = sa.select(
+        sa.literal(WHOLE), sa.null(),
+        *(sa.select(value).select_from(conversations).scalar_subquery() for value in values),
+        *([] if ours else [sa.null()]),
+        sa.null(),
+    )
+
+    def per_day(kind: int, column: sa.Column[datetime]) -> sa.Select[Any]:
+        low = sa.bindparam("low", type_=column.type)
+        high = sa.bindparam("high", type_=column.type)
+        day = _day_of(column, dialect)
+        return (sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null(), sa.null())
+                .where(column >= low, column < high).group_by(day))
+
+    parts = [whole, per_day(MESSAGES, schema.messages.c.created_at),
+             per_day(CONVERSATIONS, conversations.c.created_at)]
+    if reported:
+        messages = schema.messages
+        parts.append(sa.select(sa.literal(REPORTED), sa.null(), sa.null(), messages.c.created_at, sa.null(),
+                               sa.null(), messages.c.metadata).where(_reported_rows(prefix)))
+    return sa.union_all(*parts)
+
+
+def _grouped_counts(
+    conn: Connection,
+    prefix: str,
+    edges: Sequence[datetime],
+    ours: bool,
+    billed: Callable[[Mapping[str, Any] | None], int | None] | None,
+) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any], list[int | None] | None]:
+    """Return the messages and conversations per day of ``edges`` (UTC midnights), the
+    conversations' count, earliest ``created_at``, latest ``updated_at`` and tokens, and given
+    ``billed`` the tokens per day (:func:`tokens_per_day`), from one statement."""
+    statement = _grouped_activity_select(prefix, ours, conn.dialect.name, billed is not None)
+    day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
+    per_day = {MESSAGES: [0] * len(day_number), CONVERSATIONS: [0] * len(day_number)}
+    whole: tuple[Any, Any, Any, Any] = (0, None, None, None)
+    reported: list[tuple[Any, Any]] = []
+    for kind, day, count, moment, newest, total_tokens, metadata in conn.execute(
+        statement, {"low": edges[0], "high": edges[-1]}
+    ):
+        if kind == WHOLE:
+            whole = (count, moment, newest, total_tokens)
+        elif kind == REPORTED:
+            reported.append((moment, metadata))
+        elif day in day_number:
+            per_day[kind][day_number[day]] = int(count or 0)
+    tokens = None if billed is None else _billed_per_day(reported, edges, billed)
+    return per_day[MESSAGES], per_day[CONVERSATIONS], whole, tokens
+
+
 def activity(
     conn: Connection,
     prefix: str,
@@ -161,16 +323,23 @@ def activity(
 ) -> Activity:
     """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``,
     with the conversations stored now, their earliest and latest times and their tokens, in one
-    statement, and, given ``billed``, the tokens of each day in a second (see
-    :func:`tokens_per_day`; none on phpClaw's tables, whose messages keep no usage)."""
+    statement, and, given ``billed``, the tokens of each day (see :func:`tokens_per_day`; none
+    on phpClaw's tables, whose messages keep no usage), in the same statement on a server and
+    in a second on SQLite."""
     ours = shape == CLAWMEM_SCHEMA
     edges = day_edges(now, days)
-    bounds: dict[str, datetime] = {}
-    for number, (low, high) in enumerate(pairwise(edges)):
-        bounds[f"low{number}"], bounds[f"high{number}"] = low, high
-    found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
-    messages, conversations = found[:days], found[days:2 * days]
-    total, oldest, newest, total_tokens = found[2 * days:]
+    billed = billed if ours else None  # phpClaw's messages keep no usage
+    if conn.dialect.name in GROUPED_DIALECTS:
+        messages, conversations, whole, tokens = _grouped_counts(conn, prefix, edges, ours, billed)
+        total, oldest, newest, total_tokens = whole
+    else:
+        bounds: dict[str, datetime] = {}
+        for number, (low, high) in enumerate(pairwise(edges)):
+            bounds[f"low{number}"], bounds[f"high{number}"] = low, high
+        found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
+        messages, conversations = found[:days], found[days:2 * days]
+        total, oldest, newest, total_tokens = found[2 * days:]
+        tokens = None if billed is None else tokens_per_day(conn, prefix, edges, billed)
     return Activity(
         [edge.date() for edge in edges[:-1]],
         [int(count or 0) for count in messages],
@@ -179,7 +348,7 @@ def activity(
         _readable_edge(conn, prefix, sa.func.min, "created_at", oldest),
         _readable_edge(conn, prefix, sa.func.max, "updated_at", newest),
         None if total_tokens is None else int(total_tokens),
-        tokens_per_day(conn, prefix, edges, billed) if ours and billed is not None else None,
+        tokens,
     )
 
 

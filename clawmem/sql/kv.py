@@ -66,11 +66,20 @@ def get_entry(
 ) -> str | None:
     """Return the JSON text of a live entry, or ``None``."""
     table = tables(prefix, shape).memory
-    return conn.execute(
-        sa.select(table.c.value).where(
-            table.c.namespace == namespace, table.c.lookup_key == key, _live(table, now)
-        )
-    ).scalar_one_or_none()
+    bound = {"namespace": namespace, "key": key, "now": stored_moment(table, now)}
+    return conn.execute(_entry_select(prefix, shape), bound).scalar_one_or_none()
+
+
+@functools.cache
+def _entry_select(prefix: str, shape: str) -> sa.Select[Any]:
+    # Built once: every get() asks it, and building it costs more than the lookup by key.
+    table = tables(prefix, shape).memory
+    now = sa.bindparam("now", type_=table.c.expires_at.type)
+    return sa.select(table.c.value).where(
+        table.c.namespace == sa.bindparam("namespace", type_=table.c.namespace.type),
+        table.c.lookup_key == sa.bindparam("key", type_=table.c.lookup_key.type),
+        sa.or_(table.c.expires_at.is_(None), table.c.expires_at > now),
+    )
 
 
 def upsert_entry(
@@ -237,17 +246,35 @@ def namespace_counts(
 ) -> list[NamespaceCount]:
     """Return every namespace with its total, live and expired counts, sorted by name."""
     table = tables(prefix, shape).memory
-    expired = sa.func.sum(sa.case((_expired(table, now), 1), else_=0))
-    with_expiry = sa.func.count(table.c.expires_at)
-    query = (
-        sa.select(table.c.namespace, sa.func.count(), expired, with_expiry)
+    found = conn.execute(namespace_counts_select(prefix, shape), {"now": stored_moment(table, now)})
+    return [namespace_count(*row) for row in found]
+
+
+def namespace_count(namespace: str, total: int, expired: int | None, expiring: int | None) -> NamespaceCount:
+    """Return the :class:`NamespaceCount` of a row of :func:`namespace_counts_select`: its
+    rows, those expired at the bound ``now`` and those with an expiry."""
+    gone = int(expired or 0)
+    return NamespaceCount(namespace, total, total - gone, gone, int(expiring or 0) - gone)
+
+
+@functools.cache
+def namespace_counts_select(prefix: str, shape: str) -> sa.Select[Any]:
+    """Return the statement of :func:`namespace_counts`, ``now`` a bound parameter."""
+    # Built once: the Overview asks it on every load, and building it costs more than a
+    # statement of a few hundred rows takes to run.
+    table = tables(prefix, shape).memory
+    return (
+        sa.select(table.c.namespace, *namespace_count_columns(table))
         .group_by(table.c.namespace)
         .order_by(table.c.namespace)
     )
-    return [
-        NamespaceCount(ns, total, total - int(gone or 0), int(gone or 0), int(timed or 0) - int(gone or 0))
-        for ns, total, gone, timed in conn.execute(query)
-    ]
+
+
+def namespace_count_columns(table: sa.Table) -> tuple[sa.ColumnElement[Any], ...]:
+    """Return what :func:`namespace_count` reads of a namespace's group of rows: how many, how
+    many expired at the bound parameter ``now``, and how many have an expiry."""
+    expired = table.c.expires_at <= sa.bindparam("now", type_=table.c.expires_at.type)
+    return sa.func.count(), sa.func.sum(sa.case((expired, 1), else_=0)), sa.func.count(table.c.expires_at)
 
 
 def count_namespace(conn: Connection, prefix: str, namespace: str, shape: str = CLAWMEM_SCHEMA) -> int:
@@ -465,7 +492,17 @@ def window_digest(
     statement. ``None`` elsewhere."""
     if conn.dialect.name not in ("mysql", "mariadb"):
         return None
+    bounds = {"namespace": namespace} if since is None else {"namespace": namespace, "since": since}
+    count, digest, rows = conn.execute(_window_digest_select(prefix, shape, since is not None), bounds).one()
+    return (int(count), int(digest or 0)), int(rows)
+
+
+@functools.cache
+def _window_digest_select(prefix: str, shape: str, bounded: bool) -> sa.Select[Any]:
+    # Built once per shape: asked on every catch-up of a namespace's index (every turn and
+    # Overview), and building it costs about as much as running it on a quiet namespace.
     table = tables(prefix, shape).memory
+    namespace = sa.bindparam("namespace", type_=table.c.namespace.type)
     expires = sa.func.coalesce(table.c.expires_at, "none")
     row = sa.func.concat_ws("|", table.c.lookup_key, table.c.updated_at, expires, table.c.value)
     hashed = sa.cast(sa.func.conv(sa.func.left(sa.func.md5(row), 16), 16, 10), mysql.BIGINT(unsigned=True))
@@ -473,10 +510,9 @@ def window_digest(
     select = sa.select(sa.func.count(), sa.func.bit_xor(hashed), total.scalar_subquery()).where(
         table.c.namespace == namespace
     )
-    if since is not None:
-        select = select.where(table.c.updated_at >= since)
-    count, digest, rows = conn.execute(select).one()
-    return (int(count), int(digest or 0)), int(rows)
+    if bounded:
+        select = select.where(table.c.updated_at >= sa.bindparam("since", type_=table.c.updated_at.type))
+    return select
 
 
 def commit_marker(conn: Connection) -> str | None:

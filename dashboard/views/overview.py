@@ -64,9 +64,8 @@ def _tokens_daily(tokens: list[int | None] | None, days: list[str]) -> dict[str,
             "sum": sum(heights)}
 
 
-def _growth(activity: Activity, memory_total: int, now: datetime) -> dict[str, Any]:
+def _growth(activity: Activity, memory_added: list[int] | None, memory_total: int) -> dict[str, Any]:
     days = [charts.day_label(day) for day in activity.days]
-    memory_added = state.driver().rows_per_day(day_edges(now, CHART_DAYS))
     return {
         "first": days[0], "last": days[-1], "days": CHART_DAYS,
         "messages": _daily(activity.messages, days),
@@ -188,13 +187,13 @@ def index() -> str:
     """The three tables, the retention window, unswept keys, the privacy switch and the drivers."""
     settings = state.settings()
     driver = state.driver()
-    namespaces = driver.namespace_counts()
+    now = utc_datetime(state.clock())
+    namespaces, memory_added = driver.counts_and_rows_per_day(day_edges(now, CHART_DAYS))
     memory_counts = {
         "total": sum(n.total for n in namespaces),
         "live": sum(n.live for n in namespaces),
         "expired": sum(n.expired for n in namespaces),
     }
-    now = utc_datetime(state.clock())
     totals = _totals()
     found = totals.tables
     init_db = shell_command("flask", "claw", "init-db")
@@ -241,7 +240,7 @@ def index() -> str:
         },
         compaction=configured_thresholds(settings),
         recall={"top_k": settings.recall_top_k, "namespace": settings.recall_namespace},
-        growth=_growth(activity, memory_counts["total"], now),
+        growth=_growth(activity, memory_added, memory_counts["total"]),
         ttl_chart=_ttl_chart(namespaces),
         injected=_injected_chart(settings.recall_namespace),
         encryption=_encryption_line(),
