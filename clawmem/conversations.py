@@ -539,7 +539,7 @@ class ConversationLog:
             check_limit(count_at_most, 1_000_000)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with connect(self.engine) as conn:
-            found, total = sql.counted_summaries(
+            found, total = sql.summaries(
                 conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
                 descending=descending, counted=counted, at_most=count_at_most, **filters,
             )
@@ -664,7 +664,7 @@ class ConversationLog:
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
         with connect(self.engine) as conn:
-            found = sql.summaries(
+            found, _ = sql.summaries(
                 conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
             )
         return sealing.open_summary(self.cipher, self.prefix, found[0]) if found else None

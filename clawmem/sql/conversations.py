@@ -615,35 +615,16 @@ def summaries(
     cursor: str | None = None,
     shape: str = CLAWMEM_SCHEMA,
     descending: bool | None = None,
-    **filters: Any,
-) -> list[ConversationSummary]:
-    """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
-    :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
-    (``conversation_id`` picks one). Raises ``InvalidCursor`` for a cursor of another sort."""
-    found, _ = counted_summaries(
-        conn, prefix, limit=limit, sort=sort, cursor=cursor, shape=shape, descending=descending,
-        counted=False, **filters,
-    )
-    return found
-
-
-def counted_summaries(
-    conn: Connection,
-    prefix: str,
-    *,
-    limit: int,
-    sort: str = "created",
-    cursor: str | None = None,
-    shape: str = CLAWMEM_SCHEMA,
-    descending: bool | None = None,
-    counted: bool = True,
+    counted: bool = False,
     at_most: int | None = None,
     **filters: Any,
 ) -> tuple[list[ConversationSummary], int | None]:
-    """Return :func:`summaries` and, when ``counted``, how many conversations match the filters
-    in all (as :func:`count_summaries` counts them, up to ``at_most``; ``None`` when not
+    """Return up to ``limit`` conversations with their message counts in ``sort`` order (see
+    :data:`SORTS`; ties by id), filtered as :meth:`clawmem.ConversationLog.list` describes
+    (``conversation_id`` picks one), and, when ``counted``, how many conversations match the
+    filters in all (as :func:`count_summaries` counts them, up to ``at_most``; ``None`` when not
     counted): the count is a column of the page's own statement, so a list page with its total
-    costs one statement instead of two."""
+    costs one statement instead of two. Raises ``InvalidCursor`` for a cursor of another sort."""
     table = tables(prefix).conversations
     name, own_direction = SORTS[check_sort(sort)]
     if sort == "tokens" and shape != CLAWMEM_SCHEMA:
