@@ -66,6 +66,12 @@ def _day_of(column: sa.Column[datetime], dialect: str) -> sa.ColumnElement[Any]:
     return sa.cast(column, sa.Date) if dialect == "postgresql" else sa.func.date(column)
 
 
+def _in_window(column: sa.Column[datetime]) -> sa.ColumnElement[bool]:
+    # The rows of the window [low, high) the statements of this module bind at execution.
+    low, high = sa.bindparam("low", type_=column.type), sa.bindparam("high", type_=column.type)
+    return sa.and_(column >= low, column < high)
+
+
 @functools.cache
 def _interval_counts(column: sa.Column[datetime], intervals: int) -> sa.Select[Any]:
     # Built once per column and interval count: building 30 subqueries costs more than running them.
@@ -140,10 +146,8 @@ def _memory_counts_select(prefix: str, shape: str, dialect: str) -> sa.CompoundS
     by_namespace = sa.select(sa.literal(WHOLE).label("kind"), table.c.namespace, sa.null(),
                              *kv.namespace_count_columns(table)).group_by(table.c.namespace)
     day = _day_of(table.c.created_at, dialect)
-    low = sa.bindparam("low", type_=table.c.created_at.type)
-    high = sa.bindparam("high", type_=table.c.created_at.type)
     by_day = (sa.select(sa.literal(MEMORY), sa.null(), day, sa.func.count(), sa.null(), sa.null())
-              .where(table.c.created_at >= low, table.c.created_at < high).group_by(day))
+              .where(_in_window(table.c.created_at)).group_by(day))
     union = sa.union_all(by_namespace, by_day)
     return union.order_by(union.selected_columns.kind, union.selected_columns.namespace)
 
@@ -160,9 +164,7 @@ def _midnights(edges: Sequence[datetime]) -> bool:
 @functools.cache
 def _by_day_select(column: sa.Column[datetime], dialect: str) -> sa.Select[Any]:
     day = _day_of(column, dialect)
-    low = sa.bindparam("low", type_=column.type)
-    high = sa.bindparam("high", type_=column.type)
-    return sa.select(day, sa.func.count()).where(column >= low, column < high).group_by(day)
+    return sa.select(day, sa.func.count()).where(_in_window(column)).group_by(day)
 
 
 def _counts_by_day(conn: Connection, column: sa.Column[datetime], edges: Sequence[datetime]) -> list[int]:
@@ -209,10 +211,8 @@ def _billed_per_day(
 def _reported_rows(prefix: str) -> sa.ColumnElement[bool]:
     # The assistant rows of the window that may hold a usage.
     messages = tables(prefix).messages
-    low = sa.bindparam("low", type_=messages.c.created_at.type)
-    high = sa.bindparam("high", type_=messages.c.created_at.type)
-    return sa.and_(messages.c.created_at >= low, messages.c.created_at < high,
-                   messages.c.role == "assistant", messages.c.metadata.is_not(None))
+    return sa.and_(_in_window(messages.c.created_at), messages.c.role == "assistant",
+                   messages.c.metadata.is_not(None))
 
 
 @functools.cache
@@ -270,11 +270,9 @@ def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bo
     )
 
     def per_day(kind: int, column: sa.Column[datetime]) -> sa.Select[Any]:
-        low = sa.bindparam("low", type_=column.type)
-        high = sa.bindparam("high", type_=column.type)
         day = _day_of(column, dialect)
         return (sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null(), sa.null())
-                .where(column >= low, column < high).group_by(day))
+                .where(_in_window(column)).group_by(day))
 
     parts = [whole, per_day(MESSAGES, schema.messages.c.created_at),
              per_day(CONVERSATIONS, conversations.c.created_at)]
