@@ -59,9 +59,10 @@ class PostgresRequests:
 
 @pytest.fixture
 def postgres(prefix: str) -> Iterator[tuple[sa.engine.Engine, PostgresRequests]]:
+    url = backend_url("postgres")  # skips before anything listens, which would outlive the test
     requests = PostgresRequests()
     sa.event.listen(sa.pool.Pool, "connect", requests)
-    engine = create_engine(backend_url("postgres"))
+    engine = create_engine(url)
     create_tables(engine, prefix)
     try:
         yield engine, requests
