@@ -115,8 +115,8 @@ def written_log(line: Any) -> LocalDeletions:
 
 def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
     """Return, per key of :func:`clawmem.sql.kv.index_probe`'s rows, what tells two states of
-    the row apart: a hash of its stamp, expiry and version."""
-    return {as_text(key): hash((str(stamp), str(expires), version)) for key, stamp, expires, version in probe}
+    the row apart: a hash of its stamp, expiry and version as stored."""
+    return {as_text(key): hash((stamp, expires, version)) for key, stamp, expires, version in probe}
 
 
 Decoder = Callable[[str, Any], Any]  # (key, stored text) -> value; raises for an undecodable one
@@ -296,7 +296,10 @@ class SqlFeed:
             self._read_keys(cursor, changed)
         # Only once read: marks of rows that fell out of the window go with it.
         cursor.window = window
-        stamps = [stamp for _, stamp, _, _ in probe if isinstance(stamp, datetime)]
+        # A row whose mark is the same had its stamp seen when it was first read.
+        moved = set(changed)
+        stamps = [kv.read_stamp(self.conn, stamp) for key, stamp, _, _ in probe if as_text(key) in moved]
+        stamps = [stamp for stamp in stamps if isinstance(stamp, datetime)]
         if stamps and (cursor.newest is None or max(stamps) > cursor.newest):
             cursor.newest = max(stamps)
 

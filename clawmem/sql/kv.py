@@ -9,7 +9,7 @@ and rows come back with ``expires_at`` in Unix seconds and values decoded.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from clawmem.paging import is_descending
 from clawmem.records import MemoryRow, NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 from clawmem.sql.lenient import (
+    LenientDateTime,
     Sealed,
     as_text,
     raw_moment,
@@ -465,22 +466,39 @@ def index_probe(
     conn: Connection, prefix: str, namespace: str, since: datetime | None, shape: str = CLAWMEM_SCHEMA
 ) -> list[tuple[Any, Any, Any, Any]]:
     """Return ``(key, updated_at, expires_at, version)`` of the namespace's rows stamped at or
-    after ``since`` (every row without it): what tells the recall index which rows changed,
-    without reading their values (except on SQLite, see :func:`row_version`)."""
+    after ``since`` (every row without it), as stored: what tells the recall index which rows
+    changed, without reading their values (except on SQLite, see :func:`row_version`). SQLite's
+    stamps come as their text, which :func:`read_stamp` reads: a turn after another
+    connection's commit probes hundreds of rows, and needs the time of only those that changed."""
     select = _index_probe_select(prefix, shape, conn.dialect.name, since is not None)
-    found = conn.execute(select, {"namespace": namespace, "since": since})
-    return [(key, updated_at, unix_seconds(expires), version) for key, updated_at, expires, version in found]
+    return [tuple(row) for row in conn.execute(select, {"namespace": namespace, "since": since})]
 
 
 @functools.cache
 def _index_probe_select(prefix: str, shape: str, dialect: str, bounded: bool) -> sa.Select[Any]:
     table = tables(prefix, shape).memory
-    select = sa.select(
-        table.c.lookup_key, table.c.updated_at, table.c.expires_at, row_version(table, dialect)
-    ).where(table.c.namespace == sa.bindparam("namespace"))
+    stamp: sa.ColumnElement[Any] = table.c.updated_at
+    if dialect == "sqlite":
+        stamp = sa.type_coerce(stamp, sa.Text)
+    select = sa.select(table.c.lookup_key, stamp, table.c.expires_at, row_version(table, dialect)).where(
+        table.c.namespace == sa.bindparam("namespace")
+    )
     if bounded:
         select = select.where(table.c.updated_at >= sa.bindparam("since", type_=table.c.updated_at.type))
     return select
+
+
+def read_stamp(conn: Connection, stored: Any) -> Any:
+    """Return an ``updated_at`` of :func:`index_probe` as the table's column reads it: a
+    ``datetime``, or the raw value when it is not one (another program's row)."""
+    if not isinstance(stored, str):
+        return stored
+    return _stamp_reader(conn.dialect)(stored)
+
+
+@functools.cache
+def _stamp_reader(dialect: Any) -> Callable[[Any], Any]:
+    return LenientDateTime().dialect_impl(dialect).result_processor(dialect, None) or (lambda value: value)
 
 
 def window_digest(
