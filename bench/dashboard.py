@@ -270,10 +270,12 @@ def loaded(backend: str, scale: float, report: Callable[[str], None]) -> Iterato
             started = time.perf_counter()
             now = datetime.now().replace(microsecond=0)
             conversations, messages, entries = load(engine, prefix, scale, now)
-            if backend == "postgres":  # what autovacuum does after a bulk load, before the planner trusts it
+            # What autovacuum (PostgreSQL) and InnoDB's statistics thread (MariaDB, once a tenth
+            # of a table changed) do after a bulk load, before the planner trusts the tables.
+            if backend in ("postgres", "mysql"):
                 with engine.begin() as conn:
                     for table in tables(prefix)[1:]:
-                        conn.exec_driver_sql(f"ANALYZE {table.name}")
+                        conn.exec_driver_sql(f"ANALYZE {'TABLE ' if backend == 'mysql' else ''}{table.name}")
             report(f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
                    f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s")
             app = create_app({"DATABASE_URL": url, "TABLE_PREFIX": prefix}, instance_path=instance)

@@ -190,6 +190,26 @@ def conversations() -> ConversationLog:
     return site().conversations
 
 
+COUNTS_MAX_AGE = 60  # seconds the pages show the same whole-table counts (see recent)
+
+
+def recent(name: str, take: Callable[[], T], keep: Callable[[T], bool] = lambda _: True) -> tuple[T, float]:
+    """Return what ``take()`` gave for the current site within the last :data:`COUNTS_MAX_AGE`
+    seconds of the app's clock, and when (clock seconds), taking it again when it is older.
+    For counts that cost a pass over a whole table: one request a minute pays for them, the
+    others in this process show the same numbers and say when they were taken. What ``keep``
+    refuses is shown once and never reused."""
+    cache: dict[tuple[str, str], Any] = current_app.extensions.setdefault(f"dashboard.{name}", {})
+    current, now = site(), clock()()
+    key = (current.settings.database_url, current.prefix)
+    found = cache.get(key)
+    if found is None or not 0 <= now - found[1] < COUNTS_MAX_AGE:
+        found = (take(), now)
+        if keep(found[0]):
+            cache[key] = found
+    return found
+
+
 def every_item(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
     """Yield the items of every page ``fetch(cursor)`` returns, from the first (``None``) to the last."""
     cursor = None

@@ -22,7 +22,6 @@ from clawmem.errors import StorageError
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import connect, held_connections
 from dashboard import state
-from dashboard.views import overview
 from tests.conftest import SQL_BACKENDS
 from tests.dashboard_helpers import page_text
 
@@ -96,7 +95,7 @@ def test_each_page_reads_on_one_connection_within_its_query_budget(
                  "conversations": _cost(signed_in, counted, "/conversations/")}
         # Every conversation: some hold recall records of several namespaces, some none.
         costs["conversation"] = max(_cost(signed_in, counted, url) for url in conversations)
-        clock.advance(overview.TOTALS_MAX_AGE + 1)
+        clock.advance(state.COUNTS_MAX_AGE + 1)
         recounted = _cost(signed_in, counted, "/")
     over = {page: queries for page, (queries, _) in costs.items() if queries > BUDGETS[page]}
     assert not over, f"pages over their query budget {BUDGETS}: {over}"

@@ -110,7 +110,7 @@ def test_a_cursor_of_another_order_or_an_unknown_order_is_a_400(app: Flask, sign
 @pytest.mark.parametrize("dashboard_backend", ["sqlite", "postgres"], indirect=True)
 def test_every_list_says_how_many_match(app: Flask, signed_in: FlaskClient) -> None:
     _conversations(app, 120)
-    assert "<strong>120</strong> conversations</p>" in page_text(signed_in.get("/conversations/"))
+    assert "<strong>120</strong> conversations <span" in page_text(signed_in.get("/conversations/"))
     matching = page_text(signed_in.get("/conversations/?user_id=cust-2&q=alp"))
     expected = sum(1 for n in range(120) if n % 3 == 2 and TITLES[n % len(TITLES)] == "alpha")
     assert f"<strong>{expected}</strong> conversations match</p>" in matching
@@ -127,12 +127,35 @@ def test_every_list_says_how_many_match(app: Flask, signed_in: FlaskClient) -> N
     assert "<strong>2</strong> namespaces hold <strong>71</strong> entries: 71 live, 0 expired" in index
 
 
+WHOLE_TOTAL = re.compile(r"<strong>(\d+)</strong> conversations? <span class=\"muted\">\(counted ([^;]+); "
+                         r"counted again at most once every 1 min\)</span></p>")
+
+
+def test_the_whole_lists_total_is_counted_once_a_minute_and_says_when(
+    app: Flask, signed_in: FlaskClient, clock: FakeClock
+) -> None:
+    _conversations(app, 3)
+    first = WHOLE_TOTAL.search(page_text(signed_in.get("/conversations/")))
+    assert first and first.group(1) == "3"
+    _conversations(app, 2)
+    clock.advance(30)
+    again = page_text(signed_in.get("/conversations/"))
+    assert WHOLE_TOTAL.search(again).groups() == first.groups(), "the same count, and when it was taken"
+    assert len(CONVERSATION_LINK.findall(again)) == 5, "the rows themselves are read on every request"
+    # A filtered list counts exactly, on every request.
+    filtered = page_text(signed_in.get("/conversations/?since=2000-01-01"))
+    assert "<strong>5</strong> conversations match</p>" in filtered
+    clock.advance(31)
+    recounted = WHOLE_TOTAL.search(page_text(signed_in.get("/conversations/")))
+    assert recounted and recounted.group(1) == "5" and recounted.group(2) != first.group(2)
+
+
 def test_a_search_stops_counting_at_a_thousand(app: Flask, signed_in: FlaskClient) -> None:
     rows = _conversations(app, 4100)  # a quarter are titled "alpha"
     assert sum(1 for row in rows if row["title"] == "alpha") > 1000
     body = page_text(signed_in.get("/conversations/?q=alpha"))
     assert "<strong>1000</strong> or more conversations match</p>" in body
-    assert "<strong>4100</strong> conversations</p>" in page_text(signed_in.get("/conversations/")), "exact"
+    assert "<strong>4100</strong> conversations <span" in page_text(signed_in.get("/conversations/")), "exact"
 
 
 @pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)

@@ -494,17 +494,23 @@ def subjects(conn: Connection, prefix: str, limit: int) -> list[str]:
 
 
 def conversation_namespaces(conn: Connection, prefix: str) -> list[str]:
-    """Return every namespace that holds a conversation, each found by one seek into the
-    namespace index for the next larger one: a DISTINCT reads every conversation's entry, on
-    every list page (the namespace filter's choices)."""
-    return list(conn.execute(_namespaces_select(prefix)).scalars())
+    """Return every namespace that holds a conversation, in order, on every list page (the
+    namespace filter's choices), skipping from one namespace to the next in the namespace
+    index: a DISTINCT on MariaDB/MySQL, which do that skip themselves; elsewhere, where a
+    DISTINCT reads every conversation's entry, one seek each for the next larger one."""
+    return list(conn.execute(_namespaces_select(prefix, conn.dialect.name)).scalars())
 
 
 @functools.cache
-def _namespaces_select(prefix: str) -> sa.Select[Any]:
+def _namespaces_select(prefix: str, dialect: str) -> sa.Select[Any]:
     # Built once per prefix: every list page asks, and building the recursive statement cost
-    # about as much as running it.
+    # about as much as running it. MariaDB runs each recursive step as a scan of the index
+    # from its start (a comparison with the step's namespace gives it no range): 50,000
+    # conversations in one namespace, 11 ms against 0.3 for its DISTINCT; PostgreSQL's
+    # DISTINCT 9 ms against 0.2 for the steps.
     table = tables(prefix).conversations
+    if dialect in ("mysql", "mariadb"):
+        return sa.select(table.c.namespace).distinct().order_by(table.c.namespace)
     found = sa.select(sa.func.min(table.c.namespace).label("namespace")).cte("found", recursive=True)
     following = sa.select(sa.func.min(table.c.namespace)).where(table.c.namespace > found.c.namespace)
     found = found.union_all(sa.select(following.scalar_subquery()).where(found.c.namespace.is_not(None)))

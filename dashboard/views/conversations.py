@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from flask import Blueprint, Response, abort, request, url_for
 
+from clawmem.clock import utc_datetime
 from clawmem.compaction import analyse_sizes, configured_thresholds, estimate_tokens
 from clawmem.conversations import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
 from clawmem.conversations import ConversationLog, sizes_of
@@ -22,6 +23,8 @@ from dashboard.views.downloads import download as download_response
 from dashboard.views.rendering import (
     UNREADABLE_TIME,
     TimeFrame,
+    format_duration,
+    format_time,
     int_arg,
     marked,
     pretty_json,
@@ -177,10 +180,17 @@ def _list_page(
     # A search reads message text, which no index serves: its count stops at a bound. The count
     # is read with the page (a request for more rows shows none).
     bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
+    # Every conversation, unfiltered: a count of the whole table, which costs a pass over it on
+    # every backend (7 ms at 50,000 conversations on MariaDB), taken once a minute as the
+    # Overview's are. Filtered counts are exact on every request.
+    counting = not wants_fragment(MORE_TARGET)
     page = store.list(
         limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending,
-        counted=not wants_fragment(MORE_TARGET), count_at_most=bound, **chosen,
+        counted=counting and bool(filters), count_at_most=bound, **chosen,
     )
+    total, counted_at = page.total, None
+    if counting and not filters:
+        total, counted_at = state.recent("conversation_total", store.count)
     order = sort_word(sort, descending)
     scanned = None
     if filters.get("q") and store.encrypted:
@@ -192,7 +202,9 @@ def _list_page(
     links, frame = _row_links(), time_frame()
     return {
         "rows": [_list_row(c, links, filters.get("q"), found.get(c.id), frame) for c in page.items],
-        "total": page.total,
+        "total": total,
+        "counted_at": None if counted_at is None else format_time(utc_datetime(lambda: counted_at)),
+        "count_max_age": format_duration(state.COUNTS_MAX_AGE),
         "bound": bound,
         "scanned": scanned,
         "more_url": url_for("conversations.index", **filters, sort=order, cursor=page.next_cursor)
@@ -262,7 +274,7 @@ def index() -> str | tuple[str, int]:
     filtered by search text, subject, namespace and date, with how many match."""
     filters, sort, descending, since, until, errors = _list_arguments()
     # Said on the page beside the filters, instead of silently listing everything.
-    nothing = {"rows": [], "total": 0, "bound": None, "scanned": None, "more_url": None}
+    nothing = {"rows": [], "total": 0, "counted_at": None, "bound": None, "scanned": None, "more_url": None}
     listed = nothing if errors else _list_page(filters, sort, since, until, descending)
     body = render_page(
         "conversations/index.html",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, current_app, url_for
+from flask import Blueprint, url_for
 
 from clawmem import operations
 from clawmem.clock import utc_datetime
@@ -27,7 +27,6 @@ from dashboard.views.rendering import format_bytes, format_duration, format_time
 bp = Blueprint("overview", __name__)
 
 MAX_LISTED = 10
-TOTALS_MAX_AGE = 60  # seconds an Overview shows the same table counts and sizes
 CHART_DAYS = 30
 CHART_NAMESPACES = 12  # namespaces drawn in the TTL chart, the largest first
 CHART_KEYS = 10  # keys in each of the most and least injected bars
@@ -159,27 +158,22 @@ def _deletion_commands() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Totals:
-    """Exact row counts and sizes of the three tables and messages per role, and when (clock
-    seconds) they were taken."""
+    """Exact row counts and sizes of the three tables and messages per role."""
 
     tables: list[TableStats]
     roles: dict[str, int]
-    counted_at: float
 
 
-def _totals() -> Totals:
+def _totals() -> tuple[Totals, float]:
     # Exact counts and sizes cost a pass over every row (a third of a second at a million
-    # messages), so one Overview in TOTALS_MAX_AGE takes them and the others reuse them.
-    cache: dict[tuple[str, str], Totals] = current_app.extensions.setdefault("dashboard.overview_totals", {})
-    site, now = state.site(), state.clock()()
-    key = (site.settings.database_url, site.prefix)
-    found = cache.get(key)
-    if found is None or not 0 <= now - found.counted_at < TOTALS_MAX_AGE:
+    # messages): taken at most once a minute, never kept while a table is missing (init-db).
+    site = state.site()
+
+    def take() -> Totals:
         stats = operations.table_stats(site)
-        found = Totals(stats, operations.message_roles(site, stats), now)
-        if all(table.exists for table in found.tables):  # never keep "missing" past init-db
-            cache[key] = found
-    return found
+        return Totals(stats, operations.message_roles(site, stats))
+
+    return state.recent("overview_totals", take, keep=lambda totals: all(t.exists for t in totals.tables))
 
 
 @bp.get("/")
@@ -194,7 +188,7 @@ def index() -> str:
         "live": sum(n.live for n in namespaces),
         "expired": sum(n.expired for n in namespaces),
     }
-    totals = _totals()
+    totals, counted_at = _totals()
     found = totals.tables
     init_db = shell_command("flask", "claw", "init-db")
     # A missing table has neither rows nor a size: it says so in its own cell, not as a "Size".
@@ -225,8 +219,8 @@ def index() -> str:
         tables=table_rows,
         init_db=init_db,
         roles=totals.roles,
-        counted={"at": format_time(utc_datetime(lambda: totals.counted_at)),
-                 "max_age": format_duration(TOTALS_MAX_AGE)},
+        counted={"at": format_time(utc_datetime(lambda: counted_at)),
+                 "max_age": format_duration(state.COUNTS_MAX_AGE)},
         retention=_retention(activity.oldest, now, settings.retention_days),
         scheduled_retention=retention_view(retention_status(state.site())),
         memory=memory_counts,
