@@ -182,15 +182,19 @@ def _list_page(
     bound = SEARCH_COUNT_LIMIT if filters.get("q") else None
     # Every conversation, unfiltered: a count of the whole table, which costs a pass over it on
     # every backend (7 ms at 50,000 conversations on MariaDB), taken once a minute as the
-    # Overview's are. Filtered counts are exact on every request.
-    counting = not wants_fragment(MORE_TARGET)
+    # Overview's are, unless the first page holds them all. Filtered counts are exact on every
+    # request.
+    counting, cursor = not wants_fragment(MORE_TARGET), text_arg("cursor", 500) or None
     page = store.list(
-        limit=PAGE_SIZE, cursor=text_arg("cursor", 500) or None, sort=sort, descending=descending,
+        limit=PAGE_SIZE, cursor=cursor, sort=sort, descending=descending,
         counted=counting and bool(filters), count_at_most=bound, **chosen,
     )
     total, counted_at = page.total, None
     if counting and not filters:
-        total, counted_at = state.recent("conversation_total", store.count)
+        if cursor is None and page.next_cursor is None:
+            total = len(page.items)
+        else:
+            total, counted_at = state.recent("conversation_total", store.count)
     order = sort_word(sort, descending)
     scanned = None
     if filters.get("q") and store.encrypted:
