@@ -54,12 +54,24 @@ def unix_seconds(moment: int | datetime | None) -> int | None:
     return moment
 
 
-def _live(table: sa.Table, now: int) -> sa.ColumnElement[bool]:
-    return sa.or_(table.c.expires_at.is_(None), table.c.expires_at > stored_moment(table, now))
+Now = int | sa.BindParameter[Any]  # Unix seconds, or the bound parameter of a prebuilt statement
 
 
-def _expired(table: sa.Table, now: int) -> sa.ColumnElement[bool]:
-    return table.c.expires_at <= stored_moment(table, now)
+def _now(table: sa.Table, now: Now) -> Any:
+    return now if isinstance(now, sa.BindParameter) else stored_moment(table, now)
+
+
+def _now_parameter(table: sa.Table) -> sa.BindParameter[Any]:
+    # ``now`` of a statement built once, bound at execution as stored_moment gives it.
+    return sa.bindparam("now", type_=table.c.expires_at.type)
+
+
+def _live(table: sa.Table, now: Now) -> sa.ColumnElement[bool]:
+    return sa.or_(table.c.expires_at.is_(None), table.c.expires_at > _now(table, now))
+
+
+def _expired(table: sa.Table, now: Now) -> sa.ColumnElement[bool]:
+    return table.c.expires_at <= _now(table, now)
 
 
 def get_entry(
@@ -75,11 +87,10 @@ def get_entry(
 def _entry_select(prefix: str, shape: str) -> sa.Select[Any]:
     # Built once: every get() asks it, and building it costs more than the lookup by key.
     table = tables(prefix, shape).memory
-    now = sa.bindparam("now", type_=table.c.expires_at.type)
     return sa.select(table.c.value).where(
         table.c.namespace == sa.bindparam("namespace", type_=table.c.namespace.type),
         table.c.lookup_key == sa.bindparam("key", type_=table.c.lookup_key.type),
-        sa.or_(table.c.expires_at.is_(None), table.c.expires_at > now),
+        _live(table, _now_parameter(table)),
     )
 
 
@@ -274,7 +285,7 @@ def namespace_counts_select(prefix: str, shape: str) -> sa.Select[Any]:
 def namespace_count_columns(table: sa.Table) -> tuple[sa.ColumnElement[Any], ...]:
     """Return what :func:`namespace_count` reads of a namespace's group of rows: how many, how
     many expired at the bound parameter ``now``, and how many have an expiry."""
-    expired = table.c.expires_at <= sa.bindparam("now", type_=table.c.expires_at.type)
+    expired = _expired(table, _now_parameter(table))
     return sa.func.count(), sa.func.sum(sa.case((expired, 1), else_=0)), sa.func.count(table.c.expires_at)
 
 
@@ -510,7 +521,7 @@ def window_digest(
     statement. ``None`` elsewhere."""
     if conn.dialect.name not in ("mysql", "mariadb"):
         return None
-    bounds = {"namespace": namespace} if since is None else {"namespace": namespace, "since": since}
+    bounds = {"namespace": namespace, "since": since}
     count, digest, rows = conn.execute(_window_digest_select(prefix, shape, since is not None), bounds).one()
     return (int(count), int(digest or 0)), int(rows)
 
@@ -599,12 +610,11 @@ def rows_of_keys(
     return [memory_row(row, shape, values) for row in found]
 
 
-# The statements of a recall turn are built once per prefix and bound at execution: building
-# one took about as long as SQLite took to run it.
-
-
 @functools.cache
 def _rows_of_keys_select(prefix: str, shape: str) -> sa.Select[Any]:
+    # Built once per prefix and bound at execution, as the recall turn's other statements
+    # (the window probe, the count by the rest): building one took about as long as SQLite
+    # took to run it.
     table = tables(prefix, shape).memory
     return sa.select(table).where(
         table.c.namespace == sa.bindparam("namespace"),
