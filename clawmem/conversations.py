@@ -544,10 +544,7 @@ class ConversationLog:
                 descending=descending, counted=counted, at_most=count_at_most, **filters,
             )
         found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
-        def key(conversation: ConversationSummary) -> list[Any]:
-            return sql.cursor_key(conversation, sort, descending)
-
-        return page_of(found, limit, key, total)
+        return page_of(found, limit, lambda row: sql.cursor_key(row, sort, descending), total)
 
     def count(
         self,

@@ -213,7 +213,7 @@ class SqlMemory(FeedingMemory):
 
     def counts_and_rows_per_day(self, edges: Sequence[datetime]) -> tuple[list[NamespaceCount], list[int]]:
         found = self._read("namespace_counts", activity.memory_counts_and_rows_per_day, self._now(), edges)
-        return found if found is not None else (self.namespace_counts(), self.rows_per_day(edges))
+        return found if found is not None else super().counts_and_rows_per_day(edges)
 
     def newest_write(self) -> datetime | None:
         """Return when any entry was last written, or ``None`` for an empty table."""

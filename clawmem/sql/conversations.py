@@ -650,9 +650,9 @@ def summaries(
         select = _filtered(sa.select(*row_columns(table, shape), *of_row, *total), prefix, **filters)
         counts = None
         rows = sorted_rows(conn, select, [of_row[0].element, table.c.id], limit, start, descending=direction)
-    elif not given and start is None and name not in NULLABLE_SORTS:
+    elif not given and start is None and name not in NULLABLE_SORTS and not counted:
         # The list's first page unfiltered, the page most asked for: a statement built once.
-        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit, counted)))
+        rows = list(conn.execute(_first_page_select(prefix, shape, name, direction, limit)))
         counts = None
     else:
         # Page first, then count the page's messages only: a database that computes a row's
@@ -707,18 +707,14 @@ def _one_summary_select(prefix: str, shape: str) -> sa.Select[Any]:
 
 
 @functools.cache
-def _first_page_select(
-    prefix: str, shape: str, column: str, descending: bool, limit: int, counted: bool = False
-) -> sa.Select[Any]:
+def _first_page_select(prefix: str, shape: str, column: str, descending: bool, limit: int) -> sa.Select[Any]:
     # The rows come in the order of the column's index and the limit stops the walk, so the
-    # correlated counts run for the page's rows only, each an index range count; with
-    # ``counted``, the list's total (evaluated once, as it refers to no row) rides along: the
-    # page most asked for is one statement.
+    # correlated counts run for the page's rows only, each an index range count: the page most
+    # asked for is one statement.
     table = tables(prefix).conversations
     order = [table.c[column], table.c.id]
-    total = [_every_conversation_column(prefix)] if counted else []
     return (
-        sa.select(*row_columns(table, shape), *role_counts_of(prefix), *total)
+        sa.select(*row_columns(table, shape), *role_counts_of(prefix))
         .order_by(*([part.desc() for part in order] if descending else order))
         .limit(limit)
     )
@@ -834,16 +830,8 @@ def _count_select(prefix: str) -> sa.Select[Any]:
 def _total_column(prefix: str, at_most: int | None, filters: dict[str, Any]) -> sa.Label[Any]:
     """Return :func:`count_summaries` as a column of the list's own statement (it refers to no
     row of it, so the database counts once)."""
-    if at_most is None and not _given(filters):
-        return _every_conversation_column(prefix)
     # Never correlated: inside a statement on the conversations it still counts them all.
     return _count_statement(prefix, at_most, filters).correlate(None).scalar_subquery().label("total")
-
-
-@functools.cache
-def _every_conversation_column(prefix: str) -> sa.Label[Any]:
-    # The unfiltered list's total: built once.
-    return _count_select(prefix).correlate(None).scalar_subquery().label("total")
 
 
 def scan_candidates(
