@@ -30,7 +30,7 @@ _URL_VARIABLES = {
 _reachable: dict[str, str] = {}
 
 
-SERVER_SQL_BACKENDS = {"mysql", "postgres"}
+SERVER_SQL_BACKENDS = set(SQL_BACKENDS) - {"sqlite"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,6 +21,7 @@ from clawmem.ids import new_id
 from clawmem.pipeline import billed_tokens
 from clawmem.sql.schema import tables
 from dashboard import state
+from tests.conftest import SQL_BACKENDS
 from tests.dashboard_helpers import page_text
 
 pytest_plugins = ["tests.dashboard_fixtures"]
@@ -55,7 +56,7 @@ def _chart_rows(body: str) -> dict[str, str]:
     return dict(re.findall(r"<tr><td>([^<]+)</td><td class=\"num\">([^<]+)</td></tr>", chart))
 
 
-@pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
 def test_the_overview_shows_the_tables_token_total_and_each_days_tokens(
     app: Flask, demo: None, signed_in: FlaskClient
 ) -> None:
@@ -73,7 +74,7 @@ def test_the_overview_shows_the_tables_token_total_and_each_days_tokens(
     assert f"up to {max(reported.values())} tokens a day" in body
 
 
-@pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
 def test_no_reported_usage_reads_not_reported_never_zero(
     app: Flask, signed_in: FlaskClient, clock: FakeClock
 ) -> None:
@@ -86,7 +87,7 @@ def test_no_reported_usage_reads_not_reported_never_zero(
     assert "<strong>0</strong>" not in body.split("tokens-chart-title", 1)[1].split("</section>", 1)[0]
 
 
-@pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
 def test_usage_outside_the_window_or_unreadable_counts_in_no_day(
     app: Flask, signed_in: FlaskClient, clock: FakeClock
 ) -> None:
