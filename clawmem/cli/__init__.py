@@ -47,9 +47,9 @@ def current_site() -> Site:
 
 def add_commands(group: click.Group) -> None:
     """Add every core command to ``group``."""
-    from clawmem.cli import data, embed, evaluate, keys, serve, subjects, tables, worker
+    from clawmem.cli import data, embed, evaluate, keys, serve, subjects, tables, tokens, worker
 
-    for module in (tables, data, subjects, keys, worker, serve, evaluate, embed):
+    for module in (tables, data, subjects, keys, tokens, worker, serve, evaluate, embed):
         for command in module.COMMANDS:
             group.add_command(command)
 

@@ -12,6 +12,7 @@ are tool errors (``isError``) of one line; nothing is written then, and the serv
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import time
@@ -41,7 +42,7 @@ from clawmem.integrations.mcp.results import (  # noqa: E402
 )
 from clawmem.integrations.mcp.tools import MemoryTools, Scope  # noqa: E402
 
-__all__ = ["INSTRUCTIONS", "Scope", "server"]
+__all__ = ["INSTRUCTIONS", "Scope", "asgi_app", "server"]
 
 SERVER_NAME = "clawmem"
 MAX_SEARCH_HITS = 50
@@ -88,10 +89,22 @@ def _in_run(function: F) -> F:
     return call  # type: ignore[return-value]
 
 
+# The tools of the call being served, when the server's scope is the request's (over HTTP).
+CALL_TOOLS: contextvars.ContextVar[MemoryTools] = contextvars.ContextVar("clawmem_mcp_call_tools")
+
+
 class ClawMCPServer(MCPServer):
-    """An MCPServer whose argument errors are one line each, like every other tool error."""
+    """An MCPServer whose argument errors are one line each, like every other tool error.
+
+    ``tools_of``, when set, returns the tools of a call's request context (raising
+    ``ToolError`` when the request may not call tools); the call runs with them in
+    :data:`CALL_TOOLS`.
+    """
+
+    tools_of: Callable[[Any], MemoryTools] | None = None
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        reset = CALL_TOOLS.set(self.tools_of(context)) if self.tools_of is not None else None
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -103,6 +116,9 @@ class ClawMCPServer(MCPServer):
                 for error in cause.errors()
             )
             raise ToolError(f"Error executing tool {name}: {problems}") from cause
+        finally:
+            if reset is not None:
+                CALL_TOOLS.reset(reset)
 
 
 _READ = ToolAnnotations(
@@ -135,20 +151,45 @@ def server(
     ``read_only`` leaves ``remember`` out. Raises ``ValueError`` (``InvalidNamespace``,
     ``ConfigError``) for a bad namespace, subject or setting.
     """
-    if namespace is not None:
-        settings = settings.replace(recall_namespace=namespace)
-    claw = Claw.from_settings(settings, EchoProvider(), clock)  # recall exactly as a turn makes it
+    tools = memory_tools(settings, namespace=namespace, subject=subject, read_only=read_only, clock=clock)
+    return build_server(lambda: tools, tools.scope.describe(), read_only=read_only)
+
+
+def memory_tools(
+    settings: Settings,
+    *,
+    namespace: str | None = None,
+    subject: str | None = None,
+    read_only: bool = False,
+    clock: Clock = time.time,
+    claw: Claw | None = None,
+) -> MemoryTools:
+    """Return the tools' logic over ``settings``' memory within one scope (see :func:`server`);
+    ``claw``, when given, is the one whose recall namespace is ``namespace``'s. Raises
+    ``ValueError`` for a bad namespace, subject or setting."""
+    if claw is None:
+        if namespace is not None:
+            settings = settings.replace(recall_namespace=namespace)
+        claw = Claw.from_settings(settings, EchoProvider(), clock)  # recall exactly as a turn makes it
     scope = Scope(
         namespace=claw.augmenter.namespace,
         subject=subject_namespace(subject, claw.subject_template) if subject is not None else None,
         limited=namespace is not None or subject is not None,
         read_only=read_only,
     )
-    tools = MemoryTools(claw, scope)
+    return MemoryTools(claw, scope)
+
+
+def build_server(
+    current: Callable[[], MemoryTools], scope_text: str, *, read_only: bool = False
+) -> ClawMCPServer:
+    """Return the server whose tools run on ``current()``, the tools of the caller's scope
+    (fixed on stdio, the token's over HTTP); ``scope_text`` ends its instructions, and
+    ``read_only`` leaves ``remember`` out."""
     app = ClawMCPServer(
         SERVER_NAME,
         title="clawmem memory",
-        instructions=f"{INSTRUCTIONS} {scope.describe()}",
+        instructions=f"{INSTRUCTIONS} {scope_text}",
         version=__version__,
         log_level="WARNING",
     )
@@ -163,7 +204,7 @@ def server(
     ) -> Recalled:
         """Return the memory a turn would be given for MESSAGE: the exact augmented text and its
         lines, and for each candidate its namespace, key, score, matched words and status."""
-        return tools.recall(run_id, message, subject)
+        return current().recall(run_id, message, subject)
 
     @_in_run
     def remember(
@@ -177,17 +218,17 @@ def server(
     ) -> Remembered:
         """Store VALUE under KEY (replacing what the key held), through the privacy switch: it is
         refused, with the reason, when message storage is off."""
-        return tools.remember(run_id, key, value, namespace, ttl_seconds)
+        return current().remember(run_id, key, value, namespace, ttl_seconds)
 
     @_in_run
     def get(run_id: str, key: Key, namespace: OptionalNamespace = None) -> Found:
         """Return the live value of KEY, or found=false when it is missing or expired."""
-        return tools.get(run_id, key, namespace)
+        return current().get(run_id, key, namespace)
 
     @_in_run
     def list_namespaces(run_id: str) -> Namespaces:
         """Return the namespaces that hold entries (those in this server's scope)."""
-        return tools.list_namespaces(run_id)
+        return current().list_namespaces(run_id)
 
     @_in_run
     def list_keys(
@@ -197,7 +238,7 @@ def server(
     ) -> KeysPage:
         """Return one page of a namespace's live keys, in key order, with their expiry; pass
         next_cursor back as cursor for the next page."""
-        return tools.list_keys(run_id, namespace, cursor)
+        return current().list_keys(run_id, namespace, cursor)
 
     @_in_run
     def search(
@@ -207,7 +248,7 @@ def server(
         limit: Annotated[int, Field(strict=True, ge=1, le=MAX_SEARCH_HITS)] = 5,
     ) -> Searched:
         """Return the entries of a namespace that share the most words with QUERY, best first."""
-        return tools.search(run_id, query, namespace, limit)
+        return current().search(run_id, query, namespace, limit)
 
     for function, title in (
         (recall, "Recall memory for a message"),
@@ -220,3 +261,11 @@ def server(
     if not read_only:
         app.add_tool(remember, title="Remember a fact", annotations=_WRITE)
     return app
+
+
+def asgi_app(settings: Settings, **options: Any) -> Any:
+    """Return the ASGI app serving this memory over streamable HTTP, each request in its
+    token's scope: see :func:`clawmem.integrations.mcp.http.asgi_app`."""
+    from clawmem.integrations.mcp.http import asgi_app as build
+
+    return build(settings, **options)

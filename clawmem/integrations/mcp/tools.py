@@ -176,7 +176,10 @@ class MemoryTools:
     def remember(
         self, run_id: str, key: str, value: Any, namespace: str | None, ttl_seconds: int | None
     ) -> Remembered:
-        """Store ``value`` under ``key``; refused when the privacy switch holds writes back."""
+        """Store ``value`` under ``key``; refused when the privacy switch holds writes back, or
+        when the scope is read-only."""
+        if self.scope.read_only:
+            raise ValueError("this token is read-only: remember is refused, and nothing was written")
         namespace = self.scope.check_write(self.scope.home if namespace is None else namespace)
         gated: list[dict[str, Any]] = []
 

@@ -1,0 +1,244 @@
+"""Access tokens of the MCP HTTP server, kept in the dashboard's accounts database.
+
+A token is printed once when it is made; only its SHA-256 is stored, beside its name, its scope
+(a namespace, a subject, read-only), when it was made, when it was last used and when it
+expires. Failed attempts are recorded per client address, so every worker process of the server
+shares one rate limit, as the dashboard's sign-ins do. Nothing here touches the site's three
+tables: the accounts database is ``<instance>/dashboard.db`` (:func:`accounts_url`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from clawmem.rules import validate_namespace
+
+TOKEN_PREFIX = "clawmem_"
+NAME_RULE = re.compile(r"[A-Za-z0-9._@-]{1,80}")
+FAILURE_WINDOW_SECONDS = 15 * 60
+MAX_FAILURES_PER_ADDRESS = 30  # failed token attempts per client address within the window
+TOUCH_SECONDS = 60  # last_used_at is written at most once a minute per token
+
+metadata = sa.MetaData()
+
+tokens_table = sa.Table(
+    "dashboard_mcp_tokens",
+    metadata,
+    sa.Column("name", sa.String(80), primary_key=True),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("namespace", sa.String(100)),
+    sa.Column("subject", sa.String(191)),
+    sa.Column("read_only", sa.Boolean, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float),
+    sa.Column("last_used_at", sa.Float),
+    sa.Column("revoked_at", sa.Float),
+)
+
+failures_table = sa.Table(
+    "dashboard_mcp_token_failures",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("address", sa.String(64), nullable=False),
+    sa.Column("failed_at", sa.Float, nullable=False),
+    sa.Index("dashboard_mcp_token_failures_lookup", "address", "failed_at"),
+)
+
+
+class TokenError(ValueError):
+    """A token could not be made or ended; the message says why."""
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """One stored token, as ``tokens list`` shows it (never the token itself)."""
+
+    name: str
+    namespace: str | None
+    subject: str | None
+    read_only: bool
+    created_at: float
+    expires_at: float | None
+    last_used_at: float | None
+    revoked_at: float | None
+
+    def state(self, now: float) -> str:
+        """Return ``revoked``, ``expired`` or ``active``."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+    def describe_scope(self) -> str:
+        """Return the scope in a few words: namespace, subject, read-only."""
+        parts = [f"namespace {self.namespace}" if self.namespace else "any namespace"]
+        if self.subject is not None:
+            parts.append(f"subject {self.subject}")
+        parts.append("read-only" if self.read_only else "read and write")
+        return ", ".join(parts)
+
+
+def accounts_url(instance_path: str | Path) -> str:
+    """Return the URL of the dashboard's accounts database in ``instance_path``."""
+    return f"sqlite:///{Path(instance_path) / 'dashboard.db'}"
+
+
+def create_tables(engine: Engine) -> None:
+    """Create the token tables if they are missing (several processes may race: IF NOT EXISTS)."""
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+            for index in table.indexes:
+                conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _record(row: sa.Row) -> TokenRecord:
+    return TokenRecord(
+        name=row.name,
+        namespace=row.namespace,
+        subject=row.subject,
+        read_only=bool(row.read_only),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def create_token(
+    engine: Engine,
+    name: str,
+    now: float,
+    *,
+    namespace: str | None = None,
+    subject: str | None = None,
+    read_only: bool = False,
+    expires_at: float | None = None,
+) -> str:
+    """Store a new token's hash and scope; return the token (shown once, kept nowhere).
+
+    Raises :class:`TokenError` for a bad or taken name, or a namespace that breaks the naming
+    rules (nothing is stored then).
+    """
+    if not NAME_RULE.fullmatch(name):
+        raise TokenError("a token name is 1-80 ASCII letters, digits or . _ @ -")
+    if namespace is not None:
+        try:
+            validate_namespace(namespace)
+        except ValueError as exc:
+            raise TokenError(f"the token's namespace cannot be used: {exc}") from None
+    if subject is not None and not subject.strip():
+        raise TokenError("a token's subject is a user id: it cannot be empty")
+    create_tables(engine)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                tokens_table.insert().values(
+                    name=name,
+                    token_hash=_hash(token),
+                    namespace=namespace,
+                    subject=subject,
+                    read_only=read_only,
+                    created_at=now,
+                    expires_at=expires_at,
+                )
+            )
+    except sa.exc.IntegrityError:
+        raise TokenError(f"a token named {name!r} already exists; revoke it or choose another name") from None
+    return token
+
+
+def list_tokens(engine: Engine) -> list[TokenRecord]:
+    """Return every stored token (revoked ones too), by name; none when the table is missing."""
+    if not sa.inspect(engine).has_table(tokens_table.name):
+        return []
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(tokens_table).order_by(tokens_table.c.name)).all()
+    return [_record(row) for row in rows]
+
+
+def find_token(engine: Engine, name: str) -> TokenRecord | None:
+    """Return the token named ``name``, or ``None``."""
+    return next((record for record in list_tokens(engine) if record.name == name), None)
+
+
+def revoke_token(engine: Engine, name: str, now: float) -> bool:
+    """Mark the token ``name`` revoked, so its next request is refused; return whether an active
+    one was found (a revoked one stays revoked, at its first time)."""
+    if not sa.inspect(engine).has_table(tokens_table.name):
+        return False
+    with engine.begin() as conn:
+        result = conn.execute(
+            tokens_table.update()
+            .where(tokens_table.c.name == name, tokens_table.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+    return result.rowcount == 1
+
+
+_BY_HASH = sa.select(tokens_table).where(tokens_table.c.token_hash == sa.bindparam("token_hash"))
+
+
+def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
+    """Return the stored token that ``token`` is, or ``None`` when no token matches.
+
+    The stored hash is compared in constant time; a revoked or expired token is returned (its
+    :meth:`TokenRecord.state` says so), and its use is not recorded. A live one's last use is
+    written at most once a minute.
+    """
+    token_hash = _hash(token)
+    with engine.connect() as conn:
+        row = conn.execute(_BY_HASH, {"token_hash": token_hash}).first()
+    if row is None or not hmac.compare_digest(row.token_hash, token_hash):
+        return None
+    record = _record(row)
+    if record.state(now) == "active" and (
+        record.last_used_at is None or now - record.last_used_at > TOUCH_SECONDS
+    ):
+        with engine.begin() as conn:
+            conn.execute(
+                tokens_table.update().where(tokens_table.c.name == record.name).values(last_used_at=now)
+            )
+    return record
+
+
+def blocked_for(engine: Engine, address: str, now: float) -> float:
+    """Return the seconds until ``address`` may try a token again (0 when it may now)."""
+    since = now - FAILURE_WINDOW_SECONDS
+    with engine.connect() as conn:
+        recent = (
+            conn.execute(
+                sa.select(failures_table.c.failed_at)
+                .where(failures_table.c.address == address, failures_table.c.failed_at > since)
+                .order_by(failures_table.c.failed_at.desc())
+                .limit(MAX_FAILURES_PER_ADDRESS)
+            )
+            .scalars()
+            .all()
+        )
+    if len(recent) < MAX_FAILURES_PER_ADDRESS:
+        return 0.0
+    return max(0.0, recent[-1] + FAILURE_WINDOW_SECONDS - now)
+
+
+def record_failure(engine: Engine, address: str, now: float) -> None:
+    """Record one failed token attempt of ``address`` (and forget those older than the window)."""
+    with engine.begin() as conn:
+        conn.execute(
+            failures_table.delete().where(failures_table.c.failed_at <= now - FAILURE_WINDOW_SECONDS)
+        )
+        conn.execute(failures_table.insert().values(address=address[:64], failed_at=now))
