@@ -134,6 +134,7 @@ def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Pat
         "clawmem.integrations.langchain langchain_core",
         "clawmem.integrations.langgraph langgraph",
         "clawmem.integrations.mcp mcp",
+        "clawmem.integrations.mcp.http mcp",
         "clawmem.integrations.mcp.results mcp",
         "clawmem.integrations.mcp.tools mcp",
         "clawmem.memory.redis redis",
