@@ -10,8 +10,10 @@ from flask_sqlalchemy import SQLAlchemy
 from htmx_flask import Htmx
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-# The dashboard's own data (admin accounts, sessions, login failures). It lives in the instance
-# folder and never in clawmem's three tables.
+from clawmem.sql import tokens
+
+# The dashboard's own data (admin accounts, sessions, login failures, and the MCP server's access
+# tokens). It lives in the instance folder and never in clawmem's three tables.
 db = SQLAlchemy()
 htmx = Htmx()
 
@@ -23,6 +25,7 @@ def _create_own_tables() -> None:
             conn.execute(CreateTable(table, if_not_exists=True))
             for index in table.indexes:
                 conn.execute(CreateIndex(index, if_not_exists=True))
+    tokens.create_tables(db.engine)  # the MCP server's access tokens, written by the CLI
 
 
 def _private_file(path: Path) -> None:

@@ -64,6 +64,7 @@ def example_urls(app: Flask) -> dict[str, str]:
         "recall.cold": "/cold",
         "jobs.index": "/jobs",
         "sites.index": "/sites/",
+        "tokens.index": "/tokens",
         "settings.index": "/settings",
         "health.healthz": "/healthz",
         "health.readyz": "/readyz",
@@ -95,6 +96,7 @@ GATED = [
     "recall.cold",
     "jobs.index",
     "sites.index",
+    "tokens.index",
     "settings.index",
 ]
 

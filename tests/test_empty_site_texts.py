@@ -18,7 +18,8 @@ from tests.dashboard_helpers import page_text, sign_in
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 PAGES = ["/", "/conversations/", "/subjects/", "/subjects/nobody", "/memory/", "/memory/default/",
-         "/memory/?q=refund", "/preview?message=hello", "/cold", "/jobs", "/sites/", "/settings"]
+         "/memory/?q=refund", "/preview?message=hello", "/cold", "/jobs", "/sites/", "/tokens",
+         "/settings"]
 # Counts of nothing, "no user messages" said as a number, and plurals of one.
 AWKWARD = re.compile(
     r"\b0 (?:of 0|messages|conversations|rows|entries|user messages|recall records|checkpoints)\b"

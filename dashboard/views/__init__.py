@@ -24,6 +24,7 @@ from dashboard.views import (
     settings,
     sites,
     subjects,
+    tokens,
 )
 from dashboard.views.rendering import shell_command
 
@@ -36,6 +37,7 @@ BLUEPRINTS = (
     recall.bp,
     jobs.bp,
     sites.bp,
+    tokens.bp,
     settings.bp,
 )
 HTMX_FILE = "vendor/htmx.min.js"
