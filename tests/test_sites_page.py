@@ -68,7 +68,7 @@ def test_one_site_says_default_and_states_the_rule(
 
 
 def test_the_live_check_finds_every_other_site_apart_on_each_driver(
-    sites_app: tuple[Flask, dict[str, set[str]]],  # noqa: F811
+    sites_app: tuple[Flask, dict[str, set[str]]],
     prefix: str,
 ) -> None:
     app, strings = sites_app
@@ -103,7 +103,7 @@ def test_the_live_check_finds_every_other_site_apart_on_each_driver(
 
 
 def test_prefixes_of_phpclaw_and_unconfigured_and_hostile_tables_are_listed_escaped(
-    two_sites: tuple[Flask, FlaskClient],  # noqa: F811
+    two_sites: tuple[Flask, FlaskClient],
     prefix: str,
 ) -> None:
     app, client = two_sites

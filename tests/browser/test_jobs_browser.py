@@ -77,7 +77,7 @@ def app(make_app: Callable[..., Flask], clock: FakeClock) -> Flask:
 
 
 @pytest.mark.parametrize("width", [1280, 375])
-def test_the_jobs_page_at_desktop_and_phone_width(browser: Any, server: str, width: int) -> None:  # noqa: F811
+def test_the_jobs_page_at_desktop_and_phone_width(browser: Any, server: str, width: int) -> None:
     context, tab = _signed_in_at(browser, server, "/jobs", viewport={"width": width, "height": 900})
     problems: list[str] = []
     tab.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)

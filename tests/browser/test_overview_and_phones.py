@@ -66,13 +66,13 @@ def hostile(app: Flask) -> dict[str, str]:
     }
 
 
-def _tab(browser: Any, server: str, width: int, **options: Any) -> Any:  # noqa: F811 (the fixture)
+def _tab(browser: Any, server: str, width: int, **options: Any) -> Any:
     """A tab ``width`` px wide, signed in, on the Overview."""
     return _signed_in_at(browser, server, "/", viewport={"width": width, "height": 800}, **options)[1]
 
 
 @pytest.fixture
-def phone(browser: Any, server: str) -> Iterator[Any]:  # noqa: F811
+def phone(browser: Any, server: str) -> Iterator[Any]:
     """A signed-in tab 375 px wide; fails the test on a CSP violation or a JS error."""
     tab = _tab(browser, server, PHONE)
     problems: list[str] = []
@@ -83,7 +83,7 @@ def phone(browser: Any, server: str) -> Iterator[Any]:  # noqa: F811
     assert [p for p in problems if "404" not in p] == [], problems
 
 
-def test_the_overview_draws_its_charts_with_a_table_behind_each(page: Any) -> None:  # noqa: F811
+def test_the_overview_draws_its_charts_with_a_table_behind_each(page: Any) -> None:
     charts = page.locator("figure.chart")
     expect(charts.filter(has_text="Messages per day").locator("svg.plot rect.bar")).to_have_count(30)
     for title in ("Conversations stored", "Memory rows stored"):
@@ -111,7 +111,7 @@ def test_the_overview_draws_its_charts_with_a_table_behind_each(page: Any) -> No
     expect(page.locator("h1")).to_have_text("Cold memory")
 
 
-def test_the_charts_say_everything_without_javascript(browser: Any, server: str) -> None:  # noqa: F811
+def test_the_charts_say_everything_without_javascript(browser: Any, server: str) -> None:
     tab = _tab(browser, server, DESKTOP, java_script_enabled=False)
     tab.locator("summary", has_text="As a table").first.click()
     expect(tab.locator("details.chart-data").first.locator("tbody tr")).to_have_count(30)
@@ -123,7 +123,7 @@ def test_the_charts_say_everything_without_javascript(browser: Any, server: str)
 
 
 def test_no_page_scrolls_sideways_on_a_phone(
-    phone: Any, server: str, hostile: dict[str, str]  # noqa: F811
+    phone: Any, server: str, hostile: dict[str, str]
 ) -> None:
     for name, path in hostile.items():
         phone.goto(f"{server}{path}")
@@ -138,7 +138,7 @@ def test_no_page_scrolls_sideways_on_a_phone(
 
 
 def test_without_tables_every_page_says_which_command_creates_them(
-    app: Flask, browser: Any, server: str, prefix: str  # noqa: F811
+    app: Flask, browser: Any, server: str, prefix: str
 ) -> None:
     tab = _tab(browser, server, DESKTOP)
     with app.app_context():
@@ -167,7 +167,7 @@ def _save(tab: Any, name: str, width: int) -> None:
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 def test_a_screenshot_of_every_page(
-    browser: Any, server: str, hostile: dict[str, str], width: int, scheme: str  # noqa: F811
+    browser: Any, server: str, hostile: dict[str, str], width: int, scheme: str
 ) -> None:
     tab = _tab(browser, server, width, color_scheme=scheme)
     suffix = "" if scheme == "light" else "-dark"
@@ -191,7 +191,7 @@ def _mention(app: Flask) -> None:
 
 
 def test_the_subject_page_lists_its_mentions_after_the_page_by_itself(
-    app: Flask, page: Any, server: str  # noqa: F811
+    app: Flask, page: Any, server: str
 ) -> None:
     _mention(app)
     page.goto(f"{server}/subjects/cust-1001")
@@ -202,7 +202,7 @@ def test_the_subject_page_lists_its_mentions_after_the_page_by_itself(
 
 
 def test_without_javascript_the_mentions_link_shows_the_page_with_them(
-    app: Flask, browser: Any, server: str  # noqa: F811
+    app: Flask, browser: Any, server: str
 ) -> None:
     _mention(app)
     context, tab = _signed_in_at(browser, server, "/subjects/cust-1001", java_script_enabled=False)

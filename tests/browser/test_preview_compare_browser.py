@@ -39,7 +39,7 @@ def notes(app: Flask) -> None:
 @pytest.mark.parametrize("width", [1280, 375])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_two_scorings_side_by_side(
-    browser: Any, server: str, notes: None, width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, notes: None, width: int, javascript: bool
 ) -> None:
     context, tab = _signed_in_at(
         browser, server, f"/preview?message={quote(ASKED)}",

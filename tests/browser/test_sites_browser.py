@@ -47,7 +47,7 @@ def _header(tab: Any) -> Any:
     return tab.locator("header nav.sites")
 
 
-def test_switching_sites_from_the_header_keeps_the_page(page: Any, server: str) -> None:  # noqa: F811
+def test_switching_sites_from_the_header_keeps_the_page(page: Any, server: str) -> None:
     page.goto(f"{server}/conversations/")
     expect(_header(page).locator("strong")).to_have_text("shop")
     expect(page.locator("#conversation-results")).not_to_contain_text(BLOG)
@@ -84,7 +84,7 @@ def test_switching_sites_from_the_header_keeps_the_page(page: Any, server: str) 
     expect(page.locator("#memory-results")).not_to_contain_text(BLOG)
 
 
-def _signed_in_at(browser: Any, server: str, path: str, **options: Any) -> tuple[Any, Any]:  # noqa: F811
+def _signed_in_at(browser: Any, server: str, path: str, **options: Any) -> tuple[Any, Any]:
     """Open ``path`` in a new context with ``options``, sign in on the page it is sent to, and
     return the context and the tab, back on ``path``."""
     context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
@@ -98,7 +98,7 @@ def _signed_in_at(browser: Any, server: str, path: str, **options: Any) -> tuple
     return context, tab
 
 
-def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -> None:  # noqa: F811
+def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -> None:
     context, tab = _signed_in_at(browser, server, "/memory/?site=blog", java_script_enabled=False)
     tab.click("nav[aria-label=Sections] >> text=Conversations")
     tab.wait_for_url(f"{server}/conversations/?site=blog")
@@ -111,7 +111,7 @@ def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -
     context.close()
 
 
-def test_the_site_switcher_fits_a_phone(browser: Any, server: str) -> None:  # noqa: F811
+def test_the_site_switcher_fits_a_phone(browser: Any, server: str) -> None:
     context, tab = _signed_in_at(browser, server, "/conversations/?site=blog",
                                  viewport={"width": 375, "height": 800})
     switch = _header(tab).locator("a", has_text="shop")

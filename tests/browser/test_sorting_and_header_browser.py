@@ -52,7 +52,7 @@ def keys(app: Flask, demo: None, clock: FakeClock) -> list[str]:
     return names
 
 
-def _tab(browser: Any, server: str, width: int, path: str, **options: Any) -> Any:  # noqa: F811
+def _tab(browser: Any, server: str, width: int, path: str, **options: Any) -> Any:
     _, tab = _signed_in_at(browser, server, path, viewport={"width": width, "height": 900}, **options)
     problems: list[str] = []
     tab.on("pageerror", lambda error: problems.append(str(error)))
@@ -97,7 +97,7 @@ def _every_page(tab: Any, more: str, read: Callable[[Any], list[str]], javascrip
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_a_namespaces_keys_sort_both_ways_by_each_column(
-    browser: Any, server: str, keys: list[str], width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, keys: list[str], width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, f"/memory/{NAMESPACE}/", java_script_enabled=javascript)
     key_header = tab.locator("#memory-results th", has_text="Key")
@@ -135,7 +135,7 @@ def test_a_namespaces_keys_sort_both_ways_by_each_column(
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_conversations_sort_both_ways_by_each_column(
-    browser: Any, server: str, keys: list[str], width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, keys: list[str], width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, "/conversations/", java_script_enabled=javascript)
     results = tab.locator("#conversation-results")
@@ -165,7 +165,7 @@ def test_conversations_sort_both_ways_by_each_column(
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_a_conversations_messages_read_oldest_or_newest_first(
-    browser: Any, server: str, keys: list[str], width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, keys: list[str], width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, "/conversations/c-order", java_script_enabled=javascript)
     order = tab.locator("#message-order")
@@ -195,7 +195,7 @@ def _boxes(tab: Any) -> list[dict[str, float]]:
 
 @pytest.mark.parametrize("path", ["/", "/conversations/", "/settings"])
 def test_the_header_keeps_its_sections_on_one_line_at_1280_px(
-    browser: Any, server: str, path: str  # noqa: F811
+    browser: Any, server: str, path: str
 ) -> None:
     tab = _tab(browser, server, DESKTOP, path)
     boxes = _boxes(tab)
@@ -219,7 +219,7 @@ def _first_line_holds_the_rest(tab: Any) -> None:
 
 
 @pytest.mark.parametrize("app", ["two sites"], indirect=True)
-def test_with_the_site_switcher_the_header_stays_usable(browser: Any, server: str) -> None:  # noqa: F811
+def test_with_the_site_switcher_the_header_stays_usable(browser: Any, server: str) -> None:
     tab = _tab(browser, server, DESKTOP, "/")
     expect(tab.locator("header.top .site-others a", has_text="blog")).to_be_visible()
     tops = {round(box["top"]) for box in _boxes(tab)}

@@ -59,7 +59,7 @@ def hostile_rows(app: Flask, demo: None, clock: FakeClock) -> None:
         state.memory().set(f"parcel-{XSS}", f"parcel {XSS}", "user:cust-77")
 
 
-def _tab(browser: Any, server: str, width: int, path: str = "/", **options: Any) -> Any:  # noqa: F811
+def _tab(browser: Any, server: str, width: int, path: str = "/", **options: Any) -> Any:
     context, tab = _signed_in_at(browser, server, path, viewport={"width": width, "height": 900}, **options)
     problems: list[str] = []
     tab.on("pageerror", lambda error: problems.append(str(error)))
@@ -94,7 +94,7 @@ def _tokens(app: Flask) -> int:
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_the_overview_shows_tokens_billed_and_a_chart_of_them(
-    app: Flask, browser: Any, server: str, hostile_rows: None, width: int, javascript: bool  # noqa: F811
+    app: Flask, browser: Any, server: str, hostile_rows: None, width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, java_script_enabled=javascript)
     total = tab.locator("p.tokens-total")
@@ -124,7 +124,7 @@ def test_the_overview_shows_tokens_billed_and_a_chart_of_them(
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_sorting_by_tokens_turns_around_and_keeps_the_site(
-    browser: Any, server: str, hostile_rows: None, width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, hostile_rows: None, width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, "/conversations/?sort=-tokens", java_script_enabled=javascript)
 
@@ -148,7 +148,7 @@ def test_sorting_by_tokens_turns_around_and_keeps_the_site(
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_the_sites_page_answers_whether_one_site_sees_another(
-    browser: Any, server: str, prefix: str, width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, prefix: str, width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, "/sites/", java_script_enabled=javascript)
     expect(tab.locator("header nav.sites")).to_contain_text("Site: shop")
@@ -179,7 +179,7 @@ def test_the_sites_page_answers_whether_one_site_sees_another(
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_a_filtered_list_downloads_as_csv_and_json_safe_for_spreadsheets(
-    browser: Any, server: str, hostile_rows: None, width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, hostile_rows: None, width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, "/conversations/", java_script_enabled=javascript)
     tab.fill("input[name=user_id]", f"cust-{XSS}")
@@ -203,7 +203,7 @@ def test_a_filtered_list_downloads_as_csv_and_json_safe_for_spreadsheets(
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 @pytest.mark.parametrize("javascript", [True, False])
 def test_one_search_spans_every_namespace(
-    browser: Any, server: str, hostile_rows: None, width: int, javascript: bool  # noqa: F811
+    browser: Any, server: str, hostile_rows: None, width: int, javascript: bool
 ) -> None:
     tab = _tab(browser, server, width, "/memory/", java_script_enabled=javascript)
     tab.fill("input[name=q]", "parcel")
