@@ -105,8 +105,15 @@ def run(checkpoints: bool, turns: int, max_messages: int, max_tokens: int, direc
     log = ConversationLog(engine, clock=clock)
     provider = CountingProvider()
     compactor = HistoryCompactor(ProviderSummarizer(provider), max_messages, max_tokens)
-    claw = Claw(ArrayMemory(clock=clock), log, provider, compactor=compactor, guards=[], clock=clock,
-                checkpoints=checkpoints)
+    claw = Claw(
+        ArrayMemory(clock=clock),
+        log,
+        provider,
+        compactor=compactor,
+        guards=[],
+        clock=clock,
+        checkpoints=checkpoints,
+    )
     per_turn: list[int] = []
     halves = [0, 0]
     conversation_id = None
@@ -126,8 +133,15 @@ def run(checkpoints: bool, turns: int, max_messages: int, max_tokens: int, direc
         if (cursor := page.next_cursor) is None:
             break
     engine.dispose()
-    return Outcome("on" if checkpoints else "off", provider.turn_calls, provider.summary_calls, per_turn,
-                   (halves[0], halves[1]), summary_rows, seconds)
+    return Outcome(
+        "on" if checkpoints else "off",
+        provider.turn_calls,
+        provider.summary_calls,
+        per_turn,
+        (halves[0], halves[1]),
+        summary_rows,
+        seconds,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -143,18 +157,26 @@ def main(argv: list[str] | None = None) -> None:
             outcomes.append(outcome)
             print(f"  checkpoints {outcome.mode}: {outcome.seconds:.1f} s", file=sys.stderr)
     half = args.turns // 2
-    print(f"{args.turns} turns on SQLite, max_messages={args.max_messages}, max_tokens={args.max_tokens}, "
-          "ProviderSummarizer; bytes are chat-completions request bodies")
-    header = (f"{'checkpoints':<12}{'calls':>7}{'summaries':>10}{'sent/turn median':>18}{'sent/turn max':>15}"
-              f"{'summariser in':>15}{f'1-{half}':>12}{f'{half + 1}-{args.turns}':>12}{'rows':>6}")
+    print(
+        f"{args.turns} turns on SQLite, max_messages={args.max_messages}, max_tokens={args.max_tokens}, "
+        "ProviderSummarizer; bytes are chat-completions request bodies"
+    )
+    header = (
+        f"{'checkpoints':<12}{'calls':>7}{'summaries':>10}{'sent/turn median':>18}{'sent/turn max':>15}"
+        f"{'summariser in':>15}{f'1-{half}':>12}{f'{half + 1}-{args.turns}':>12}{'rows':>6}"
+    )
     print(header)
     for o in outcomes:
-        print(f"{o.mode:<12}{o.turn_calls + o.summary_calls:>7}{o.summary_calls:>10}"
-              f"{statistics.median(o.per_turn):>18,.0f}{max(o.per_turn):>15,}{o.summariser_total:>15,}"
-              f"{o.summariser_halves[0]:>12,}{o.summariser_halves[1]:>12,}"
-              f"{o.summary_rows:>6}")
-    print("calls: provider calls in all (turns and summaries); summariser in: bytes sent to the summariser "
-          "in all, then per half of the conversation; rows: summary checkpoints stored")
+        print(
+            f"{o.mode:<12}{o.turn_calls + o.summary_calls:>7}{o.summary_calls:>10}"
+            f"{statistics.median(o.per_turn):>18,.0f}{max(o.per_turn):>15,}{o.summariser_total:>15,}"
+            f"{o.summariser_halves[0]:>12,}{o.summariser_halves[1]:>12,}"
+            f"{o.summary_rows:>6}"
+        )
+    print(
+        "calls: provider calls in all (turns and summaries); summariser in: bytes sent to the summariser "
+        "in all, then per half of the conversation; rows: summary checkpoints stored"
+    )
 
 
 if __name__ == "__main__":

@@ -64,9 +64,31 @@ LONG_TURNS = 500
 BATCH = 10_000
 PASSWORD = "bench password long enough"
 PREVIEW_MESSAGE = "my+parcel+is+late+where+is+my+refund"
-WORDS = ["order", "parcel", "refund", "invoice", "delivery", "warranty", "discount", "address", "courier",
-         "jacket", "chair", "kettle", "weekend", "tracking", "payment", "voucher", "express", "return",
-         "damaged", "colour", "size", "leeds", "warehouse"]
+WORDS = [
+    "order",
+    "parcel",
+    "refund",
+    "invoice",
+    "delivery",
+    "warranty",
+    "discount",
+    "address",
+    "courier",
+    "jacket",
+    "chair",
+    "kettle",
+    "weekend",
+    "tracking",
+    "payment",
+    "voucher",
+    "express",
+    "return",
+    "damaged",
+    "colour",
+    "size",
+    "leeds",
+    "warehouse",
+]
 
 
 def _sentence(chooser: random.Random, words: int) -> str:
@@ -97,9 +119,16 @@ def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> 
             created = start + timedelta(seconds=number * 600 + chooser.randint(0, 300))
             # Every seventh provider reports no usage: the NULLs the tokens order lists last.
             tokens = None if number % 7 == 0 else chooser.randint(200, 90_000)
-            yield {"id": new_id(), "namespace": "default", "user_id": f"cust-{number % 4000}",
-                   "title": _sentence(chooser, 4), "metadata": None, "created_at": created,
-                   "updated_at": created + timedelta(minutes=30), "total_tokens": tokens}
+            yield {
+                "id": new_id(),
+                "namespace": "default",
+                "user_id": f"cust-{number % 4000}",
+                "title": _sentence(chooser, 4),
+                "metadata": None,
+                "created_at": created,
+                "updated_at": created + timedelta(minutes=30),
+                "total_tokens": tokens,
+            }
 
     ids: list[tuple[str, datetime]] = []
     with engine.begin() as conn:
@@ -111,11 +140,15 @@ def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> 
         for conversation_id, created in ids:
             for position in range(MESSAGES_PER_CONVERSATION):
                 role = ("user", "assistant", "tool", "assistant")[position % 4]
-                yield {"id": new_id(), "conversation_id": conversation_id, "role": role,
-                       "content": _sentence(chooser, chooser.randint(8, 40)),
-                       "tool_name": "lookup_order" if role == "tool" else None,
-                       "tool_input": '{"order_id": "A-1"}' if role == "tool" else None,
-                       "created_at": created + timedelta(seconds=position * 20)}
+                yield {
+                    "id": new_id(),
+                    "conversation_id": conversation_id,
+                    "role": role,
+                    "content": _sentence(chooser, chooser.randint(8, 40)),
+                    "tool_name": "lookup_order" if role == "tool" else None,
+                    "tool_input": '{"order_id": "A-1"}' if role == "tool" else None,
+                    "created_at": created + timedelta(seconds=position * 20),
+                }
 
     with engine.begin() as conn:
         for batch in _batches(message_rows()):
@@ -128,9 +161,16 @@ def load(engine: sa.engine.Engine, prefix: str, scale: float, now: datetime) -> 
             key = f"fact_{number:07}"
             value = _sentence(chooser, chooser.randint(6, 20))
             expires_at = None if number % 3 else expiry + chooser.randint(-86400, 86400)
-            yield {"id": new_id(), "namespace": namespace, "lookup_key": key,
-                   "value": encode_value(key, value), "metadata": None, "expires_at": expires_at,
-                   "created_at": now, "updated_at": now}
+            yield {
+                "id": new_id(),
+                "namespace": namespace,
+                "lookup_key": key,
+                "value": encode_value(key, value),
+                "metadata": None,
+                "expires_at": expires_at,
+                "created_at": now,
+                "updated_at": now,
+            }
 
     with engine.begin() as conn:
         for batch in _batches(memory_rows()):
@@ -147,16 +187,44 @@ def load_long_conversation(engine: sa.engine.Engine, prefix: str, turns: int, no
     rows = []
     for turn in range(turns):
         moment = created + timedelta(seconds=turn * 60)
-        given = [{"namespace": "default", "key": f"fact_{chooser.randrange(0, 1000) * NAMESPACES:07}",
-                  "score": 2, "bytes": 80, "status": "injected"} for _ in range(3)]
-        for role, content in (("recall", json.dumps(given)), ("user", _sentence(chooser, 12)),
-                              ("assistant", _sentence(chooser, 30))):
-            rows.append({"id": new_id(), "conversation_id": conversation_id, "role": role, "content": content,
-                         "tool_name": None, "tool_input": None, "created_at": moment})
+        given = [
+            {
+                "namespace": "default",
+                "key": f"fact_{chooser.randrange(0, 1000) * NAMESPACES:07}",
+                "score": 2,
+                "bytes": 80,
+                "status": "injected",
+            }
+            for _ in range(3)
+        ]
+        for role, content in (
+            ("recall", json.dumps(given)),
+            ("user", _sentence(chooser, 12)),
+            ("assistant", _sentence(chooser, 30)),
+        ):
+            rows.append(
+                {
+                    "id": new_id(),
+                    "conversation_id": conversation_id,
+                    "role": role,
+                    "content": content,
+                    "tool_name": None,
+                    "tool_input": None,
+                    "created_at": moment,
+                }
+            )
     with engine.begin() as conn:
-        conn.execute(sa.insert(schema.conversations).values(
-            id=conversation_id, namespace="default", user_id="cust-long", title="A long conversation",
-            metadata=None, created_at=created, updated_at=created))
+        conn.execute(
+            sa.insert(schema.conversations).values(
+                id=conversation_id,
+                namespace="default",
+                user_id="cust-long",
+                title="A long conversation",
+                metadata=None,
+                created_at=created,
+                updated_at=created,
+            )
+        )
         for batch in _batches(iter(rows)):
             conn.execute(sa.insert(schema.messages), batch)
     return conversation_id
@@ -171,25 +239,48 @@ def load_subject(engine: sa.engine.Engine, prefix: str, now: datetime) -> None:
     schema = tables(prefix)
     chooser = random.Random(23)
     start = now - timedelta(days=200)
-    conversations = [{"id": new_id(), "namespace": "default", "user_id": SUBJECT,
-                      "title": _sentence(chooser, 4), "metadata": None,
-                      "created_at": start + timedelta(hours=number * 4),
-                      "updated_at": start + timedelta(hours=number * 4, minutes=40),
-                      "total_tokens": None if number % 9 == 0 else chooser.randint(500, 40_000)}
-                     for number in range(SUBJECT_CONVERSATIONS)]
+    conversations = [
+        {
+            "id": new_id(),
+            "namespace": "default",
+            "user_id": SUBJECT,
+            "title": _sentence(chooser, 4),
+            "metadata": None,
+            "created_at": start + timedelta(hours=number * 4),
+            "updated_at": start + timedelta(hours=number * 4, minutes=40),
+            "total_tokens": None if number % 9 == 0 else chooser.randint(500, 40_000),
+        }
+        for number in range(SUBJECT_CONVERSATIONS)
+    ]
 
     def message_rows() -> Iterator[dict[str, Any]]:
         for conversation in conversations:
             for position in range(SUBJECT_MESSAGES):
                 role = ("recall", "user", "assistant", "assistant")[position % 4]
                 content = "[]" if role == "recall" else _sentence(chooser, chooser.randint(8, 30))
-                yield {"id": new_id(), "conversation_id": conversation["id"], "role": role,
-                       "content": content, "tool_name": None, "tool_input": None,
-                       "created_at": conversation["created_at"] + timedelta(seconds=position * 20)}
+                yield {
+                    "id": new_id(),
+                    "conversation_id": conversation["id"],
+                    "role": role,
+                    "content": content,
+                    "tool_name": None,
+                    "tool_input": None,
+                    "created_at": conversation["created_at"] + timedelta(seconds=position * 20),
+                }
 
-    facts = [{"id": new_id(), "namespace": f"user:{SUBJECT}", "lookup_key": f"fact_{number:03}",
-              "value": encode_value(f"fact_{number:03}", _sentence(chooser, 8)), "metadata": None,
-              "expires_at": None, "created_at": now, "updated_at": now} for number in range(40)]
+    facts = [
+        {
+            "id": new_id(),
+            "namespace": f"user:{SUBJECT}",
+            "lookup_key": f"fact_{number:03}",
+            "value": encode_value(f"fact_{number:03}", _sentence(chooser, 8)),
+            "metadata": None,
+            "expires_at": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+        for number in range(40)
+    ]
     with engine.begin() as conn:
         conn.execute(sa.insert(schema.conversations), conversations)
         for batch in _batches(message_rows()):
@@ -276,8 +367,10 @@ def loaded(backend: str, scale: float, report: Callable[[str], None]) -> Iterato
                 with engine.begin() as conn:
                     for table in tables(prefix)[1:]:
                         conn.exec_driver_sql(f"ANALYZE {'TABLE ' if backend == 'mysql' else ''}{table.name}")
-            report(f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
-                   f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s")
+            report(
+                f"{backend}: loaded {conversations:,} conversations, {messages:,} messages, "
+                f"{entries:,} memory entries in {time.perf_counter() - started:.0f} s"
+            )
             app = create_app({"DATABASE_URL": url, "TABLE_PREFIX": prefix}, instance_path=instance)
             yield Loaded(url, engine, prefix, now, _signed_in(app))
         finally:
@@ -286,8 +379,22 @@ def loaded(backend: str, scale: float, report: Callable[[str], None]) -> Iterato
 
 
 PAGE_NAMES = (
-    "overview", "list", "deep", "conversation", "long", "long-compacting", "memory", "preview", "cold",
-    "unmatched", "tokens", "tokens-asc", "tokens-deep", "messages-sort", "subject", "subject-mentions",
+    "overview",
+    "list",
+    "deep",
+    "conversation",
+    "long",
+    "long-compacting",
+    "memory",
+    "preview",
+    "cold",
+    "unmatched",
+    "tokens",
+    "tokens-asc",
+    "tokens-deep",
+    "messages-sort",
+    "subject",
+    "subject-mentions",
     "sites",
 )
 COLD_NAMESPACE, COLD_MESSAGES = "coldbench", 1000
@@ -300,9 +407,16 @@ def load_cold_namespace(engine: sa.engine.Engine, prefix: str, entries: int, now
     def rows() -> Iterator[dict[str, Any]]:
         for number in range(entries):
             key, value = f"cold_{number:07}", _sentence(chooser, chooser.randint(6, 20))
-            yield {"id": new_id(), "namespace": COLD_NAMESPACE, "lookup_key": key,
-                   "value": encode_value(key, value), "metadata": None, "expires_at": None,
-                   "created_at": now, "updated_at": now}
+            yield {
+                "id": new_id(),
+                "namespace": COLD_NAMESPACE,
+                "lookup_key": key,
+                "value": encode_value(key, value),
+                "metadata": None,
+                "expires_at": None,
+                "created_at": now,
+                "updated_at": now,
+            }
 
     with engine.begin() as conn:
         for batch in _batches(rows()):
@@ -329,32 +443,47 @@ def _pages(site: Loaded, only: tuple[str, ...], depth: int, cold_entries: int) -
         "list": ("conversations, first page", "/conversations/"),
         "deep": (f"conversations, page {depth + 1} (keyset)", deep),
         "conversation": ("one conversation (20 messages)", first_conversation.group(1)),
-        "long": (f"one conversation ({LONG_TURNS} turns with recall records)",
-                 f"/conversations/{long_id}"),
-        "long-compacting": (f"the same, its analysis summarising {LONG_TURNS} messages",
-                            f"/conversations/{long_id}?max_messages=40"),
+        "long": (f"one conversation ({LONG_TURNS} turns with recall records)", f"/conversations/{long_id}"),
+        "long-compacting": (
+            f"the same, its analysis summarising {LONG_TURNS} messages",
+            f"/conversations/{long_id}?max_messages=40",
+        ),
         "memory": ("memory list, namespace default", "/memory/default/"),
         "preview": ("injection preview, namespace default", f"/preview?message={PREVIEW_MESSAGE}"),
-        "cold": (f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
-                 f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}"),
-        "unmatched": (f"entries sharing no word with the preview's message, of {cold_entries:,}",
-                      f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}"),
+        "cold": (
+            f"cold memory, last {COLD_MESSAGES:,} user messages over {cold_entries:,} entries",
+            f"/cold?n={COLD_MESSAGES}&namespace={COLD_NAMESPACE}",
+        ),
+        "unmatched": (
+            f"entries sharing no word with the preview's message, of {cold_entries:,}",
+            f"/preview/unmatched?message={PREVIEW_MESSAGE}&namespace={COLD_NAMESPACE}",
+        ),
         "tokens": ("conversations sorted by tokens, most first", by_tokens),
         "tokens-asc": ("conversations sorted by tokens, fewest first", "/conversations/?sort=tokens"),
         "tokens-deep": (f"conversations by tokens, page {depth + 1} (keyset)", tokens_deep),
         "messages-sort": ("conversations by messages, most first", "/conversations/?sort=-messages"),
-        "subject": (f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
-                    f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages", f"/subjects/{SUBJECT}"),
-        "subject-mentions": ("the same with its mentions elsewhere listed (every other entry read)",
-                             f"/subjects/{SUBJECT}?mentions=1"),
+        "subject": (
+            f"subject page, {SUBJECT_CONVERSATIONS:,} conversations, "
+            f"{SUBJECT_CONVERSATIONS * SUBJECT_MESSAGES:,} messages",
+            f"/subjects/{SUBJECT}",
+        ),
+        "subject-mentions": (
+            "the same with its mentions elsewhere listed (every other entry read)",
+            f"/subjects/{SUBJECT}?mentions=1",
+        ),
         "sites": ("sites page (one site: prefixes and drivers)", "/sites/"),
     }
     return {name: pages[name] for name in only}
 
 
 def run(
-    backend: str, scale: float, runs: int, depth: int, report: Callable[[str], None],
-    only: tuple[str, ...] = PAGE_NAMES, cold_entries: int = 100_000,
+    backend: str,
+    scale: float,
+    runs: int,
+    depth: int,
+    report: Callable[[str], None],
+    only: tuple[str, ...] = PAGE_NAMES,
+    cold_entries: int = 100_000,
 ) -> None:
     """Load the data set on ``backend``, time the pages named in ``only`` (of :data:`PAGE_NAMES`)
     and print one table row per page."""
@@ -385,7 +514,12 @@ def serve_timings(backend: str, scale: float, depth: int, only: tuple[str, ...],
 
 
 def compare(
-    backend: str, checkouts: dict[str, str], scale: float, runs: int, depth: int, only: tuple[str, ...],
+    backend: str,
+    checkouts: dict[str, str],
+    scale: float,
+    runs: int,
+    depth: int,
+    only: tuple[str, ...],
     report: Callable[[str], None],
 ) -> None:
     """Time the pages of ``only`` on each checkout (label: directory) in a process of its own on
@@ -397,10 +531,26 @@ def compare(
     for label, directory in checkouts.items():
         # The checkout's own clawmem and dashboard, under this very timing loop.
         start = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-        child = ["-c", start, here, "--serve", "--backends", backend, "--scale", str(scale),
-                 "--depth", str(depth), "--pages", ",".join(only)]
+        child = [
+            "-c",
+            start,
+            here,
+            "--serve",
+            "--backends",
+            backend,
+            "--scale",
+            str(scale),
+            "--depth",
+            str(depth),
+            "--pages",
+            ",".join(only),
+        ]
         children[label] = subprocess.Popen(
-            [sys.executable, *child], cwd=directory, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, *child],
+            cwd=directory,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": directory},
         )
     try:
@@ -433,12 +583,22 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full data set to load")
     parser.add_argument("--runs", type=int, default=30, help="timed requests per page")
     parser.add_argument("--depth", type=int, default=100, help="cursor pages followed for the deep page")
-    parser.add_argument("--pages", default=",".join(PAGE_NAMES),
-                        help=f"pages to time, comma-separated, of: {', '.join(PAGE_NAMES)}")
-    parser.add_argument("--cold-entries", type=int, default=100_000,
-                        help="entries of the namespace the cold-memory page reports on")
-    parser.add_argument("--against", metavar="DIRECTORY",
-                        help="another checkout (a git worktree of an older commit) to time beside this one")
+    parser.add_argument(
+        "--pages",
+        default=",".join(PAGE_NAMES),
+        help=f"pages to time, comma-separated, of: {', '.join(PAGE_NAMES)}",
+    )
+    parser.add_argument(
+        "--cold-entries",
+        type=int,
+        default=100_000,
+        help="entries of the namespace the cold-memory page reports on",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="DIRECTORY",
+        help="another checkout (a git worktree of an older commit) to time beside this one",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     only = tuple(name.strip() for name in options.pages.split(","))

@@ -81,8 +81,11 @@ def run_agent(seconds: float, out: Path) -> None:
             index = number % AGENT_CONVERSATIONS
             number += 1
             try:
-                reply = claw.send(chooser.choice(AGENT_MESSAGES), conversation_id=conversations[index],
-                                  user_id=f"cust-load-{index}")
+                reply = claw.send(
+                    chooser.choice(AGENT_MESSAGES),
+                    conversation_id=conversations[index],
+                    user_id=f"cust-load-{index}",
+                )
             except GuardBlocked:  # the guard stopped the turn: nothing stored, as it should be
                 log.write(json.dumps({"blocked": True}) + "\n")
                 log.flush()
@@ -144,15 +147,21 @@ def pages(base: str, browser: urllib.request.OpenerDirector) -> list[tuple[str, 
         ("overview", "/", {}),
         ("conversations", "/conversations/", {}),
         ("conversations?q", "/conversations/?q=parcel", {}),
-        ("conversations fragment", "/conversations/?q=order",
-         {**fragment, "HX-Target": "conversation-results"}),
+        (
+            "conversations fragment",
+            "/conversations/?q=order",
+            {**fragment, "HX-Target": "conversation-results"},
+        ),
         ("memory", "/memory/", {}),
         ("memory/default", "/memory/default/", {}),
         ("memory/user", "/memory/user:cust-1001/", {}),
         ("memory entry", "/memory/default/entry?key=shipping_policy", {}),
         ("preview", "/preview?message=where+is+my+parcel", {}),
-        ("preview fragment", "/preview?message=refund+for+a+damaged+kettle",
-         {**fragment, "HX-Target": "preview-result"}),
+        (
+            "preview fragment",
+            "/preview?message=refund+for+a+damaged+kettle",
+            {**fragment, "HX-Target": "preview-result"},
+        ),
         ("cold", "/cold", {}),
         ("settings", "/settings", {}),
     ]
@@ -160,8 +169,14 @@ def pages(base: str, browser: urllib.request.OpenerDirector) -> list[tuple[str, 
     return found
 
 
-def crawl(base: str, browser: urllib.request.OpenerDirector, visits: list[tuple[str, str, dict[str, str]]],
-          until: float, seed: int, crawl_log: Crawl) -> None:
+def crawl(
+    base: str,
+    browser: urllib.request.OpenerDirector,
+    visits: list[tuple[str, str, dict[str, str]]],
+    until: float,
+    seed: int,
+    crawl_log: Crawl,
+) -> None:
     """Visit pages in random order until ``until`` (monotonic), recording every request."""
     chooser = random.Random(seed)
     while time.monotonic() < until:
@@ -192,9 +207,25 @@ Served = tuple[subprocess.Popen[str], str, list[int], queue.Queue[str]]
 
 def _start_gunicorn(instance: Path, environment: dict[str, str]) -> Served:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", "127.0.0.1:0", "--log-level", "info",
-         "--timeout", "60", f"dashboard:create_app(instance_path={str(instance)!r})"],
-        cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            "2",
+            "--bind",
+            "127.0.0.1:0",
+            "--log-level",
+            "info",
+            "--timeout",
+            "60",
+            f"dashboard:create_app(instance_path={str(instance)!r})",
+        ],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
 
@@ -219,7 +250,12 @@ def _claw(environment: dict[str, str], *args: str) -> tuple[str, int, float, str
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", "from clawmem.cli import main; main()", *args],
-        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     last = (result.stdout.strip().splitlines() or result.stderr.strip().splitlines() or [""])[-1]
     return " ".join(args), result.returncode, time.monotonic() - started, last
@@ -241,14 +277,17 @@ def _stored(url: str, prefix: str, completed: list[dict[str, str]]) -> dict[str,
     for turn in completed:
         expected[turn["conversation_id"]] = expected.get(turn["conversation_id"], 0) + 1
     with engine.connect() as conn:
-        stored = dict(conn.execute(
-            sa.select(messages.c.conversation_id, sa.func.count())
-            .where(messages.c.role == "user", messages.c.conversation_id.in_(list(expected)))
-            .group_by(messages.c.conversation_id)
-        ).all())
+        stored = dict(
+            conn.execute(
+                sa.select(messages.c.conversation_id, sa.func.count())
+                .where(messages.c.role == "user", messages.c.conversation_id.in_(list(expected)))
+                .group_by(messages.c.conversation_id)
+            ).all()
+        )
         orphans = conn.execute(
-            sa.select(sa.func.count()).select_from(messages).where(
-                ~sa.exists().where(conversations.c.id == messages.c.conversation_id))
+            sa.select(sa.func.count())
+            .select_from(messages)
+            .where(~sa.exists().where(conversations.c.id == messages.c.conversation_id))
         ).scalar()
         present = set(conn.execute(sa.select(conversations.c.id)).scalars())
     engine.dispose()
@@ -291,9 +330,12 @@ def main(argv: list[str] | None = None) -> None:
         with app.app_context():
             accounts.create_admin("admin", PASSWORD, time.time())
         # The demo shop's own escalation address is allowed past the PII guard, as in make run.
-        environment = {**os.environ, "CLAW_INSTANCE_PATH": str(instance),
-                       "CLAW_PII_ALLOW_KEYS": DEMO_ALLOWED_KEY,
-                       **{f"CLAW_{name}": value for name, value in config.items()}}
+        environment = {
+            **os.environ,
+            "CLAW_INSTANCE_PATH": str(instance),
+            "CLAW_PII_ALLOW_KEYS": DEMO_ALLOWED_KEY,
+            **{f"CLAW_{name}": value for name, value in config.items()},
+        }
         gunicorn, base, workers, log_lines = _start_gunicorn(instance, environment)
         try:
             _run(options, base, workers, environment, Path(folder), prefix)
@@ -308,26 +350,43 @@ def main(argv: list[str] | None = None) -> None:
             del log_lines
 
 
-def _run(options: argparse.Namespace, base: str, workers: list[int], environment: dict[str, str],
-         folder: Path, prefix: str) -> None:
+def _run(
+    options: argparse.Namespace,
+    base: str,
+    workers: list[int],
+    environment: dict[str, str],
+    folder: Path,
+    prefix: str,
+) -> None:
     browsers = [sign_in(base) for _ in range(options.clients)]  # one after another: attempts count
     visits = pages(base, browsers[0])
     turns_file = folder / "turns.jsonl"
     agent = subprocess.Popen(
         [sys.executable, "-m", "bench.load", "--agent", str(turns_file), "--seconds", str(options.seconds)],
-        cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     crawl_log = Crawl()
     start = time.monotonic()
     until = start + options.seconds
-    crawlers = [threading.Thread(target=crawl, args=(base, browser, visits, until, number, crawl_log))
-                for number, browser in enumerate(browsers)]
+    crawlers = [
+        threading.Thread(target=crawl, args=(base, browser, visits, until, number, crawl_log))
+        for number, browser in enumerate(browsers)
+    ]
     for crawler in crawlers:
         crawler.start()
     cli_runs = []
     # The demo's conversations span three weeks: each prune deletes the older ones.
-    plan = [(0.25, ("prune", "--older-than", "14d", "--yes")), (0.4, ("sweep", "--yes")),
-            (0.5, "kill"), (0.75, ("prune", "--older-than", "10d", "--yes")), (0.85, ("sweep", "--yes"))]
+    plan = [
+        (0.25, ("prune", "--older-than", "14d", "--yes")),
+        (0.4, ("sweep", "--yes")),
+        (0.5, "kill"),
+        (0.75, ("prune", "--older-than", "10d", "--yes")),
+        (0.85, ("sweep", "--yes")),
+    ]
     killed_at = None
     for share, action in plan:
         time.sleep(max(0.0, start + share * options.seconds - time.monotonic()))
@@ -344,17 +403,35 @@ def _run(options: argparse.Namespace, base: str, workers: list[int], environment
     completed = [turn for turn in turns if "conversation_id" in turn]
     stored = _stored(options.database_url, prefix, completed)
     stored["blocked"] = len(turns) - len(completed)
-    _report(crawl_log.samples, killed_at, cli_runs, stored, agent.returncode, agent_errors, options,
-            time.monotonic() - start)
+    _report(
+        crawl_log.samples,
+        killed_at,
+        cli_runs,
+        stored,
+        agent.returncode,
+        agent_errors,
+        options,
+        time.monotonic() - start,
+    )
 
 
-def _report(samples: list[Sample], killed_at: float | None, cli_runs: list[tuple[str, int, float, str]],
-            stored: dict[str, Any], agent_code: int | None, agent_errors: str, options: argparse.Namespace,
-            elapsed: float) -> None:
+def _report(
+    samples: list[Sample],
+    killed_at: float | None,
+    cli_runs: list[tuple[str, int, float, str]],
+    stored: dict[str, Any],
+    agent_code: int | None,
+    agent_errors: str,
+    options: argparse.Namespace,
+    elapsed: float,
+) -> None:
     def in_flight(sample: Sample) -> bool:
-        return (killed_at is not None and sample.status is None
-                and sample.started <= killed_at + KILL_GRACE_SECONDS
-                and killed_at <= sample.ended <= killed_at + KILL_GRACE_SECONDS)
+        return (
+            killed_at is not None
+            and sample.status is None
+            and sample.started <= killed_at + KILL_GRACE_SECONDS
+            and killed_at <= sample.ended <= killed_at + KILL_GRACE_SECONDS
+        )
 
     def pruned(sample: Sample) -> bool:
         # A conversation prune deleted meanwhile answers 404: correct, not an error.
@@ -367,26 +444,34 @@ def _report(samples: list[Sample], killed_at: float | None, cli_runs: list[tuple
     by_page: dict[str, list[Sample]] = {}
     for sample in samples:
         by_page.setdefault(sample.page, []).append(sample)
-    print(f"{options.clients} signed-in clients for {options.seconds:.0f} s against 2 gunicorn workers on "
-          f"MariaDB (ran {elapsed:.1f} s); one worker SIGKILLed at {options.seconds / 2:.0f} s")
+    print(
+        f"{options.clients} signed-in clients for {options.seconds:.0f} s against 2 gunicorn workers on "
+        f"MariaDB (ran {elapsed:.1f} s); one worker SIGKILLed at {options.seconds / 2:.0f} s"
+    )
     print(f"{'page':<24} {'requests':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6}")
     for page in sorted(by_page):
         rows = by_page[page]
         ok = [1000 * (s.ended - s.started) for s in rows if s.status == 200]
         errors = sum(1 for s in rows if failed(s))
         if ok:
-            print(f"{page:<24} {len(rows):>8} {_percentile(ok, 50):>8.1f} {_percentile(ok, 95):>8.1f} "
-                  f"{_percentile(ok, 99):>8.1f} {errors:>6}")
+            print(
+                f"{page:<24} {len(rows):>8} {_percentile(ok, 50):>8.1f} {_percentile(ok, 95):>8.1f} "
+                f"{_percentile(ok, 99):>8.1f} {errors:>6}"
+            )
         else:
             print(f"{page:<24} {len(rows):>8} {'-':>8} {'-':>8} {'-':>8} {errors:>6}")
     every = [1000 * (s.ended - s.started) for s in samples if s.status == 200]
     lost = sum(1 for s in samples if in_flight(s))
     gone = sum(1 for s in samples if pruned(s))
     errors = sum(1 for s in samples if failed(s))
-    print(f"{'all pages':<24} {len(samples):>8} {_percentile(every, 50):>8.1f} "
-          f"{_percentile(every, 95):>8.1f} {_percentile(every, 99):>8.1f} {errors:>6}")
-    print(f"requests served: {len(every)} of {len(samples)}; errors: {errors}; "
-          f"in flight on the killed worker: {lost}; 404 for conversations pruned meanwhile: {gone}")
+    print(
+        f"{'all pages':<24} {len(samples):>8} {_percentile(every, 50):>8.1f} "
+        f"{_percentile(every, 95):>8.1f} {_percentile(every, 99):>8.1f} {errors:>6}"
+    )
+    print(
+        f"requests served: {len(every)} of {len(samples)}; errors: {errors}; "
+        f"in flight on the killed worker: {lost}; 404 for conversations pruned meanwhile: {gone}"
+    )
     kinds: dict[str, int] = {}
     for sample in samples:
         if sample.status != 200:
@@ -395,9 +480,11 @@ def _report(samples: list[Sample], killed_at: float | None, cli_runs: list[tuple
         print("failures by kind: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())))
     for command, code, seconds, last in cli_runs:
         print(f"clawmem {command}: exit {code} in {seconds:.1f} s ({last})")
-    print(f"agent: exit {agent_code}, {stored['turns']} turns completed, {stored['stored']} stored, "
-          f"{stored['missing']} missing, {stored['blocked']} blocked by the PII guard; "
-          f"orphan messages: {stored['orphans']}")
+    print(
+        f"agent: exit {agent_code}, {stored['turns']} turns completed, {stored['stored']} stored, "
+        f"{stored['missing']} missing, {stored['blocked']} blocked by the PII guard; "
+        f"orphan messages: {stored['orphans']}"
+    )
     if agent_code:
         print(agent_errors.strip().splitlines()[-1] if agent_errors.strip() else "(no error output)")
 

@@ -36,7 +36,6 @@ BYTES_PER_TOKEN = 4
 SUMMARISED_ROLES = ("user", "assistant")  # the only messages the extractive summary reads
 
 
-
 @dataclass(frozen=True)
 class Summary:
     """What a summariser may return instead of plain text: the text and the provider's token

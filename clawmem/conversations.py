@@ -374,14 +374,21 @@ class ConversationLog:
                 fields["title"] = sealing.clip_title(fields["title"], self.cipher)
             for column in ("title", "metadata"):
                 fields[column] = sealing.seal_column(
-                    self.cipher, self.prefix, sealing.CONVERSATIONS, conversation_id, column,
-                    fields[column], subject, dialect,
+                    self.cipher,
+                    self.prefix,
+                    sealing.CONVERSATIONS,
+                    conversation_id,
+                    column,
+                    fields[column],
+                    subject,
+                    dialect,
                 )
 
             def seal(row_id: str, column: str, text: str | None) -> str | None:
                 return sealing.seal_column(
                     self.cipher, self.prefix, sealing.MESSAGES, row_id, column, text, subject, dialect
                 )
+
         ids: list[str] = []
 
         def write() -> None:
@@ -540,8 +547,16 @@ class ConversationLog:
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with connect(self.engine) as conn:
             found, total = sql.summaries(
-                conn, self.prefix, limit=limit + 1, sort=sort, cursor=cursor, shape=self.shape,
-                descending=descending, counted=counted, at_most=count_at_most, **filters,
+                conn,
+                self.prefix,
+                limit=limit + 1,
+                sort=sort,
+                cursor=cursor,
+                shape=self.shape,
+                descending=descending,
+                counted=counted,
+                at_most=count_at_most,
+                **filters,
             )
         found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
         return page_of(found, limit, lambda row: sql.cursor_key(row, sort, descending), total)

@@ -129,6 +129,8 @@ class PlaintextRefused(Undecryptable):
 
 class EncryptionUnavailable(ConfigError):
     """Encryption keys are set but the ``cryptography`` package (extra ``clawmem[encrypt]``) is missing."""
+
+
 class UndecodableValue(ValueError):
     """A stored value is not text its shape's codec reads. Drivers raise it internally; callers
     see a :class:`clawmem.StorageError` that names the key (never the value)."""

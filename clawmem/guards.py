@@ -227,8 +227,10 @@ class PiiGuard:
         if self.mode != "redact":
             return [dict(message) for message in history]
         return [
-            {name: _redacted(value) if name in ("content", "tool_input") else value
-             for name, value in message.items()}
+            {
+                name: _redacted(value) if name in ("content", "tool_input") else value
+                for name, value in message.items()
+            }
             for message in history
         ]
 

@@ -25,9 +25,9 @@ SAMPLE_CONVERSATIONS = 50  # of the other site's conversations, the newest
 # How each memory driver keeps sites apart, in the words the Sites page shows.
 DRIVER_RULES = {
     "sql": "one set of three tables per site, named by the table prefix "
-           "(wp_phpclaw_memory, wp_2_phpclaw_memory)",
+    "(wp_phpclaw_memory, wp_2_phpclaw_memory)",
     "redis": "one key prefix per site, {table prefix}phpclaw:, under which every key of the site lies; "
-             "no key of one prefix can be read as another's",
+    "no key of one prefix can be read as another's",
     "file": "one subdirectory of CLAW_FILE_DIR per site (site-wp_ for wp_, default-site for no prefix)",
     "array": "one store per site in the process's memory, gone when the process ends",
 }
@@ -63,7 +63,11 @@ def _same(mine: MemoryRow, theirs: MemoryRow) -> bool:
     # The same stored row read twice agrees on everything it holds; two sites that merely share
     # a key (both have "returns-policy") differ in their write times or values.
     return (mine.value, mine.expires_at, mine.created_at, mine.updated_at) == (
-        theirs.value, theirs.expires_at, theirs.created_at, theirs.updated_at)
+        theirs.value,
+        theirs.expires_at,
+        theirs.created_at,
+        theirs.updated_at,
+    )
 
 
 def _timed(row: MemoryRow) -> bool:
@@ -123,9 +127,21 @@ def check_separation(this: Site, other: Site) -> Separation:
         for row in rows:
             if row.key in found and _same(found[row.key], row):
                 (seen_entries if _timed(row) else alike_entries).append((namespace, row.key))
-    theirs = ([conversation.id for conversation in other.conversations.list(limit=SAMPLE_CONVERSATIONS).items]
-              if conversations_table in present else [])
-    seen_conversations = [conversation_id for conversation_id in theirs
-                          if this.conversations.get(conversation_id) is not None]
-    return Separation(other.prefix, memory_location(this), memory_location(other), entries_checked,
-                      len(theirs), seen_entries, seen_conversations, alike_entries)
+    theirs = (
+        [conversation.id for conversation in other.conversations.list(limit=SAMPLE_CONVERSATIONS).items]
+        if conversations_table in present
+        else []
+    )
+    seen_conversations = [
+        conversation_id for conversation_id in theirs if this.conversations.get(conversation_id) is not None
+    ]
+    return Separation(
+        other.prefix,
+        memory_location(this),
+        memory_location(other),
+        entries_checked,
+        len(theirs),
+        seen_entries,
+        seen_conversations,
+        alike_entries,
+    )

@@ -183,8 +183,9 @@ def activity(site: Site, days: int = 30) -> Activity:
     ``days`` UTC days, today (on the site's clock) last, with the conversations stored now and
     their tokens. Raises ``ValueError`` for days outside 1..366."""
     with connect(site.engine) as conn:
-        return sql_activity.activity(conn, site.prefix, utc_datetime(site.clock), days,
-                                     site.conversations.shape, billed_tokens)
+        return sql_activity.activity(
+            conn, site.prefix, utc_datetime(site.clock), days, site.conversations.shape, billed_tokens
+        )
 
 
 def table_stats(site: Site) -> list[sizes.TableStats]:

@@ -134,7 +134,7 @@ def decode_moment(text: str, cursor: str, dialect: str = "") -> Any:
         except ValueError:
             raise invalid from None
     try:
-        raw = json.loads(text[len(_RAW):])
+        raw = json.loads(text[len(_RAW) :])
     except ValueError:
         raise invalid from None
     if isinstance(raw, dict) and set(raw) == {"blob"} and isinstance(raw["blob"], str):
@@ -167,7 +167,6 @@ def check_limit(limit: object, maximum: int = 500) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise ValueError(f"limit must be an int from 1 to {maximum}, got {limit!r}")
     return limit
-
 
 
 class Listed(Protocol):

@@ -62,9 +62,7 @@ def _gcvt(number: float, precision: int, exponent_char: str, shortest: bool) -> 
     sign = "-" if number < 0 else ""
     if point < -3 or point > precision:
         power = point - 1
-        return (
-            f"{sign}{digits[0]}.{digits[1:] or '0'}{exponent_char}{'-' if power < 0 else '+'}{abs(power)}"
-        )
+        return f"{sign}{digits[0]}.{digits[1:] or '0'}{exponent_char}{'-' if power < 0 else '+'}{abs(power)}"
     if point <= 0:
         return f"{sign}0.{'0' * -point}{digits}"
     if len(digits) <= point:
@@ -257,8 +255,16 @@ def unserialize(text: str) -> Any:
 
 # -- json_encode --------------------------------------------------------------------------------
 
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-                 "\t": "\\t"}
+_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "/": "\\/",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
 
 
 def _json_string(text: str) -> str:

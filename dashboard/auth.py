@@ -23,8 +23,13 @@ def _safe_next(target: str | None) -> str:
     # Only a path on this site: never another host, scheme or protocol-relative URL.
     if target:
         parts = urlsplit(target)
-        if not parts.scheme and not parts.netloc and target.startswith("/") and not target.startswith("//") \
-                and "\\" not in target:
+        if (
+            not parts.scheme
+            and not parts.netloc
+            and target.startswith("/")
+            and not target.startswith("//")
+            and "\\" not in target
+        ):
             return target
     return url_for("overview.index")
 

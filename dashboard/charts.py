@@ -52,8 +52,16 @@ def columns(labels: Sequence[str], values: Sequence[int], gap: float = 0.2) -> l
     bars = []
     for number, (label, value) in enumerate(zip(labels, values, strict=True)):
         height = round(BOX * max(value, 0) / top, 2)
-        bars.append(Bar(label, value, round(number * step + step * gap / 2, 2), round(BOX - height, 2),
-                        round(step * (1 - gap), 2), height))
+        bars.append(
+            Bar(
+                label,
+                value,
+                round(number * step + step * gap / 2, 2),
+                round(BOX - height, 2),
+                round(step * (1 - gap), 2),
+                height,
+            )
+        )
     return bars
 
 

@@ -78,10 +78,15 @@ def demo(entry: AuditEntry, reset: bool, yes: bool, if_new: bool) -> None:
     if reset:
         confirm_deletion("Delete the demo's keys and every conversation marked as demo data?", yes)
         removed = remove_demo(memory, conversations, settings.subject_namespace)
-        entry.counts = {"conversations": removed.conversations, "messages": removed.messages,
-                        "keys": removed.entries}
-        click.echo(f"removed demo data: {removed.conversations} conversations with "
-                   f"{removed.messages} messages, {removed.entries} demo keys")
+        entry.counts = {
+            "conversations": removed.conversations,
+            "messages": removed.messages,
+            "keys": removed.entries,
+        }
+        click.echo(
+            f"removed demo data: {removed.conversations} conversations with "
+            f"{removed.messages} messages, {removed.entries} demo keys"
+        )
     report = load_demo(memory, conversations, clock, now, settings.subject_namespace)
     click.echo(
         f"loaded demo data: {report.entries} keys in {len(report.namespaces)} namespaces "
@@ -99,18 +104,24 @@ def _allow_demo_contact() -> None:
     source = state.setting_sources()["PII_ALLOW_KEYS"]
     if source != "default":
         if DEMO_ALLOWED_KEY not in settings.allowed_pii_keys:
-            click.echo(f"CLAW_PII_ALLOW_KEYS is set ({source}) without {DEMO_ALLOWED_KEY}, so the PII guard "
-                       f"({settings.pii_guard}) acts on the demo's escalation address too")
+            click.echo(
+                f"CLAW_PII_ALLOW_KEYS is set ({source}) without {DEMO_ALLOWED_KEY}, so the PII guard "
+                f"({settings.pii_guard}) acts on the demo's escalation address too"
+            )
         return
     path = Path(current_app.instance_path) / "config.py"
     if path.exists() and re.search(r"^PII_ALLOW_KEYS\s*=", path.read_text(encoding="utf-8"), re.M):
         return  # written by an earlier demo run of this process
     with path.open("a", encoding="utf-8") as config:
-        config.write(f"\n# Written by flask claw demo: the demo shop's own escalation address is not a "
-                     f"customer's.\nPII_ALLOW_KEYS = {DEMO_ALLOWED_KEY!r}\n")
-    click.echo(f"wrote PII_ALLOW_KEYS = {DEMO_ALLOWED_KEY!r} to {path}: the PII guard lets the demo "
-               "shop's own escalation address through and still catches customers' addresses in "
-               "every other key (takes effect when the dashboard next starts)")
+        config.write(
+            f"\n# Written by flask claw demo: the demo shop's own escalation address is not a "
+            f"customer's.\nPII_ALLOW_KEYS = {DEMO_ALLOWED_KEY!r}\n"
+        )
+    click.echo(
+        f"wrote PII_ALLOW_KEYS = {DEMO_ALLOWED_KEY!r} to {path}: the PII guard lets the demo "
+        "shop's own escalation address through and still catches customers' addresses in "
+        "every other key (takes effect when the dashboard next starts)"
+    )
 
 
 def _new_password(generate: bool) -> str:
@@ -127,8 +138,9 @@ def _new_password(generate: bool) -> str:
 def create_admin(username: str, generate: bool, if_none: bool) -> None:
     """Create a dashboard admin (default name: admin). Only the Argon2id hash of the password is kept."""
     if if_none and accounts.admin_count() > 0:
-        click.echo("An admin account exists; sign in with it "
-                   "(to reset a password: flask claw set-password NAME).")
+        click.echo(
+            "An admin account exists; sign in with it (to reset a password: flask claw set-password NAME)."
+        )
         return
     try:
         accounts.check_new_username(username)  # before asking for a password it would not use

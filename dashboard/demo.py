@@ -272,15 +272,24 @@ def _with_usage(
     rows: list[dict[str, Any] | Message] = []
     tokens = 0
     for message in added:
-        role, content = (message.role, message.content) if isinstance(message, Message) else (
-            message["role"], message.get("content"))
+        role, content = (
+            (message.role, message.content)
+            if isinstance(message, Message)
+            else (message["role"], message.get("content"))
+        )
         if role == "assistant":
             prompt = sent_bytes // 4 + 40
             completion = max(1, len((content or "").encode()) // 4)
-            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                     "total_tokens": prompt + completion}
-            message = (dataclasses.replace(message, metadata={"usage": usage}) if isinstance(message, Message)
-                       else {**message, "metadata": {"usage": usage}})
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+            message = (
+                dataclasses.replace(message, metadata={"usage": usage})
+                if isinstance(message, Message)
+                else {**message, "metadata": {"usage": usage}}
+            )
             tokens += prompt + completion
         if role != "recall":
             sent_bytes += len((content or "").encode())

@@ -65,8 +65,11 @@ def refuse_unusable_input() -> None:
         if "\x00" in name or "\x00" in value:
             abort(400, description="A query parameter holds a NUL character.")
         if len(value) > MAX_PARAMETER_CHARS:
-            abort(400, description=f"The query parameter {name[:40]!r} is longer than {MAX_PARAMETER_CHARS} "
-                  "characters.")
+            abort(
+                400,
+                description=f"The query parameter {name[:40]!r} is longer than {MAX_PARAMETER_CHARS} "
+                "characters.",
+            )
 
 
 class DashboardSessionInterface(SecureCookieSessionInterface):

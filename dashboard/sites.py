@@ -82,8 +82,15 @@ def _switcher() -> dict[str, Any]:
     if label is None:
         return {"site_nav": None}
     sites = _sites()
-    others = [{"label": other, "prefix": site.prefix, "url": switch_url(other)}
-              for other, site in sites.items() if other != label] if len(sites) > 1 else []
+    others = (
+        [
+            {"label": other, "prefix": site.prefix, "url": switch_url(other)}
+            for other, site in sites.items()
+            if other != label
+        ]
+        if len(sites) > 1
+        else []
+    )
     # With CLAW_SITES unset the one site has no name of its own: its table prefix names it.
     named = bool(sites[label].settings.sites)
     return {"site_nav": {"label": label, "named": named, "prefix": sites[label].prefix, "others": others}}

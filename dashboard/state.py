@@ -70,7 +70,8 @@ def sites_of(app: Flask) -> dict[str, Site]:
     if "clawmem.sites" not in app.extensions:
         command_site = site_of(app)
         app.extensions["clawmem.sites"] = {
-            label: command_site if prefix == command_site.prefix
+            label: command_site
+            if prefix == command_site.prefix
             else _open_site(app, command_site.settings.replace(table_prefix=prefix))
             for label, prefix in command_site.settings.site_prefixes
         }

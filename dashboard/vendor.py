@@ -41,7 +41,11 @@ def _pack(npm: str, directory: str) -> Path:
     try:
         completed = subprocess.run(
             [npm, "pack", f"htmx.org@{HTMX_VERSION}", "--silent"],
-            cwd=directory, capture_output=True, text=True, timeout=180, check=False,
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FetchError(f"npm pack htmx.org@{HTMX_VERSION} did not run: {exc}") from None
@@ -95,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = fetch_htmx()
     except FetchError as exc:
-        print(f"warning: {exc}. The dashboard works without JavaScript; pages will not update live.",
-              file=sys.stderr)
+        print(
+            f"warning: {exc}. The dashboard works without JavaScript; pages will not update live.",
+            file=sys.stderr,
+        )
         return 1 if strict else 0
     print(f"htmx {HTMX_VERSION} ready at {path} (sha256 verified)")
     return 0

@@ -44,8 +44,11 @@ def write_rows(
         with engine.begin() as conn:
             if engine.dialect.name in ("mysql", "mariadb"):
                 conn.exec_driver_sql("SET SESSION sql_mode = ''")
-            for table, rows in ((schema.conversations, conversations), (schema.messages, messages),
-                                (schema.memory, memory)):
+            for table, rows in (
+                (schema.conversations, conversations),
+                (schema.messages, messages),
+                (schema.memory, memory),
+            ):
                 for row in rows:
                     conn.execute(sa.text(_insert(table.name, row, engine.dialect.name)), dict(row))
     finally:
@@ -100,21 +103,42 @@ STAMP = "2024-05-01 12:00:00"
 
 def conversation_row(number: int, **columns: Any) -> dict[str, Any]:
     """A plain conversations row numbered ``number``, with ``columns`` replacing its values."""
-    row = {"id": f"hc{number:024d}", "namespace": "default", "user_id": f"raw-user-{number}",
-           "title": f"Hostile {number}", "metadata": None, "created_at": STAMP, "updated_at": STAMP}
+    row = {
+        "id": f"hc{number:024d}",
+        "namespace": "default",
+        "user_id": f"raw-user-{number}",
+        "title": f"Hostile {number}",
+        "metadata": None,
+        "created_at": STAMP,
+        "updated_at": STAMP,
+    }
     return {**row, **columns}
 
 
 def message_row(number: int, conversation_id: str, **columns: Any) -> dict[str, Any]:
     """A plain messages row of ``conversation_id``, with ``columns`` replacing its values."""
-    row = {"id": f"hm{number:024d}", "conversation_id": conversation_id, "role": "user",
-           "content": f"message {number}", "tool_name": None, "tool_input": None, "created_at": STAMP}
+    row = {
+        "id": f"hm{number:024d}",
+        "conversation_id": conversation_id,
+        "role": "user",
+        "content": f"message {number}",
+        "tool_name": None,
+        "tool_input": None,
+        "created_at": STAMP,
+    }
     return {**row, **columns}
 
 
 def memory_row(number: int, **columns: Any) -> dict[str, Any]:
     """A plain memory row, with ``columns`` replacing its values."""
-    row = {"id": f"hk{number:024d}", "namespace": "default", "lookup_key": f"key-{number}",
-           "value": '"a value"', "metadata": None, "expires_at": None, "created_at": STAMP,
-           "updated_at": STAMP}
+    row = {
+        "id": f"hk{number:024d}",
+        "namespace": "default",
+        "lookup_key": f"key-{number}",
+        "value": '"a value"',
+        "metadata": None,
+        "expires_at": None,
+        "created_at": STAMP,
+        "updated_at": STAMP,
+    }
     return {**row, **columns}

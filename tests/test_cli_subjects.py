@@ -262,7 +262,8 @@ def test_export_to_a_file_is_private_and_never_overwrites_by_accident(
     assert (
         written.exit_code == 0
         and f"wrote {target}: 2 conversations, 6 messages, 1 memory entry of the subject namespace "
-        "and 3 mentions elsewhere" in written.output
+        "and 3 mentions elsewhere"
+        in written.output
     )
     assert target.stat().st_mode & 0o777 == 0o600
     assert json.loads(target.read_text())["counts"]["conversations"] == 2

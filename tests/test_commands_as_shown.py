@@ -25,8 +25,15 @@ def _shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     # A shell without any CLAW_* setting: what the command needs, it carries.
     environment = {name: value for name, value in os.environ.items() if not name.startswith("CLAW_")}
     environment.pop("PYTHONPATH", None)
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=environment, text=True,
-                          capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=environment,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.slow
@@ -46,15 +53,25 @@ def test_every_offered_command_runs_as_shown_from_a_plain_shell(
     shown = []
     for page in pages:
         shown += [html.unescape(found) for found in COMMAND.findall(page_text(client.get(page)))]
-    fill = {"KEY": "profile", "NAMESPACE": "user:cust-2002", "SUBJECT_ID": "cust-1001",
-            "CONVERSATION_ID": conversation, "TEXT": "cust-1001"}
-    commands = list(dict.fromkeys(" ".join(fill.get(word, word) for word in command.split(" "))
-                                  for command in shown))
+    fill = {
+        "KEY": "profile",
+        "NAMESPACE": "user:cust-2002",
+        "SUBJECT_ID": "cust-1001",
+        "CONVERSATION_ID": conversation,
+        "TEXT": "cust-1001",
+    }
+    commands = list(
+        dict.fromkeys(" ".join(fill.get(word, word) for word in command.split(" ")) for command in shown)
+    )
     kinds = {claw_words(command)[1][0] for command in commands}
     assert {"prune", "erase", "export", "forget", "sweep", "flush", "audit-hash", "uninstall"} <= kinds, kinds
     # Previews and read-only commands first, then what deletes.
-    deleting = [c for c in commands if "--yes" in c.split() or (
-        claw_words(c)[1][0] in ("erase", "forget", "flush") and "--dry-run" not in c.split())]
+    deleting = [
+        c
+        for c in commands
+        if "--yes" in c.split()
+        or (claw_words(c)[1][0] in ("erase", "forget", "flush") and "--dry-run" not in c.split())
+    ]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # audit-hash reads the audit key, which only a deleting command makes: it runs last.

@@ -319,9 +319,13 @@ def test_bad_thresholds_are_refused() -> None:
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
 _WORDS = ["parcel", "refund", "late.", "Größe", "日本語", "don't", "ok!\n"]
 _WORDY = st.lists(st.sampled_from(_WORDS), max_size=12).map(" ".join)
-_TOOL_INPUT = st.none() | st.dictionaries(_TEXT, _TEXT | st.integers(), max_size=3).map(
-    lambda value: json.dumps(value, ensure_ascii=False)
-) | _TEXT.map(lambda text: "not json: " + text)
+_TOOL_INPUT = (
+    st.none()
+    | st.dictionaries(_TEXT, _TEXT | st.integers(), max_size=3).map(
+        lambda value: json.dumps(value, ensure_ascii=False)
+    )
+    | _TEXT.map(lambda text: "not json: " + text)
+)
 
 
 @st.composite
@@ -346,13 +350,27 @@ def test_the_analysis_from_sizes_equals_the_analysis_of_the_whole_history(
     max_tokens = data.draw(st.integers(0, 60))
     schema, conversation_id, stamp = tables(prefix), new_id(), datetime(2026, 1, 5, 9, 0)
     with engine.begin() as conn:
-        conn.execute(sa.insert(schema.conversations).values(
-            id=conversation_id, namespace="default", user_id="", title=None, metadata=None,
-            created_at=stamp, updated_at=stamp))
+        conn.execute(
+            sa.insert(schema.conversations).values(
+                id=conversation_id,
+                namespace="default",
+                user_id="",
+                title=None,
+                metadata=None,
+                created_at=stamp,
+                updated_at=stamp,
+            )
+        )
         for position, row in enumerate(rows):
-            conn.execute(sa.insert(schema.messages).values(
-                id=new_id(), conversation_id=conversation_id, tool_name=None,
-                created_at=stamp + timedelta(seconds=position), **row))
+            conn.execute(
+                sa.insert(schema.messages).values(
+                    id=new_id(),
+                    conversation_id=conversation_id,
+                    tool_name=None,
+                    created_at=stamp + timedelta(seconds=position),
+                    **row,
+                )
+            )
     log = ConversationLog(engine, prefix)
     history = log.messages(conversation_id, limit=1000).items
     assert len(history) == len(rows)
@@ -368,6 +386,7 @@ def test_the_analysis_from_sizes_equals_the_analysis_of_the_whole_history(
     assert analyse_sizes(sizes, max_messages, max_tokens, read_text) == expected
     # Only the text of what would be summarised is read, and only when there is any.
     assert [message_id for ids in read for message_id in ids] == [
-        message.id for message in history
+        message.id
+        for message in history
         if message.id in expected["summarised_ids"] and message.role in ("user", "assistant")
     ]

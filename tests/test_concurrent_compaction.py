@@ -108,7 +108,9 @@ def test_two_agents_compacting_one_conversation_never_summarise_a_message_twice(
     # Every turn's own messages were stored, A's included.
     loaded = ConversationLog(engine, prefix, clock=clock).get(conversation_id)
     assert loaded is not None and (loaded.message_count, loaded.recall_count, loaded.checkpoint_count) == (
-        2 * 7, 7, 1
+        2 * 7,
+        7,
+        1,
     )  # user and reply said, a recall record per turn, one summary
     # The conversation goes on from B's checkpoint, and the next compaction folds it in once.
     for _ in range(6):

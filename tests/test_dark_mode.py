@@ -14,7 +14,10 @@ CSS = (Path(__file__).resolve().parent.parent / "static" / "app.css").read_text(
 PAIRS = [
     *((text, back) for text in ("ink", "muted", "accent", "ok", "warn", "bad") for back in ("bg", "panel")),
     *(("ink", back) for back in ("notice-bg", "alert-bg", "mark", "summarised-bg")),
-    ("muted", "notice-bg"), ("warn", "notice-bg"), ("bad", "alert-bg"), ("accent", "notice-bg"),
+    ("muted", "notice-bg"),
+    ("warn", "notice-bg"),
+    ("bad", "alert-bg"),
+    ("accent", "notice-bg"),
     ("on-accent", "accent"),
     *((text, "head") for text in ("head-ink", "head-muted", "head-link")),
 ]

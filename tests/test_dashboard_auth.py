@@ -48,8 +48,9 @@ def test_there_are_no_default_credentials(app: Flask, client: FlaskClient) -> No
 def test_a_correct_sign_in_opens_the_page_asked_for(client: FlaskClient, admin: tuple[str, str]) -> None:
     first = client.get("/memory/?x=1")
     token = csrf_from(client.get(first.headers["Location"]))
-    response = client.post("/login", data={"csrf_token": token, "username": ADMIN, "password": PASSWORD,
-                                           "next": "/memory/?x=1"})
+    response = client.post(
+        "/login", data={"csrf_token": token, "username": ADMIN, "password": PASSWORD, "next": "/memory/?x=1"}
+    )
     assert response.status_code == 302 and response.headers["Location"] == "/memory/?x=1"
     assert client.get("/memory/").status_code == 200
 
@@ -59,8 +60,9 @@ def test_a_correct_sign_in_opens_the_page_asked_for(client: FlaskClient, admin: 
 )
 def test_sign_in_never_redirects_off_site(client: FlaskClient, admin: tuple[str, str], target: str) -> None:
     token = csrf_from(client.get("/login"))
-    response = client.post("/login", data={"csrf_token": token, "username": ADMIN, "password": PASSWORD,
-                                           "next": target})
+    response = client.post(
+        "/login", data={"csrf_token": token, "username": ADMIN, "password": PASSWORD, "next": target}
+    )
     assert response.headers["Location"] == "/"
 
 
@@ -160,13 +162,15 @@ def test_the_session_cookie_is_httponly_and_samesite_lax(client: FlaskClient, ad
 
 def test_the_session_cookie_is_secure_over_https(client: FlaskClient, admin: tuple[str, str]) -> None:
     token = csrf_from(client.get("https://localhost/login"))
-    response = client.post("https://localhost/login",
-                           data={"csrf_token": token, "username": ADMIN, "password": PASSWORD})
+    response = client.post(
+        "https://localhost/login", data={"csrf_token": token, "username": ADMIN, "password": PASSWORD}
+    )
     assert "Secure" in response.headers["Set-Cookie"]
 
 
-def test_forwarded_headers_count_only_behind_a_trusted_proxy(make_app: Callable[..., Flask],
-                                                            admin: tuple[str, str]) -> None:
+def test_forwarded_headers_count_only_behind_a_trusted_proxy(
+    make_app: Callable[..., Flask], admin: tuple[str, str]
+) -> None:
     direct = make_app().test_client()
     for _ in range(accounts.MAX_FAILURES_PER_ACCOUNT):
         direct.environ_base["HTTP_X_FORWARDED_FOR"] = f"203.0.113.{_}"  # a forged, changing address
@@ -240,8 +244,9 @@ def test_first_run_generates_a_password_once(app: Flask) -> None:
 
 def test_set_password_changes_it_and_ends_every_session(app: Flask, signed_in: FlaskClient) -> None:
     new_password = "another long passphrase"
-    result = app.test_cli_runner().invoke(args=["claw", "set-password", ADMIN],
-                                          input=f"{new_password}\n{new_password}\n")
+    result = app.test_cli_runner().invoke(
+        args=["claw", "set-password", ADMIN], input=f"{new_password}\n{new_password}\n"
+    )
     assert result.exit_code == 0, result.output
     assert signed_in.get("/").status_code == 302
     assert LOGIN_ERROR in page_text(sign_in(app.test_client(), ADMIN, PASSWORD))

@@ -91,8 +91,10 @@ def test_each_page_reads_on_one_connection_within_its_query_budget(
     assert len(conversations) >= 20, "the demo's conversations are listed"
     signed_in.get("/")  # the first page of a process also opens the memory driver
     with counting(_engine(app)) as counted:
-        costs = {"overview": _cost(signed_in, counted, "/"),
-                 "conversations": _cost(signed_in, counted, "/conversations/")}
+        costs = {
+            "overview": _cost(signed_in, counted, "/"),
+            "conversations": _cost(signed_in, counted, "/conversations/"),
+        }
         # Every conversation: some hold recall records of several namespaces, some none.
         costs["conversation"] = max(_cost(signed_in, counted, url) for url in conversations)
         clock.advance(state.COUNTS_MAX_AGE + 1)

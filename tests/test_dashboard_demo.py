@@ -56,8 +56,11 @@ def test_demo_keeps_each_customers_facts_in_their_subject_namespace(app: Flask, 
     assert '<a href="/subjects/cust-2002"' in index
     assert "<code>default</code></a></td>" in index, "a namespace that is no subject's names none"
     listing = page_text(client.get("/memory/user:cust-1001/"))
-    assert re.search(r'The own facts of subject <a href="/subjects/cust-1001"[^>]*>'
-                     r"<code>cust-1001</code></a>", listing)
+    assert re.search(
+        r'The own facts of subject <a href="/subjects/cust-1001"[^>]*>'
+        r"<code>cust-1001</code></a>",
+        listing,
+    )
     assert "Alice Moreau" in listing
 
 

@@ -82,8 +82,9 @@ def test_markup_is_shown_as_text(signed_in: FlaskClient, hostile: str, page: str
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body, "the text must still be shown, escaped"
 
 
-def test_preview_shows_hostile_memory_inside_the_augmented_text_as_text(signed_in: FlaskClient,
-                                                                         hostile: str) -> None:
+def test_preview_shows_hostile_memory_inside_the_augmented_text_as_text(
+    signed_in: FlaskClient, hostile: str
+) -> None:
     body = page_text(signed_in.get(_pages(hostile)["preview"]))
     augmented = re.search(r'<pre class="augmented">(.*?)</pre>', body, re.S)
     assert augmented and "&lt;img src=x onerror=alert(1)&gt;" in augmented.group(1)
@@ -117,8 +118,9 @@ def test_templates_have_no_inline_handlers_or_styles() -> None:
 @pytest.fixture(scope="module")
 def routes_only(tmp_path_factory: pytest.TempPathFactory) -> Flask:
     """An app whose routes alone are used: nothing reaches a database."""
-    return create_app({"TESTING": True, "DATABASE_URL": "sqlite://"},
-                      instance_path=str(tmp_path_factory.mktemp("instance")))
+    return create_app(
+        {"TESTING": True, "DATABASE_URL": "sqlite://"}, instance_path=str(tmp_path_factory.mktemp("instance"))
+    )
 
 
 @given(user_id=st.text(min_size=1, max_size=40))

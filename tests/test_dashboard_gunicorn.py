@@ -47,9 +47,23 @@ def served(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> Itera
         assert result.exit_code == 0, result.output
     environment = {**os.environ, **{f"CLAW_{name}": value for name, value in config.items()}}
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", "127.0.0.1:0", "--log-level", "info",
-         f"dashboard:create_app(instance_path={str(instance)!r})"],
-        cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            "2",
+            "--bind",
+            "127.0.0.1:0",
+            "--log-level",
+            "info",
+            f"dashboard:create_app(instance_path={str(instance)!r})",
+        ],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(process.stderr, lines), daemon=True)
@@ -95,8 +109,17 @@ def test_two_workers_serve_pages_concurrently_with_one_session(served: str) -> N
         listing = response.read().decode()
     conversation = re.search(r'href="(/conversations/[0-9A-Z]{26})"', listing)
     assert conversation
-    pages = ["/", "/conversations/", conversation.group(1), "/memory/", "/memory/default/",
-             "/memory/user:cust-1001/", "/preview?message=where+is+my+parcel", "/cold", "/settings"]
+    pages = [
+        "/",
+        "/conversations/",
+        conversation.group(1),
+        "/memory/",
+        "/memory/default/",
+        "/memory/user:cust-1001/",
+        "/preview?message=where+is+my+parcel",
+        "/cold",
+        "/settings",
+    ]
 
     def fetch(number: int) -> tuple[str, int, str]:
         path = pages[number % len(pages)]

@@ -101,8 +101,9 @@ def test_a_cursor_of_another_order_or_an_unknown_order_is_a_400(app: Flask, sign
     for unknown in ("size", "--title", "-"):
         response = signed_in.get(f"/conversations/?sort={unknown}")
         assert response.status_code == 400
-        assert "sort must be one of updated, -updated, created, -created, title, -title" in \
-            page_text(response)
+        assert "sort must be one of updated, -updated, created, -created, title, -title" in page_text(
+            response
+        )
     with app.app_context():
         state.memory().set("a", 1, "prefs")
     assert signed_in.get("/memory/prefs/?sort=size").status_code == 400
@@ -118,8 +119,12 @@ def test_every_list_says_how_many_match(app: Flask, signed_in: FlaskClient) -> N
     with app.app_context():
         memory = state.memory()
         for number in range(70):
-            memory.set(f"key-{number:02}", {"note": "tea" if number % 7 else "coffee"}, "drinks",
-                       ttl=60 if number % 2 else None)
+            memory.set(
+                f"key-{number:02}",
+                {"note": "tea" if number % 7 else "coffee"},
+                "drinks",
+                ttl=60 if number % 2 else None,
+            )
         memory.set("other", 1, "elsewhere")
     assert "<strong>70</strong> entries</p>" in page_text(signed_in.get("/memory/drinks/"))
     found = page_text(signed_in.get("/memory/drinks/?q=coffee&state=permanent"))
@@ -128,8 +133,10 @@ def test_every_list_says_how_many_match(app: Flask, signed_in: FlaskClient) -> N
     assert "<strong>2</strong> namespaces hold <strong>71</strong> entries: 71 live, 0 expired" in index
 
 
-WHOLE_TOTAL = re.compile(r"<strong>(\d+)</strong> conversations? <span class=\"muted\">\(counted ([^;]+); "
-                         r"counted again at most once every 1 min\)</span></p>")
+WHOLE_TOTAL = re.compile(
+    r"<strong>(\d+)</strong> conversations? <span class=\"muted\">\(counted ([^;]+); "
+    r"counted again at most once every 1 min\)</span></p>"
+)
 
 
 def test_the_whole_lists_total_is_counted_once_a_minute_and_says_when(
@@ -199,15 +206,17 @@ def test_times_are_relative_to_the_clock_with_the_utc_time_beside_them(
         state.memory().set("later", 1, "prefs", ttl=ago + 600)
     clock.advance(ago)
     row = page_text(signed_in.get("/conversations/"))
-    stamp = re.search(r'<time datetime="([0-9T:-]+)Z">3 h ago</time> <span class="absolute">\(([^)]+) UTC',
-                      row)
+    stamp = re.search(
+        r'<time datetime="([0-9T:-]+)Z">3 h ago</time> <span class="absolute">\(([^)]+) UTC', row
+    )
     assert stamp, row
     assert stamp.group(2) == stamp.group(1).replace("T", " ")
     assert datetime.fromisoformat(stamp.group(1)).timestamp() == pytest.approx(clock() - ago, abs=1)
     entry = page_text(signed_in.get("/memory/prefs/entry?key=later"))
     assert re.search(r"<dt>Updated</dt><dd><time [^>]+>3 h ago</time>", entry)
-    assert re.search(r'<dt>Expires</dt><dd><time datetime="[^"]+">in 10 min</time> <span class="absolute">',
-                     entry)
+    assert re.search(
+        r'<dt>Expires</dt><dd><time datetime="[^"]+">in 10 min</time> <span class="absolute">', entry
+    )
 
 
 def test_the_subject_links_to_its_conversations(app: Flask, signed_in: FlaskClient) -> None:
@@ -220,7 +229,7 @@ def test_the_subject_links_to_its_conversations(app: Flask, signed_in: FlaskClie
     body = page_text(signed_in.get("/conversations/"))
     link = re.search(r'<a href="([^"]+)" title="[^"]+"><bdi>cust 7&amp;x</bdi>', body)
     assert link and html.unescape(link.group(1)) == "/subjects/cust%207&x"
-    assert "<td data-label=\"Subject\"><bdi>anonymous</bdi></td>" in body, "no subject to filter by"
+    assert '<td data-label="Subject"><bdi>anonymous</bdi></td>' in body, "no subject to filter by"
     only = page_text(signed_in.get(html.unescape(link.group(1))))
     assert re.findall(r'<a href="/conversations/([^"/?]+)">', only) == ["c-a"]
     for page in ("/memory/", "/memory/user:cust-8/", "/memory/user:cust-8/entry?key=likes"):
@@ -263,7 +272,7 @@ def test_hostile_text_in_a_search_and_its_match_stays_text(app: Flask, signed_in
     assert "after <mark>&amp;</mark> so on" in amp
 
 
-@pytest.mark.parametrize("key", ["simple", "-looks like an option", "it's \"quoted\" $HOME; rm -rf /"])
+@pytest.mark.parametrize("key", ["simple", "-looks like an option", 'it\'s "quoted" $HOME; rm -rf /'])
 def test_a_key_page_shows_the_command_that_forgets_it_and_the_command_works(
     app: Flask, signed_in: FlaskClient, key: str
 ) -> None:

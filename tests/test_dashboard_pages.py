@@ -111,8 +111,11 @@ def test_every_rule_has_an_example(app: Flask, demo: None) -> None:
 def test_page_is_200_when_signed_in(demo_app: Flask, demo_signed_in: FlaskClient, endpoint: str) -> None:
     response = demo_signed_in.get(example_urls(demo_app)[endpoint])
     assert response.status_code == 200
-    mimetypes = {"subjects.export": "application/json", "memory.download": "application/json",
-                 "conversations.download": "text/csv"}
+    mimetypes = {
+        "subjects.export": "application/json",
+        "memory.download": "application/json",
+        "conversations.download": "text/csv",
+    }
     assert response.mimetype == mimetypes.get(endpoint, "text/html")
 
 
@@ -268,10 +271,13 @@ def test_fragment_only_for_its_own_target(app: Flask, demo: None, signed_in: Fla
     assert "<html" in other
 
 
-@pytest.mark.parametrize(("path", "target"), [
-    ("/preview?message=order", "preview-result"),
-    ("/conversations/?q=order", "conversation-results"),
-])
+@pytest.mark.parametrize(
+    ("path", "target"),
+    [
+        ("/preview?message=order", "preview-result"),
+        ("/conversations/?q=order", "conversation-results"),
+    ],
+)
 def test_fragments_do_not_list_the_namespaces_only_the_full_page_shows(
     app: Flask, demo: None, signed_in: FlaskClient, path: str, target: str
 ) -> None:
@@ -318,6 +324,8 @@ def test_load_more_fragment_holds_only_rows(app: Flask, signed_in: FlaskClient) 
 
 BAD_NAMESPACES = {"dots": "a..b", "space": "has space", "too long": "n" * 101, "brace": "x{y}"}
 NAMESPACE_PAGES = ["memory", "entry", "preview", "cold", "conversations"]
+
+
 def _namespace_cases() -> list[Any]:
     return [pytest.param(page, bad, id=f"{page}-{bad}") for page in NAMESPACE_PAGES for bad in BAD_NAMESPACES]
 

@@ -196,8 +196,18 @@ class Crawl:
         leaked = sorted(text for text in self.foreign if text in body)
         assert not leaked, f"{url} (target {target!r}) on site {self.label} shows another site's {leaked}"
         endpoint = self.endpoint(url)
-        if endpoint in {"conversations.index", "conversations.detail", "conversations.turn",
-                        "memory.index", "memory.namespace", "memory.entry"} and not target:
+        if (
+            endpoint
+            in {
+                "conversations.index",
+                "conversations.detail",
+                "conversations.turn",
+                "memory.index",
+                "memory.namespace",
+                "memory.entry",
+            }
+            and not target
+        ):
             assert self.own_marker in body, f"{url} on site {self.label} does not show its own data"
 
     def visit(self, url: str, target: str) -> None:
@@ -249,8 +259,11 @@ class Crawl:
 def _starts(app: Flask, site: str | None) -> list[str]:
     """The address of every page that takes no path value, on ``site``; the rest are found by links."""
     query = f"?site={site}" if site else ""
-    return [rule.rule + query for rule in app.url_map.iter_rules()
-            if rule.endpoint not in NOT_CRAWLED and not rule.arguments]
+    return [
+        rule.rule + query
+        for rule in app.url_map.iter_rules()
+        if rule.endpoint not in NOT_CRAWLED and not rule.arguments
+    ]
 
 
 @pytest.mark.parametrize("label", ["alpha", "beta"])
@@ -352,8 +365,12 @@ def test_load_more_and_the_sign_in_redirect_keep_the_site(
     assert gate.status_code == 302
     form = page_text(stranger.get(gate.headers["Location"]))
     (next_url,) = re.findall(r'name="next" value="([^"]*)"', form)
-    fields = {"csrf_token": csrf_from(stranger.get("/login")), "username": ADMIN, "password": PASSWORD,
-              "next": html.unescape(next_url)}
+    fields = {
+        "csrf_token": csrf_from(stranger.get("/login")),
+        "username": ADMIN,
+        "password": PASSWORD,
+        "next": html.unescape(next_url),
+    }
     assert stranger.post("/login", data=fields).headers["Location"] == "/memory/bulk/?site=beta"
 
 
@@ -381,8 +398,14 @@ def test_a_command_shown_on_another_site_acts_on_that_site(
         conversation = state.sites_of(app)["beta"].conversations.list(limit=1).items[0].id
     environment, words = claw_words(next(c for c in commands if "--conversation" in c))
     words = [conversation if word == "CONVERSATION_ID" else word for word in words]
-    beta_app = create_app({"TESTING": True, "DATABASE_URL": app.extensions["clawmem.settings"].database_url,
-                           "TABLE_PREFIX": environment["CLAW_TABLE_PREFIX"]}, instance_path=app.instance_path)
+    beta_app = create_app(
+        {
+            "TESTING": True,
+            "DATABASE_URL": app.extensions["clawmem.settings"].database_url,
+            "TABLE_PREFIX": environment["CLAW_TABLE_PREFIX"],
+        },
+        instance_path=app.instance_path,
+    )
     result = beta_app.test_cli_runner().invoke(args=["claw", *words])
     assert result.exit_code == 0, result.output
     assert f"would delete conversation {conversation}" in result.output
@@ -409,12 +432,21 @@ def test_one_site_keeps_every_address_as_it_was(
     [
         ("shop", "CLAW_SITES item 'shop' must be label=prefix, such as shop=wp_"),
         ("shop=wp_,blog", "CLAW_SITES item 'blog' must be label=prefix, such as shop=wp_"),
-        ("=wp_", "CLAW_SITES item '=wp_': a label is 1-40 ASCII letters, digits, _ . or -, starting with "
-                 "a letter or digit"),
-        ("my shop=wp_", "CLAW_SITES item 'my shop=wp_': a label is 1-40 ASCII letters, digits, _ . or -, "
-                        "starting with a letter or digit"),
-        ("shop=wp-2", "CLAW_SITES item 'shop=wp-2': table prefix must be at most 20 ASCII letters, digits "
-                      "or underscores, got 'wp-2'"),
+        (
+            "=wp_",
+            "CLAW_SITES item '=wp_': a label is 1-40 ASCII letters, digits, _ . or -, starting with "
+            "a letter or digit",
+        ),
+        (
+            "my shop=wp_",
+            "CLAW_SITES item 'my shop=wp_': a label is 1-40 ASCII letters, digits, _ . or -, "
+            "starting with a letter or digit",
+        ),
+        (
+            "shop=wp-2",
+            "CLAW_SITES item 'shop=wp-2': table prefix must be at most 20 ASCII letters, digits "
+            "or underscores, got 'wp-2'",
+        ),
         ("shop=wp_,shop=wp_2_", "CLAW_SITES names the site 'shop' twice"),
         ("shop=wp_,blog=wp_", "CLAW_SITES item 'blog=wp_': the prefix 'wp_' already has a label"),
     ],
@@ -427,8 +459,13 @@ def test_a_malformed_sites_setting_stops_the_start_in_one_line(
     assert str(refused.value) == message
     environment = {"CLAW_SITES": sites, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     started = subprocess.run(
-        [sys.executable, "-c", "import wsgi"], cwd=ROOT, env=environment, capture_output=True, text=True,
-        timeout=60, check=False,
+        [sys.executable, "-c", "import wsgi"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert started.returncode == 1
     assert started.stderr.strip().splitlines() == [f"Error: {message}"]

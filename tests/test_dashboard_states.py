@@ -27,9 +27,16 @@ from tests.hostile import signed_in_client
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 EVERY_PAGE = [
-    "/", "/conversations/", "/conversations/c1", "/conversations/c1/turns/01HZZZZZZZZZZZZZZZZZZZZZZZ",
-    "/memory/", "/memory/default/", "/memory/default/entry?key=k",
-    "/preview?message=where+is+my+order", "/preview/unmatched?message=order", "/cold",
+    "/",
+    "/conversations/",
+    "/conversations/c1",
+    "/conversations/c1/turns/01HZZZZZZZZZZZZZZZZZZZZZZZ",
+    "/memory/",
+    "/memory/default/",
+    "/memory/default/entry?key=k",
+    "/preview?message=where+is+my+order",
+    "/preview/unmatched?message=order",
+    "/cold",
 ]
 
 
@@ -63,7 +70,7 @@ def test_messages_per_day_counts_each_utc_day_on_the_injected_clock(
     assert sum(value for _, value in messages) == 4
     assert _chart_rows(body, "conversations-chart")[-3:] == [("13 Nov", 0), ("14 Nov", 1), ("15 Nov", 2)]
     assert re.search(r"Messages per day</strong>\s*<span class=\"muted\">up to 3 messages a day", body)
-    assert 'role="img"' in body and "<rect class=\"bar\"" in body
+    assert 'role="img"' in body and '<rect class="bar"' in body
 
 
 @pytest.mark.parametrize("dashboard_backend", ["sqlite", "mysql", "postgres"], indirect=True)
@@ -98,8 +105,13 @@ def test_the_injected_keys_chart_ranks_keys_and_links_to_cold_memory(
         memory = state.memory()
         memory.set("refund_policy", "refund within 30 days")
         memory.set("store_hours", "open nine to five")
-        state.conversations().append("c1", [{"role": "user", "content": "how do I get a refund"},
-                                            {"role": "user", "content": "refund please"}])
+        state.conversations().append(
+            "c1",
+            [
+                {"role": "user", "content": "how do I get a refund"},
+                {"role": "user", "content": "refund please"},
+            ],
+        )
     body = html.unescape(page_text(signed_in.get("/")))
     chart = body.split('aria-labelledby="injected-chart-title"', 1)[1].split("</figure>", 1)[0]
     assert "<strong>1</strong> of 2 live entries were never injected" in chart
@@ -210,21 +222,54 @@ def test_the_charts_counts_per_day_equal_a_range_count_of_each_day(
     now = datetime(2024, 5, 10, 13, 5)
     edges = day_edges(now, 7)
     schema = tables(prefix)
-    moments = [edges[0] - timedelta(microseconds=1), edges[0], edges[1] - timedelta(microseconds=1), edges[1],
-               edges[3] + timedelta(hours=23, minutes=59, seconds=59), edges[6], edges[7]]
+    moments = [
+        edges[0] - timedelta(microseconds=1),
+        edges[0],
+        edges[1] - timedelta(microseconds=1),
+        edges[1],
+        edges[3] + timedelta(hours=23, minutes=59, seconds=59),
+        edges[6],
+        edges[7],
+    ]
     with engine.begin() as conn:
         for number, moment in enumerate(moments):
-            conn.execute(sa.insert(schema.conversations).values(
-                id=f"c{number}", namespace="default", user_id="", title=None, metadata=None,
-                created_at=moment, updated_at=moment + timedelta(minutes=5), total_tokens=number or None))
+            conn.execute(
+                sa.insert(schema.conversations).values(
+                    id=f"c{number}",
+                    namespace="default",
+                    user_id="",
+                    title=None,
+                    metadata=None,
+                    created_at=moment,
+                    updated_at=moment + timedelta(minutes=5),
+                    total_tokens=number or None,
+                )
+            )
             for position in range(number + 1):
-                conn.execute(sa.insert(schema.messages).values(
-                    id=f"m{number}-{position}", conversation_id=f"c{number}", role="user", content="x",
-                    tool_name=None, tool_input=None, metadata=None, created_at=moment))
-                conn.execute(sa.insert(schema.memory).values(
-                    id=f"r{number}-{position}", namespace="default", lookup_key=f"k{number}-{position}",
-                    value="v", metadata=None,
-                    expires_at=None, created_at=moment, updated_at=moment))
+                conn.execute(
+                    sa.insert(schema.messages).values(
+                        id=f"m{number}-{position}",
+                        conversation_id=f"c{number}",
+                        role="user",
+                        content="x",
+                        tool_name=None,
+                        tool_input=None,
+                        metadata=None,
+                        created_at=moment,
+                    )
+                )
+                conn.execute(
+                    sa.insert(schema.memory).values(
+                        id=f"r{number}-{position}",
+                        namespace="default",
+                        lookup_key=f"k{number}-{position}",
+                        value="v",
+                        metadata=None,
+                        expires_at=None,
+                        created_at=moment,
+                        updated_at=moment,
+                    )
+                )
     with engine.connect() as conn:
         found = activity.activity(conn, prefix, now, 7)
         assert found.messages == activity.messages_per_day(conn, prefix, edges) == [5, 4, 0, 5, 0, 0, 6]
@@ -235,9 +280,18 @@ def test_the_charts_counts_per_day_equal_a_range_count_of_each_day(
         assert memory_rows == ranges == found.messages
     with engine.begin() as conn:  # namespaces in another case and order, one row expired, one expiring
         for number, (namespace, expires_at) in enumerate([("Zed", 1), ("alpha", 2**40), ("Zed", None)]):
-            conn.execute(sa.insert(schema.memory).values(
-                id=f"n{number}", namespace=namespace, lookup_key=f"n{number}", value="v", metadata=None,
-                expires_at=expires_at, created_at=edges[2], updated_at=edges[2]))
+            conn.execute(
+                sa.insert(schema.memory).values(
+                    id=f"n{number}",
+                    namespace=namespace,
+                    lookup_key=f"n{number}",
+                    value="v",
+                    metadata=None,
+                    expires_at=expires_at,
+                    created_at=edges[2],
+                    updated_at=edges[2],
+                )
+            )
     with engine.connect() as conn:
         seconds = int(now.timestamp())
         together = activity.memory_counts_and_rows_per_day(conn, prefix, seconds, edges)
@@ -312,8 +366,12 @@ def test_init_db_adds_the_chart_indexes_and_every_per_day_count_uses_one(tmp_pat
         compiled = activity._interval_counts(column, 30).compile(dialect=engine.dialect)
         # The plan does not depend on the bounds' values, only on the statement.
         with engine.connect() as conn:
-            plan = [row[-1] for row in conn.exec_driver_sql(
-                f"EXPLAIN QUERY PLAN {compiled}", tuple(None for _ in compiled.positiontup or ()))]
+            plan = [
+                row[-1]
+                for row in conn.exec_driver_sql(
+                    f"EXPLAIN QUERY PLAN {compiled}", tuple(None for _ in compiled.positiontup or ())
+                )
+            ]
         scans = [step for step in plan if step.startswith("SCAN") and step != "SCAN CONSTANT ROW"]
         assert scans == [] and len([step for step in plan if "USING COVERING INDEX" in step]) == 30, plan
     engine.dispose()

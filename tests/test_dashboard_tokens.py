@@ -26,6 +26,7 @@ def words(body: str) -> str:
     main = body.split("<main>", 1)[1].split("</main>", 1)[0]
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", main)))
 
+
 pytest_plugins = ["tests.dashboard_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,8 +36,15 @@ def test_the_page_lists_tokens_made_on_the_command_line_and_never_a_token(
     app: Flask, signed_in: FlaskClient, clock: FakeClock
 ) -> None:
     made = subprocess.run(
-        [sys.executable, "-c", "from clawmem.cli import main; main()",
-         "tokens", "create", "--name", "from-cli"],
+        [
+            sys.executable,
+            "-c",
+            "from clawmem.cli import main; main()",
+            "tokens",
+            "create",
+            "--name",
+            "from-cli",
+        ],
         env={**os.environ, "PYTHONPATH": str(ROOT), "CLAW_INSTANCE_PATH": app.instance_path},
         capture_output=True,
         text=True,

@@ -17,9 +17,21 @@ from tests.dashboard_helpers import page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
-PAGES = ["/", "/conversations/", "/subjects/", "/subjects/nobody", "/memory/", "/memory/default/",
-         "/memory/?q=refund", "/preview?message=hello", "/cold", "/jobs", "/sites/", "/tokens",
-         "/settings"]
+PAGES = [
+    "/",
+    "/conversations/",
+    "/subjects/",
+    "/subjects/nobody",
+    "/memory/",
+    "/memory/default/",
+    "/memory/?q=refund",
+    "/preview?message=hello",
+    "/cold",
+    "/jobs",
+    "/sites/",
+    "/tokens",
+    "/settings",
+]
 # Counts of nothing, "no user messages" said as a number, and plurals of one.
 AWKWARD = re.compile(
     r"\b0 (?:of 0|messages|conversations|rows|entries|user messages|recall records|checkpoints)\b"
@@ -44,10 +56,16 @@ def test_no_page_of_an_empty_site_counts_nothing_in_numbers(signed_in: FlaskClie
 
 def test_an_empty_site_says_no_where_nothing_is_stored(signed_in: FlaskClient, prefix: str) -> None:
     overview = _main(signed_in, "/")
-    for said in ("Messages per day no messages in these days", "Conversations stored none now",
-                 "Memory rows stored none now", "No turn was stored in these 30 days.",
-                 "Tokens billed: none, as no conversation is stored.", "with no user message stored yet",
-                 "No conversation is stored.", "No memory entries are stored."):
+    for said in (
+        "Messages per day no messages in these days",
+        "Conversations stored none now",
+        "Memory rows stored none now",
+        "No turn was stored in these 30 days.",
+        "Tokens billed: none, as no conversation is stored.",
+        "with no user message stored yet",
+        "No conversation is stored.",
+        "No memory entries are stored.",
+    ):
         assert said in overview, said
     assert "not reported" not in overview, "nothing was asked of a provider to report"
     assert "No entries are stored in this namespace." in _main(signed_in, "/memory/default/")
@@ -65,9 +83,14 @@ def test_an_empty_site_says_no_where_nothing_is_stored(signed_in: FlaskClient, p
     assert "Mentioned elsewhere listed below" in subject
     subject = _main(signed_in, "/subjects/nobody?mentions=1")  # the page with its mentions searched
     assert "Nothing is stored about this user id" in subject
-    for fact in ("Conversations none", "Messages none", "Records no recall records or checkpoints",
-                 "Tokens billed none: no conversation is stored", "Own namespace user:nobody : no entries",
-                 "Mentioned elsewhere none"):
+    for fact in (
+        "Conversations none",
+        "Messages none",
+        "Records no recall records or checkpoints",
+        "Tokens billed none: no conversation is stored",
+        "Own namespace user:nobody : no entries",
+        "Mentioned elsewhere none",
+    ):
         assert fact in subject, fact
 
 
@@ -81,8 +104,9 @@ def test_one_of_each_is_said_in_the_singular(app: Flask, signed_in: FlaskClient)
     assert "over the last 1 user message" in overview
     assert "not reported" in overview, "a stored turn whose provider reported no usage"
     assert "1 live entry" not in overview and "2 live entries" in overview
-    assert "1 of 1 live entry in default is cold" in _main(signed_in, "/cold") or \
-        "0 of 1 live entry in default are cold" in _main(signed_in, "/cold")
+    assert "1 of 1 live entry in default is cold" in _main(
+        signed_in, "/cold"
+    ) or "0 of 1 live entry in default are cold" in _main(signed_in, "/cold")
     subject = _main(signed_in, "/subjects/cust-1")
     assert "Nothing is stored" not in subject
     assert "Conversations 1 " in subject and "Own namespace user:cust-1 : 1 entry" in subject

@@ -87,8 +87,10 @@ def test_a_short_secret_key_is_refused_in_one_line(make_app: Callable[..., Flask
 
 @pytest.mark.parametrize(
     ("name", "url"),
-    [("DATABASE_URL", "mysql+pymysql://clawmem:p@ss@db.internal/clawmem"),
-     ("REDIS_URL", "redis://:pa@ss@cache:6379/0")],
+    [
+        ("DATABASE_URL", "mysql+pymysql://clawmem:p@ss@db.internal/clawmem"),
+        ("REDIS_URL", "redis://:pa@ss@cache:6379/0"),
+    ],
 )
 def test_an_unencoded_at_sign_in_a_password_is_refused_in_one_line(
     name: str, url: str, tmp_path: Path
@@ -120,11 +122,18 @@ BAD_NAMESPACES = ["default --yes #", "has space", "a..b", "x{y}", "n" * 100 + "!
 def test_flush_reaches_a_namespace_another_program_wrote_and_never_writes_one(
     app: Flask, tmp_path: Path, prefix: str
 ) -> None:
-    write_rows("sqlite", tmp_path, prefix, memory=[
-        *(memory_row(number, namespace=namespace, lookup_key="k\x1b[2J") for number, namespace in
-          enumerate(BAD_NAMESPACES)),
-        memory_row(99, lookup_key="keep"),
-    ])
+    write_rows(
+        "sqlite",
+        tmp_path,
+        prefix,
+        memory=[
+            *(
+                memory_row(number, namespace=namespace, lookup_key="k\x1b[2J")
+                for number, namespace in enumerate(BAD_NAMESPACES)
+            ),
+            memory_row(99, lookup_key="keep"),
+        ],
+    )
     for namespace in BAD_NAMESPACES:
         dry = _claw(app, "flush", "--namespace", namespace, "--dry-run")
         assert dry.exit_code == 0, dry.output
@@ -141,17 +150,26 @@ def test_flush_reaches_a_namespace_another_program_wrote_and_never_writes_one(
 
 
 def test_erase_reaches_rows_under_names_todays_rules_refuse(app: Flask, tmp_path: Path, prefix: str) -> None:
-    write_rows("sqlite", tmp_path, prefix, conversations=[conversation_row(1, user_id="cust-9")], memory=[
-        memory_row(1, namespace="crm export", lookup_key="phone", value='"cust-9: 555-0100"'),
-        memory_row(2, namespace="default", lookup_key="cust-9\x07note", value='"x"'),
-        memory_row(3, namespace="default", lookup_key="other", value='"cust-90 only"'),
-    ])
+    write_rows(
+        "sqlite",
+        tmp_path,
+        prefix,
+        conversations=[conversation_row(1, user_id="cust-9")],
+        memory=[
+            memory_row(1, namespace="crm export", lookup_key="phone", value='"cust-9: 555-0100"'),
+            memory_row(2, namespace="default", lookup_key="cust-9\x07note", value='"x"'),
+            memory_row(3, namespace="default", lookup_key="other", value='"cust-90 only"'),
+        ],
+    )
     result = _claw(app, "erase", "--user-id", "cust-9", "--mentions", "--yes")
     assert result.exit_code == 0, result.output
     assert "deleted 1 conversation, 0 messages and 2 memory entries" in result.output
     with app.app_context():
-        left = [(row.namespace, row.key) for ns in state.driver().namespaces()
-                for row in state.driver().stored_records(ns)]
+        left = [
+            (row.namespace, row.key)
+            for ns in state.driver().namespaces()
+            for row in state.driver().stored_records(ns)
+        ]
         assert left == [("default", "other")]
         assert state.conversations().counts()["conversations"] == 0
 

@@ -74,8 +74,12 @@ def test_the_readme_core_snippet_runs_in_an_empty_directory(
     )
     (tmp_path / "agent.py").write_text(script, encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "agent.py"], cwd=tmp_path, env=clean_environment(),
-        text=True, capture_output=True, timeout=120,
+        [sys.executable, "agent.py"],
+        cwd=tmp_path,
+        env=clean_environment(),
+        text=True,
+        capture_output=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout.splitlines()[-1])
@@ -89,10 +93,15 @@ def test_the_readme_core_snippet_runs_in_an_empty_directory(
 @pytest.mark.parametrize(
     ("url", "advice"),
     [
-        ("mysql://root@127.0.0.1:3306/test", "needs the MySQLdb module, which is not installed: "
-         "write mysql+pymysql://… instead (pip install 'clawmem[mysql]')"),
-        ("postgres://postgres@127.0.0.1/test", "is not one SQLAlchemy knows: use sqlite:///…, "
-         "mysql+pymysql://… or postgresql+psycopg://…"),
+        (
+            "mysql://root@127.0.0.1:3306/test",
+            "needs the MySQLdb module, which is not installed: "
+            "write mysql+pymysql://… instead (pip install 'clawmem[mysql]')",
+        ),
+        (
+            "postgres://postgres@127.0.0.1/test",
+            "is not one SQLAlchemy knows: use sqlite:///…, mysql+pymysql://… or postgresql+psycopg://…",
+        ),
     ],
 )
 @pytest.mark.slow
@@ -222,8 +231,13 @@ def test_make_run_serves_the_dashboard_on_the_port_given(
     # The venv is this checkout's, already installed; htmx is fetched by its own tests.
     command = ["make", "-o", ".venv/.installed", "-o", "htmx", "run", f"PORT={port}"]
     process = subprocess.Popen(
-        command, cwd=checkout_copy, env=clean_environment(PYTHONPATH=""), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        command,
+        cwd=checkout_copy,
+        env=clean_environment(PYTHONPATH=""),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     started.append(process)
     output = _read_until(process, f"Dashboard: http://127.0.0.1:{port}", seconds=120)
@@ -249,8 +263,17 @@ def _read_until(process: subprocess.Popen[str], line_start: str, seconds: float)
     raise AssertionError(f"no line starting {line_start!r} (exit {process.poll()}):\n{''.join(lines)}")
 
 
-TEST_ONLY = {"pytest", "pytest_flask", "hypothesis", "ruff", "playwright", "setuptools", "build", "twine",
-             "check_wheel_contents"}
+TEST_ONLY = {
+    "pytest",
+    "pytest_flask",
+    "hypothesis",
+    "ruff",
+    "playwright",
+    "setuptools",
+    "build",
+    "twine",
+    "check_wheel_contents",
+}
 
 
 def _requirement_names(path: Path) -> set[str]:
@@ -263,18 +286,21 @@ def _requirement_names(path: Path) -> set[str]:
 
 
 def test_make_run_installs_only_the_runtime_and_make_test_adds_the_toolchain() -> None:
-    runtime, tests = _requirement_names(ROOT / "requirements.txt"), _requirement_names(
-        ROOT / "requirements-test.txt"
+    runtime, tests = (
+        _requirement_names(ROOT / "requirements.txt"),
+        _requirement_names(ROOT / "requirements-test.txt"),
     )
     assert not runtime & TEST_ONLY, "the test toolchain is not part of the runtime"
     assert tests >= TEST_ONLY and "-r requirements.txt" in (ROOT / "requirements-test.txt").read_text()
     env = clean_environment()
-    run = subprocess.run(["make", "-n", "-B", "run"], cwd=ROOT, env=env, text=True, capture_output=True,
-                         check=True).stdout
+    run = subprocess.run(
+        ["make", "-n", "-B", "run"], cwd=ROOT, env=env, text=True, capture_output=True, check=True
+    ).stdout
     installs = re.findall(r"pip install --quiet -r (\S+)", run)
     assert installs == ["requirements.txt"], run
-    test = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, env=env, text=True, capture_output=True,
-                          check=True).stdout
+    test = subprocess.run(
+        ["make", "-n", "-B", "test"], cwd=ROOT, env=env, text=True, capture_output=True, check=True
+    ).stdout
     assert re.findall(r"pip install --quiet -r (\S+)", test) == ["requirements.txt", "requirements-test.txt"]
 
 

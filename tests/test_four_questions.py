@@ -39,13 +39,21 @@ def test_what_do_we_hold_about_cust_1001(app: Flask, demo: None, signed_in: Flas
     schema = _schema(app)
     conversations, messages, memory = schema.conversations, schema.messages, schema.memory
     theirs = sa.select(conversations.c.id).where(conversations.c.user_id == "cust-1001")
-    said = _scalar(app, sa.select(sa.func.count()).where(messages.c.conversation_id.in_(theirs),
-                                                         messages.c.role.not_in(("recall", "summary"))))
-    recall = _scalar(app, sa.select(sa.func.count()).where(messages.c.conversation_id.in_(theirs),
-                                                           messages.c.role == "recall"))
+    said = _scalar(
+        app,
+        sa.select(sa.func.count()).where(
+            messages.c.conversation_id.in_(theirs), messages.c.role.not_in(("recall", "summary"))
+        ),
+    )
+    recall = _scalar(
+        app,
+        sa.select(sa.func.count()).where(messages.c.conversation_id.in_(theirs), messages.c.role == "recall"),
+    )
     count = _scalar(app, sa.select(sa.func.count()).select_from(theirs.subquery()))
-    tokens = _scalar(app, sa.select(sa.func.sum(conversations.c.total_tokens))
-                     .where(conversations.c.user_id == "cust-1001"))
+    tokens = _scalar(
+        app,
+        sa.select(sa.func.sum(conversations.c.total_tokens)).where(conversations.c.user_id == "cust-1001"),
+    )
     entries = _scalar(app, sa.select(sa.func.count()).where(memory.c.namespace == "user:cust-1001"))
     body = _text(signed_in.get("/subjects/cust-1001"))
     assert said > 0 and recall > 0 and entries > 0 and tokens > 0
@@ -80,7 +88,8 @@ def test_who_pays_for_long_conversations(app: Flask, demo: None, signed_in: Flas
         costliest = conn.execute(
             sa.select(conversations.c.id, conversations.c.user_id, conversations.c.total_tokens)
             .where(conversations.c.total_tokens.is_not(None))
-            .order_by(conversations.c.total_tokens.desc(), conversations.c.id.desc()).limit(1)
+            .order_by(conversations.c.total_tokens.desc(), conversations.c.id.desc())
+            .limit(1)
         ).one()
     total = _scalar(app, sa.select(sa.func.sum(conversations.c.total_tokens)))
     overview = _text(signed_in.get("/"))
@@ -110,8 +119,10 @@ def test_does_one_site_see_another_sites_memory(
     schema = _schema(sites)
     with sites.app_context():
         two = state.sites_of(sites)["site2"]
-        looked_up = sum(len(two.driver.entries(namespace, limit=25).items)
-                        for namespace in sorted(two.driver.namespaces())[:20])
+        looked_up = sum(
+            len(two.driver.entries(namespace, limit=25).items)
+            for namespace in sorted(two.driver.namespaces())[:20]
+        )
     conversations = min(50, _scalar(sites, sa.select(sa.func.count()).select_from(schema.conversations)))
     assert "Site: <strong>site4</strong>" in body
     text = html.unescape(body)

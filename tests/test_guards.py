@@ -301,8 +301,10 @@ class _HidingCodes(_Shouting):
     """An application's own redacting guard: earlier turns' order codes are hidden too."""
 
     def redact_history(self, history: Any) -> list[dict[str, Any]]:
-        return [{**message, "content": str(message.get("content", "")).replace("A-17", "[code]")}
-                for message in history]
+        return [
+            {**message, "content": str(message.get("content", "")).replace("A-17", "[code]")}
+            for message in history
+        ]
 
 
 def test_a_guard_that_redacts_history_is_told_so_by_its_protocol(

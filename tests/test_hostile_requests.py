@@ -38,12 +38,12 @@ LONE_SURROGATE_CURSOR = "WyJcdWQ4MDAiXQ"  # ["\ud800"], as the review found it
 TAMPERED_CURSORS = [
     LONE_SURROGATE_CURSOR,
     cursor_of(["2024-01-01T00:00:00", "\ud800"]),
-    cursor_of(["raw:\"\\ud800\"", "x"]),
+    cursor_of(['raw:"\\ud800"', "x"]),
     cursor_of(["\x00"]),
     cursor_of(["2024-01-01T00:00:00", "a\x00b"]),
     cursor_of([1, 2]),
     cursor_of({"a": 1}),
-    cursor_of(["raw:{\"blob\": \"zz\"}", "x"]),
+    cursor_of(['raw:{"blob": "zz"}', "x"]),
     cursor_of(["raw:[1]", "x"]),
     cursor_of(["raw:not json", "x"]),
     cursor_of(["9999-99-99", "x"]),
@@ -129,9 +129,16 @@ def test_every_route_refuses_every_hostile_parameter(
 
 
 BROKEN_ADDRESSES = [
-    "/conversations/%00", "/conversations/a%00b/turns/x", "/memory/%00/", "/memory/default%00/entry?key=k",
-    "/memory/default/entry?key=%00", "/conversations/?q=%00", "/conversations/?user_id=a%00",
-    "/memory/default/?q=%00", "/memory/%ED%A0%80/", "/conversations/%ED%A0%80",
+    "/conversations/%00",
+    "/conversations/a%00b/turns/x",
+    "/memory/%00/",
+    "/memory/default%00/entry?key=k",
+    "/memory/default/entry?key=%00",
+    "/conversations/?q=%00",
+    "/conversations/?user_id=a%00",
+    "/memory/default/?q=%00",
+    "/memory/%ED%A0%80/",
+    "/conversations/%ED%A0%80",
 ]
 
 
@@ -159,8 +166,12 @@ def test_any_query_value_never_fails_the_server(
     forged = st.lists(st.one_of(text, st.integers(), st.none()), max_size=3).map(cursor_of)
     values = text | forged | st.binary(max_size=40).map(lambda raw: base64.urlsafe_b64encode(raw).decode())
 
-    @settings(max_examples=150, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=150,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(pair=st.sampled_from(pairs), value=values)
     def check(pair: tuple[str, str], value: str) -> None:
         url, parameter = pair

@@ -64,8 +64,13 @@ def test_a_conversation_whose_metadata_is_not_json_is_listed_and_marked(
     app: Flask, signed_in: FlaskClient, dashboard_backend: str, tmp_path: Any, prefix: str
 ) -> None:
     bad = conversation_row(1, metadata="{nope", title="Broken metadata")
-    write_rows(dashboard_backend, tmp_path, prefix, conversations=[bad, conversation_row(2)],
-               messages=[message_row(1, bad["id"])])
+    write_rows(
+        dashboard_backend,
+        tmp_path,
+        prefix,
+        conversations=[bad, conversation_row(2)],
+        messages=[message_row(1, bad["id"])],
+    )
     listing = assert_answered(signed_in.get("/conversations/"), "list")
     assert "Broken metadata" in listing and "Hostile 2" in listing
     assert 'title="metadata is not JSON">unreadable' in listing
@@ -77,8 +82,10 @@ def test_a_conversation_whose_metadata_is_not_json_is_listed_and_marked(
 def test_a_time_no_datetime_holds_is_marked_and_the_overview_still_answers(
     app: Flask, signed_in: FlaskClient, dashboard_backend: str, tmp_path: Any, prefix: str
 ) -> None:
-    rows = [conversation_row(number, created_at=moment, updated_at=moment, title=f"Absurd {number}")
-            for number, moment in enumerate(ABSURD_TIMES[dashboard_backend])]
+    rows = [
+        conversation_row(number, created_at=moment, updated_at=moment, title=f"Absurd {number}")
+        for number, moment in enumerate(ABSURD_TIMES[dashboard_backend])
+    ]
     good = conversation_row(99, created_at="2023-02-03 04:05:06", updated_at="2023-02-03 04:05:06")
     messages = [
         message_row(number, row["id"], created_at=row["created_at"]) for number, row in enumerate(rows)
@@ -129,10 +136,15 @@ def test_a_storage_failure_page_never_quotes_a_rows_text(
 def test_a_value_that_is_not_json_is_shown_as_stored_and_never_recalled(
     app: Flask, signed_in: FlaskClient, dashboard_backend: str, tmp_path: Any, prefix: str
 ) -> None:
-    write_rows(dashboard_backend, tmp_path, prefix, memory=[
-        memory_row(1, lookup_key="order_note", value="order shipped {not json"),
-        memory_row(2, lookup_key="order_policy", value='"orders ship in two days"'),
-    ])
+    write_rows(
+        dashboard_backend,
+        tmp_path,
+        prefix,
+        memory=[
+            memory_row(1, lookup_key="order_note", value="order shipped {not json"),
+            memory_row(2, lookup_key="order_policy", value='"orders ship in two days"'),
+        ],
+    )
     namespace = assert_answered(signed_in.get("/memory/default/"), "namespace")
     assert "order shipped {not json" in namespace
     assert 'title="value cannot be decoded">unreadable' in namespace
@@ -172,14 +184,26 @@ def test_a_value_nested_past_the_limit_is_refused_at_set_and_shown_raw_when_writ
         deep = [deep]
     with app.app_context(), pytest.raises(ValueError, match=f"more than {MAX_NESTING} levels"):
         state.memory().set("d990", deep, "deep")
-    write_rows(dashboard_backend, tmp_path, prefix, memory=[
-        memory_row(1, namespace="deep", lookup_key="d990", value=DEEP),
-        memory_row(2, namespace="deep", lookup_key="d65", value="[" * 66 + "]" * 66),
-    ], conversations=[conversation_row(1, metadata=DEEP)],
-        messages=[message_row(1, conversation_row(1)["id"], role="tool", tool_input=DEEP)])
-    for url in ["/memory/deep/", "/memory/deep/entry?key=d990", "/memory/deep/entry?key=d65",
-                "/cold?namespace=deep", "/preview?namespace=deep&message=d990+d65",
-                "/conversations/", f"/conversations/{conversation_row(1)['id']}"]:
+    write_rows(
+        dashboard_backend,
+        tmp_path,
+        prefix,
+        memory=[
+            memory_row(1, namespace="deep", lookup_key="d990", value=DEEP),
+            memory_row(2, namespace="deep", lookup_key="d65", value="[" * 66 + "]" * 66),
+        ],
+        conversations=[conversation_row(1, metadata=DEEP)],
+        messages=[message_row(1, conversation_row(1)["id"], role="tool", tool_input=DEEP)],
+    )
+    for url in [
+        "/memory/deep/",
+        "/memory/deep/entry?key=d990",
+        "/memory/deep/entry?key=d65",
+        "/cold?namespace=deep",
+        "/preview?namespace=deep&message=d990+d65",
+        "/conversations/",
+        f"/conversations/{conversation_row(1)['id']}",
+    ]:
         assert_answered(signed_in.get(url), url)
     entry = signed_in.get("/memory/deep/entry?key=d65").get_data(as_text=True)
     assert f"value is nested more than {MAX_NESTING} levels deep" in entry
@@ -192,13 +216,19 @@ def test_export_of_a_subject_with_unreadable_rows_completes_and_lists_them(
     moment = ABSURD_TIMES[dashboard_backend][0]
     conversation = conversation_row(1, user_id="raw-user", metadata="{nope")
     write_rows(
-        dashboard_backend, tmp_path, prefix,
+        dashboard_backend,
+        tmp_path,
+        prefix,
         conversations=[conversation],
-        messages=[message_row(1, conversation["id"], tool_input="not json", created_at=moment),
-                  message_row(2, conversation["id"])],
-        memory=[memory_row(1, namespace="user:raw-user", lookup_key="note", value="{broken"),
-                memory_row(2, namespace="user:raw-user", lookup_key="deep", value=DEEP),
-                memory_row(3, lookup_key="plain", value='"ask raw-user about it"')],
+        messages=[
+            message_row(1, conversation["id"], tool_input="not json", created_at=moment),
+            message_row(2, conversation["id"]),
+        ],
+        memory=[
+            memory_row(1, namespace="user:raw-user", lookup_key="note", value="{broken"),
+            memory_row(2, namespace="user:raw-user", lookup_key="deep", value=DEEP),
+            memory_row(3, lookup_key="plain", value='"ask raw-user about it"'),
+        ],
     )
     result = _claw(app, "export", "--user-id", "raw-user")
     assert result.exit_code == 0, result.output
@@ -206,7 +236,9 @@ def test_export_of_a_subject_with_unreadable_rows_completes_and_lists_them(
     assert [c["id"] for c in document["conversations"]] == [conversation["id"]]
     assert len(document["conversations"][0]["messages"]) == 2
     assert {(e["namespace"], e["key"]) for e in document["memory"]} == {
-        ("user:raw-user", "note"), ("user:raw-user", "deep")}
+        ("user:raw-user", "note"),
+        ("user:raw-user", "deep"),
+    }
     assert [(e["namespace"], e["key"]) for e in document["mentions"]] == [("default", "plain")]
     listed = {
         (row["table"], row.get("id") or row.get("key")): row["reason"] for row in document["unreadable"]
@@ -240,11 +272,15 @@ def test_checkpoint_and_recall_records_another_program_wrote_leave_the_conversat
     app: Flask, signed_in: FlaskClient, tmp_path: Any, prefix: str
 ) -> None:
     conversation = conversation_row(1)
-    rows = [message_row(1, conversation["id"], role="summary", tool_input=CHECKPOINT_RECORDS[0]),
-            message_row(2, conversation["id"], role="summary", tool_input=CHECKPOINT_RECORDS[1]),
-            *(message_row(3 + n, conversation["id"], role="recall", content=record, created_at="soon")
-              for n, record in enumerate(RECALL_RECORDS)),
-            message_row(9, conversation["id"], role="user", content="hello")]
+    rows = [
+        message_row(1, conversation["id"], role="summary", tool_input=CHECKPOINT_RECORDS[0]),
+        message_row(2, conversation["id"], role="summary", tool_input=CHECKPOINT_RECORDS[1]),
+        *(
+            message_row(3 + n, conversation["id"], role="recall", content=record, created_at="soon")
+            for n, record in enumerate(RECALL_RECORDS)
+        ),
+        message_row(9, conversation["id"], role="user", content="hello"),
+    ]
     write_rows("sqlite", tmp_path, prefix, conversations=[conversation], messages=rows)
     assert_answered(signed_in.get(f"/conversations/{conversation['id']}"), "detail")
     turn = f"/conversations/{conversation['id']}/turns/{message_row(9, '')['id']}"
@@ -257,8 +293,10 @@ def test_checkpoint_and_recall_records_another_program_wrote_leave_the_conversat
 _NAMES = st.text(min_size=1, max_size=12)
 _NUMBERS = st.integers() | st.floats(allow_nan=False, allow_infinity=False)
 _SCALAR = st.none() | st.booleans() | _NUMBERS | st.text()
-_JSON = _SCALAR | st.lists(_SCALAR, max_size=3) | st.dictionaries(
-    st.text(max_size=5), _SCALAR | st.lists(_SCALAR, max_size=2), max_size=3
+_JSON = (
+    _SCALAR
+    | st.lists(_SCALAR, max_size=3)
+    | st.dictionaries(st.text(max_size=5), _SCALAR | st.lists(_SCALAR, max_size=2), max_size=3)
 )
 
 
@@ -276,8 +314,19 @@ def _text(backend: str, max_size: int = 40) -> st.SearchStrategy[Any]:
 def _json_column(backend: str) -> st.SearchStrategy[Any]:
     """What another program may leave in a JSON column: JSON, anything else, deep nesting."""
     valid = _JSON.map(lambda value: json.dumps(value, ensure_ascii=False))
-    special = st.sampled_from(["NaN", '"\\ud800"', '{"a": Infinity}', "[" * 70 + "]" * 70, DEEP, "", "null",
-                               *CHECKPOINT_RECORDS, *RECALL_RECORDS])
+    special = st.sampled_from(
+        [
+            "NaN",
+            '"\\ud800"',
+            '{"a": Infinity}',
+            "[" * 70 + "]" * 70,
+            DEEP,
+            "",
+            "null",
+            *CHECKPOINT_RECORDS,
+            *RECALL_RECORDS,
+        ]
+    )
     return st.none() | valid | special | _text(backend, 30)
 
 
@@ -295,34 +344,53 @@ def _expiry(backend: str) -> st.SearchStrategy[Any]:
 @st.composite
 def hostile_rows(draw: st.DrawFn, backend: str) -> dict[str, list[dict[str, Any]]]:
     ids = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=26).filter(
-        lambda text: text == text.strip())
+        lambda text: text == text.strip()
+    )
     conversation_ids = draw(st.lists(ids, min_size=1, max_size=4, unique=True))
     text = _text(backend)
     conversations = [
-        {"id": cid, "namespace": draw(_text(backend, 12) if backend != "sqlite" else _NAMES),
-         "user_id": draw(st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=12)),
-         "title": draw(st.none() | text), "metadata": draw(_json_column(backend)),
-         "created_at": draw(_moment(backend)), "updated_at": draw(_moment(backend))}
+        {
+            "id": cid,
+            "namespace": draw(_text(backend, 12) if backend != "sqlite" else _NAMES),
+            "user_id": draw(st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=12)),
+            "title": draw(st.none() | text),
+            "metadata": draw(_json_column(backend)),
+            "created_at": draw(_moment(backend)),
+            "updated_at": draw(_moment(backend)),
+        }
         for cid in conversation_ids
     ]
     messages = [
-        {"id": f"m{number:025d}", "conversation_id": draw(st.sampled_from(conversation_ids)),
-         "role": draw(st.sampled_from(["user", "assistant", "tool", "summary", "recall", "system"])
-                      | _text(backend, 20)),
-         "content": draw(st.none() | text | _json_column(backend)),
-         "tool_name": draw(st.none() | _text(backend, 20)),
-         "tool_input": draw(_json_column(backend)), "created_at": draw(_moment(backend))}
+        {
+            "id": f"m{number:025d}",
+            "conversation_id": draw(st.sampled_from(conversation_ids)),
+            "role": draw(
+                st.sampled_from(["user", "assistant", "tool", "summary", "recall", "system"])
+                | _text(backend, 20)
+            ),
+            "content": draw(st.none() | text | _json_column(backend)),
+            "tool_name": draw(st.none() | _text(backend, 20)),
+            "tool_input": draw(_json_column(backend)),
+            "created_at": draw(_moment(backend)),
+        }
         for number in range(draw(st.integers(0, 6)))
     ]
     names = st.sampled_from(["default", "user:raw-user", "deep"]) | st.text(
-        st.characters(codec="utf-8", blacklist_characters="\x00"), min_size=1, max_size=12)
+        st.characters(codec="utf-8", blacklist_characters="\x00"), min_size=1, max_size=12
+    )
     keys = st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), min_size=1, max_size=20)
     pairs = draw(st.lists(st.tuples(names, keys), max_size=6, unique=True))
     memory = [
-        {"id": f"k{number:025d}", "namespace": namespace, "lookup_key": key,
-         "value": draw(_json_column(backend).filter(lambda value: value is not None)),
-         "metadata": draw(_json_column(backend)), "expires_at": draw(_expiry(backend)),
-         "created_at": draw(_moment(backend)), "updated_at": draw(_moment(backend))}
+        {
+            "id": f"k{number:025d}",
+            "namespace": namespace,
+            "lookup_key": key,
+            "value": draw(_json_column(backend).filter(lambda value: value is not None)),
+            "metadata": draw(_json_column(backend)),
+            "expires_at": draw(_expiry(backend)),
+            "created_at": draw(_moment(backend)),
+            "updated_at": draw(_moment(backend)),
+        }
         for number, (namespace, key) in enumerate(pairs)
     ]
     return {"conversations": conversations, "messages": messages, "memory": memory}
@@ -340,8 +408,15 @@ def _walk(app: Flask, client: FlaskClient, rows: dict[str, list[dict[str, Any]]]
     conversation and every entry of a valid namespace is shown."""
     listing = assert_answered(client.get("/conversations/"), "list")
     assert len(re.findall(r'<td><a href="/conversations/[^"?]', listing)) == len(rows["conversations"])
-    for url in ["/", "/memory/", "/cold", "/settings", "/preview?message=raw-user+value+order",
-                f"/conversations/?q={MARK}", "/conversations/?user_id=raw-user"]:
+    for url in [
+        "/",
+        "/memory/",
+        "/cold",
+        "/settings",
+        "/preview?message=raw-user+value+order",
+        f"/conversations/?q={MARK}",
+        "/conversations/?user_id=raw-user",
+    ]:
         assert_answered(client.get(url), url)
     for url, target in FRAGMENTS:
         assert_answered(client.get(url, headers={"HX-Request": "true", "HX-Target": target}), url)
@@ -396,10 +471,17 @@ def test_any_rows_leave_every_page_and_command_answering(
         accounts.create_admin(ADMIN, PASSWORD, 0)
 
     # No shrinking: one page walk per example is slow, and the failing rows are printed anyway.
-    @settings(max_examples=EXAMPLES[dashboard_backend], deadline=None, derandomize=True,
-              phases=(Phase.explicit, Phase.reuse, Phase.generate),
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES[dashboard_backend],
+        deadline=None,
+        derandomize=True,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(rows=hostile_rows(dashboard_backend))
     def check(rows: dict[str, list[dict[str, Any]]]) -> None:
         wipe(dashboard_backend, tmp_path, prefix)
@@ -419,9 +501,13 @@ def test_every_listed_namespace_opens_read_only_under_an_encoded_name(
     app: Flask, signed_in: FlaskClient, dashboard_backend: str, tmp_path: Any, prefix: str
 ) -> None:
     write_rows(
-        dashboard_backend, tmp_path, prefix,
-        memory=[memory_row(number, namespace=namespace, lookup_key="k", value='"stored by another program"')
-                for number, namespace in enumerate(RULE_BREAKING_NAMESPACES)],
+        dashboard_backend,
+        tmp_path,
+        prefix,
+        memory=[
+            memory_row(number, namespace=namespace, lookup_key="k", value='"stored by another program"')
+            for number, namespace in enumerate(RULE_BREAKING_NAMESPACES)
+        ],
     )
     index = signed_in.get("/memory/").get_data(as_text=True)
     links = re.findall(r'href="(/memory/~/[^"/]+/)"', index)

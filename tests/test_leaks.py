@@ -60,7 +60,7 @@ def _audit_lines(app: Flask) -> list[dict[str, Any]]:
 def _procfile_command() -> list[str]:
     line = (ROOT / "Procfile").read_text().strip()
     assert line.startswith("web: ")
-    return shlex.split(line[len("web: "):])
+    return shlex.split(line[len("web: ") :])
 
 
 def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
@@ -77,11 +77,17 @@ def test_the_procfile_access_log_leaves_out_query_strings(tmp_path: Path) -> Non
     environment = {**os.environ, "CLAW_DATABASE_URL": f"sqlite:///{tmp_path / 'claw.db'}"}
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", app, *command[2:], "--bind", "127.0.0.1:0", "--workers", "1"],
-        cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    readers = [threading.Thread(target=_read_lines, args=(stream, lines), daemon=True)
-               for stream in (process.stdout, process.stderr)]
+    readers = [
+        threading.Thread(target=_read_lines, args=(stream, lines), daemon=True)
+        for stream in (process.stdout, process.stderr)
+    ]
     for reader in readers:
         reader.start()
     try:
@@ -142,9 +148,13 @@ def test_typing_in_the_preview_never_writes_the_message_into_the_address_bar(sig
 def test_the_audit_hash_is_keyed_per_install_and_audit_hash_finds_a_subjects_lines(
     app: Flask, make_app: Any, tmp_path: Path
 ) -> None:
-    write_rows("sqlite", tmp_path, state_prefix(app),
-               conversations=[conversation_row(1, user_id="cust-1001")],
-               memory=[memory_row(1, namespace="customer:cust-1001", lookup_key="phone", value='"555"')])
+    write_rows(
+        "sqlite",
+        tmp_path,
+        state_prefix(app),
+        conversations=[conversation_row(1, user_id="cust-1001")],
+        memory=[memory_row(1, namespace="customer:cust-1001", lookup_key="phone", value='"555"')],
+    )
     # A dry run makes no audit key: until a command that deletes has made one, it logs no hash.
     assert _claw(app, "erase", "--user-id", "cust-1001", "--dry-run").exit_code == 0
     assert not (Path(app.instance_path) / AUDIT_KEY_FILE).exists()
@@ -165,8 +175,10 @@ def test_the_audit_hash_is_keyed_per_install_and_audit_hash_finds_a_subjects_lin
     assert key_file.stat().st_mode & 0o777 == 0o600
     found = _claw(app, "audit-hash", "cust-1001")
     assert found.exit_code == 0 and found.stdout.strip() == hashed
-    assert _claw(app, "audit-hash", stdin="customer:cust-1001\n").stdout.strip() == flush_line["arguments"][
-        "namespace"]
+    assert (
+        _claw(app, "audit-hash", stdin="customer:cust-1001\n").stdout.strip()
+        == flush_line["arguments"]["namespace"]
+    )
     assert subject_hash("cust-1001", audit_key(app.instance_path)) == hashed
     other = tmp_path / "other-install"
     assert subject_hash("cust-1001", audit_key(other)) != hashed
@@ -194,12 +206,16 @@ def test_keys_namespaces_and_ids_reach_the_terminal_with_control_characters_esca
     app: Flask, tmp_path: Path
 ) -> None:
     write_rows(
-        "sqlite", tmp_path, state_prefix(app),
+        "sqlite",
+        tmp_path,
+        state_prefix(app),
         conversations=[
             conversation_row(1, id="conv\x1b[31m", user_id="cust-7", created_at="2001-01-01 00:00:00")
         ],
-        memory=[memory_row(1, lookup_key=ESCAPES, value='"mentions cust-7"'),
-                memory_row(2, namespace="ns\x1b[2J", lookup_key="gone", expires_at=1)],
+        memory=[
+            memory_row(1, lookup_key=ESCAPES, value='"mentions cust-7"'),
+            memory_row(2, namespace="ns\x1b[2J", lookup_key="gone", expires_at=1),
+        ],
     )
     runs = [
         ["flush", "--namespace", "default", "--dry-run", "-v"],
@@ -247,9 +263,13 @@ def test_every_settings_command_is_shell_quoted(app: Flask) -> None:
 
 def test_right_to_left_overrides_are_isolated(signed_in: FlaskClient, app: Flask, tmp_path: Path) -> None:
     override = "\u202eexe.tnemyap"
-    write_rows("sqlite", tmp_path, state_prefix(app),
-               conversations=[conversation_row(1, user_id=override, title=override)],
-               memory=[memory_row(1, lookup_key=override)])
+    write_rows(
+        "sqlite",
+        tmp_path,
+        state_prefix(app),
+        conversations=[conversation_row(1, user_id=override, title=override)],
+        memory=[memory_row(1, lookup_key=override)],
+    )
     keys = page_text(signed_in.get("/memory/default/"))
     assert f"<code>{override}</code>" in keys
     listing = page_text(signed_in.get("/conversations/"))

@@ -25,7 +25,7 @@ from tests.dashboard_helpers import page_text
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
-FORMULAS = ["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\tpadded", "\rreturned"]
+FORMULAS = ['=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\tpadded", "\rreturned"]
 
 
 def _csv(client: FlaskClient, url: str) -> list[dict[str, str]]:
@@ -60,8 +60,11 @@ def test_the_conversation_download_holds_the_filtered_list_in_its_order(
     with app.app_context():
         schema = tables(state.settings().table_prefix)
         with state.engine().connect() as conn:
-            stored = conn.execute(sa.select(schema.conversations.c.id, schema.conversations.c.total_tokens)
-                                  .where(schema.conversations.c.user_id == "cust-1001")).all()
+            stored = conn.execute(
+                sa.select(schema.conversations.c.id, schema.conversations.c.total_tokens).where(
+                    schema.conversations.c.user_id == "cust-1001"
+                )
+            ).all()
     assert sorted(row["id"] for row in rows) == sorted(row.id for row in stored)
     assert [row["id"] for row in rows][:50] == _listed_ids(signed_in, csv_url.replace("export.csv", ""))
     tokens = {row.id: row.total_tokens for row in stored}
@@ -85,12 +88,12 @@ def test_cells_that_a_spreadsheet_would_run_get_a_quote(
 ) -> None:
     with app.app_context():
         log = state.conversations()
-        for title in [*FORMULAS, "plain, with \"quotes\"\nand a line"]:
+        for title in [*FORMULAS, 'plain, with "quotes"\nand a line']:
             log.append(new_id(), [Message("user", "hi")], title=title, user_id="=cmd|' /C calc'!A0")
             clock.advance(1)
     rows = _csv(signed_in, "/conversations/export.csv")
     titles = {row["title"] for row in rows}
-    assert titles == {"'" + title for title in FORMULAS} | {"plain, with \"quotes\"\nand a line"}
+    assert titles == {"'" + title for title in FORMULAS} | {'plain, with "quotes"\nand a line'}
     assert {row["user_id"] for row in rows} == {"'=cmd|' /C calc'!A0"}
     # JSON is data, not a spreadsheet: kept exactly.
     assert {row["title"] for row in _json(signed_in, "/conversations/export.json")["rows"]} >= set(FORMULAS)
@@ -99,9 +102,17 @@ def test_cells_that_a_spreadsheet_would_run_get_a_quote(
 
 def test_a_download_stops_at_its_stated_limit(app: Flask, signed_in: FlaskClient, clock: FakeClock) -> None:
     start = utc_datetime(clock)
-    rows = [{"id": new_id(), "namespace": "web", "user_id": "", "title": f"t{number}",
-             "created_at": start + timedelta(seconds=number), "updated_at": start + timedelta(seconds=number)}
-            for number in range(DOWNLOAD_LIMIT + 3)]
+    rows = [
+        {
+            "id": new_id(),
+            "namespace": "web",
+            "user_id": "",
+            "title": f"t{number}",
+            "created_at": start + timedelta(seconds=number),
+            "updated_at": start + timedelta(seconds=number),
+        }
+        for number in range(DOWNLOAD_LIMIT + 3)
+    ]
     with app.app_context(), state.engine().begin() as conn:
         conn.execute(sa.insert(tables(state.settings().table_prefix).conversations), rows)
     listed = _csv(signed_in, "/conversations/export.csv?sort=-created")
@@ -164,21 +175,24 @@ def test_the_key_download_holds_the_filtered_namespace(
 def _search_rows(body: str) -> list[tuple[str, str]]:
     section = body.split('id="search-heading"', 1)[1].split("</section>", 1)[0]
     cells = r"<tr[^>]*>\s*<td><code>([^<]*)</code></td>\s*<td data-label=\"Key\"><a [^>]*><code>(.*?)</code>"
-    return [(html.unescape(namespace), html.unescape(re.sub(r"<[^>]+>", "", key)))
-            for namespace, key in re.findall(cells, section)]
+    return [
+        (html.unescape(namespace), html.unescape(re.sub(r"<[^>]+>", "", key)))
+        for namespace, key in re.findall(cells, section)
+    ]
 
 
-def test_one_search_finds_entries_in_every_namespace(
-    app: Flask, demo: None, signed_in: FlaskClient
-) -> None:
+def test_one_search_finds_entries_in_every_namespace(app: Flask, demo: None, signed_in: FlaskClient) -> None:
     with app.app_context():
         memory = state.memory()
         memory.set("note", "the parcel <script>alert(1)</script> went to Leeds", "user:cust-77")
         memory.set("parcel-rule", "parcels over 30 kg ship by freight", "default")
         driver = state.driver()
-        expected = sorted((row.namespace, row.key) for namespace in driver.namespaces()
-                          for row in driver.stored_records(namespace)
-                          if "parcel" in row.key or "parcel" in json.dumps(row.value, ensure_ascii=False))
+        expected = sorted(
+            (row.namespace, row.key)
+            for namespace in driver.namespaces()
+            for row in driver.stored_records(namespace)
+            if "parcel" in row.key or "parcel" in json.dumps(row.value, ensure_ascii=False)
+        )
     body = page_text(signed_in.get("/memory/?q=parcel"))
     found = _search_rows(body)
     assert found == expected and len({namespace for namespace, _ in found}) >= 2
@@ -188,9 +202,7 @@ def test_one_search_finds_entries_in_every_namespace(
     assert "No entry in any namespace holds this text." in empty
 
 
-def test_the_search_across_namespaces_lists_at_most_its_limit(
-    app: Flask, signed_in: FlaskClient
-) -> None:
+def test_the_search_across_namespaces_lists_at_most_its_limit(app: Flask, signed_in: FlaskClient) -> None:
     from dashboard.views.memory import SEARCH_LIMIT
 
     with app.app_context():

@@ -146,7 +146,11 @@ def test_the_tools_their_annotations_and_typed_outputs(settings: Settings) -> No
         assert tool.description and tool.title
         assert tool.output_schema is not None and "run_id" in tool.output_schema["properties"], tool.name
     assert set(tools["recall"].output_schema["properties"]) >= {
-        "text", "lines", "candidates", "zero_overlap", "injected"
+        "text",
+        "lines",
+        "candidates",
+        "zero_overlap",
+        "injected",
     }
     ttl = tools["remember"].input_schema["properties"]["ttl_seconds"]
     assert {"exclusiveMinimum": 0, "type": "integer"} in ttl["anyOf"]
@@ -491,9 +495,7 @@ def test_without_the_sdk_the_command_says_which_extra_in_one_line(
 
 def test_importing_clawmem_and_its_cli_never_imports_the_sdk() -> None:
     probe = "import sys, clawmem, clawmem.cli; print(any(n.split('.')[0] == 'mcp' for n in sys.modules))"
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout == "False\n", done.stderr
 
 

@@ -135,7 +135,10 @@ def test_pop_item_removes_the_newest_item_and_clear_session_the_conversation_wit
     forgets = [event for event in recorded if event["event"] == "memory.forget"]
     assert len(forgets) == 1 and forgets[0]["run_id"] is not None
     assert {k: forgets[0][k] for k in ("key", "namespace", "conversations", "messages")} == {
-        "key": "to-pop", "namespace": "default", "conversations": 0, "messages": 1
+        "key": "to-pop",
+        "namespace": "default",
+        "conversations": 0,
+        "messages": 1,
     }
     recorded.clear()
     run(session.clear_session())
@@ -192,8 +195,13 @@ def test_a_mapped_id_never_takes_over_a_conversation_another_writer_made(log: Co
 
 @pytest.mark.parametrize(
     ("session_id", "error"),
-    [(42, TypeError), ("", ValueError), ("x" * 1001, ValueError), ("a\x00b", ValueError),
-     ("\ud800", ValueError)],
+    [
+        (42, TypeError),
+        ("", ValueError),
+        ("x" * 1001, ValueError),
+        ("a\x00b", ValueError),
+        ("\ud800", ValueError),
+    ],
 )
 def test_a_bad_session_id_is_refused_at_once(session_id: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match="session_id"):
@@ -236,12 +244,19 @@ def test_with_the_privacy_switch_off_new_items_are_not_stored(
 
 text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
 item = st.one_of(
-    st.builds(lambda role, content: {"role": role, "content": content},
-              st.sampled_from(["user", "assistant", "system", "developer"]), text),
-    st.builds(lambda name, call: {"type": "function_call", "call_id": call, "name": name,
-                                  "arguments": "{}"}, text, text),
-    st.builds(lambda call, output: {"type": "function_call_output", "call_id": call, "output": output},
-              text, text),
+    st.builds(
+        lambda role, content: {"role": role, "content": content},
+        st.sampled_from(["user", "assistant", "system", "developer"]),
+        text,
+    ),
+    st.builds(
+        lambda name, call: {"type": "function_call", "call_id": call, "name": name, "arguments": "{}"},
+        text,
+        text,
+    ),
+    st.builds(
+        lambda call, output: {"type": "function_call_output", "call_id": call, "output": output}, text, text
+    ),
     st.fixed_dictionaries({"type": st.just("reasoning"), "id": text, "summary": st.just([])}),
 )
 operation = st.one_of(

@@ -92,7 +92,8 @@ def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_re
     assert [m.role for m in stored.messages] == ["recall", "user", "assistant", "recall", "user", "assistant"]
     given = json.loads(stored.messages[3].content)
     assert [(g["namespace"], g["key"]) for g in given] == [
-        ("user:cust-1001", "delivery_note"), ("default", "shipping_policy")
+        ("user:cust-1001", "delivery_note"),
+        ("default", "shipping_policy"),
     ]
     assert log.turn(stored.id, stored.messages[4].id)[0] == stored.messages[3]  # what the page shows
     # The augmented text is sent, never stored.
@@ -109,7 +110,11 @@ def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_re
         f"print(json.dumps(asyncio.run(ClawSession({SESSION_ID!r}, log).get_items())))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=clean_environment(), capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -275,7 +280,11 @@ def test_the_readme_agents_sdk_example_runs_in_an_empty_directory(tmp_path: Path
     assert example.count("http://127.0.0.1:8080/v1") == 1, "the example's model server URL changed"
     (tmp_path / "agent.py").write_text(example.replace("http://127.0.0.1:8080/v1", loopback.url), "utf-8")
     result = subprocess.run(
-        [sys.executable, "agent.py"], cwd=tmp_path, env=clean_environment(), capture_output=True, text=True,
+        [sys.executable, "agent.py"],
+        cwd=tmp_path,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr

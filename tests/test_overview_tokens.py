@@ -34,8 +34,11 @@ def _from_tables(app: Flask) -> tuple[int | None, dict[str, int]]:
         schema = tables(state.settings().table_prefix)
         with state.engine().connect() as conn:
             total = conn.execute(sa.select(sa.func.sum(schema.conversations.c.total_tokens))).scalar()
-            rows = conn.execute(sa.select(schema.messages.c.created_at, schema.messages.c.metadata)
-                                .where(schema.messages.c.role == "assistant")).all()
+            rows = conn.execute(
+                sa.select(schema.messages.c.created_at, schema.messages.c.metadata).where(
+                    schema.messages.c.role == "assistant"
+                )
+            ).all()
     per_day: dict[str, int] = {}
     for created_at, metadata in rows:
         tokens = billed_tokens(json.loads(metadata).get("usage")) if metadata else None
@@ -94,24 +97,41 @@ def test_usage_outside_the_window_or_unreadable_counts_in_no_day(
     with app.app_context():
         log = state.conversations()
         conversation = new_id()
-        log.append(conversation, [Message("user", "hi"),
-                                  Message("assistant", "a", metadata={"usage": {"total_tokens": 40}})],
-                   tokens=40)
+        log.append(
+            conversation,
+            [Message("user", "hi"), Message("assistant", "a", metadata={"usage": {"total_tokens": 40}})],
+            tokens=40,
+        )
         clock.advance(3600)
-        log.append(conversation, [Message("user", "again"),
-                                  Message("assistant", "b", metadata={"usage": {"prompt_tokens": 2}})],
-                   tokens=2)
+        log.append(
+            conversation,
+            [Message("user", "again"), Message("assistant", "b", metadata={"usage": {"prompt_tokens": 2}})],
+            tokens=2,
+        )
         schema = tables(state.settings().table_prefix)
         with state.engine().begin() as conn:
             # Another program's row: metadata that is not JSON is no usage.
-            conn.execute(schema.messages.insert().values(
-                id="01J00000000000000000000000", conversation_id=conversation, role="assistant",
-                content="c", metadata="{not json", created_at=utc_datetime(clock)))
+            conn.execute(
+                schema.messages.insert().values(
+                    id="01J00000000000000000000000",
+                    conversation_id=conversation,
+                    role="assistant",
+                    content="c",
+                    metadata="{not json",
+                    created_at=utc_datetime(clock),
+                )
+            )
             # And one from before the chart's 30 days.
-            conn.execute(schema.messages.insert().values(
-                id="01J00000000000000000000001", conversation_id=conversation, role="assistant",
-                content="d", metadata=json.dumps({"usage": {"total_tokens": 1000}}),
-                created_at=utc_datetime(clock) - timedelta(days=40)))
+            conn.execute(
+                schema.messages.insert().values(
+                    id="01J00000000000000000000001",
+                    conversation_id=conversation,
+                    role="assistant",
+                    content="d",
+                    metadata=json.dumps({"usage": {"total_tokens": 1000}}),
+                    created_at=utc_datetime(clock) - timedelta(days=40),
+                )
+            )
     body = _page(signed_in)
     rows = _chart_rows(body)
     today = utc_datetime(clock)

@@ -144,39 +144,62 @@ def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Pat
 def test_a_core_install_names_the_extra_the_mcp_server_needs(venv: Path, tmp_path: Path) -> None:
     environment = {name: value for name, value in os.environ.items() if not name.startswith("CLAW_")}
     result = subprocess.run(
-        [venv / "bin" / "clawmem", "mcp"], cwd=tmp_path, text=True, capture_output=True,
-        env=environment, stdin=subprocess.DEVNULL, timeout=60,
+        [venv / "bin" / "clawmem", "mcp"],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
     )
     assert (result.returncode, result.stdout, result.stderr) == (
-        1, "", "Error: the mcp integration needs the mcp package, which is not installed: "
-        "pip install 'clawmem[mcp]'\n"
+        1,
+        "",
+        "Error: the mcp integration needs the mcp package, which is not installed: "
+        "pip install 'clawmem[mcp]'\n",
     )
 
 
 def test_a_core_install_names_the_extra_a_setting_needs(venv: Path, tmp_path: Path) -> None:
     environment = {name: value for name, value in os.environ.items() if not name.startswith("CLAW_")}
     for setting, extra, needs in (
-        ("DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgres",
-         "the database URL scheme 'postgresql+psycopg://' needs the psycopg module"),
-        ("DATABASE_URL=mysql+pymysql://root@127.0.0.1:3306/test", "mysql",
-         "the database URL scheme 'mysql+pymysql://' needs the pymysql module"),
+        (
+            "DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test",
+            "postgres",
+            "the database URL scheme 'postgresql+psycopg://' needs the psycopg module",
+        ),
+        (
+            "DATABASE_URL=mysql+pymysql://root@127.0.0.1:3306/test",
+            "mysql",
+            "the database URL scheme 'mysql+pymysql://' needs the pymysql module",
+        ),
         ("MEMORY_DRIVER=redis", "redis", "the redis memory driver needs the redis module"),
     ):
         name, value = setting.split("=", 1)
         result = subprocess.run(
-            [venv / "bin" / "clawmem", "sweep", "--dry-run"], cwd=tmp_path, text=True, capture_output=True,
-            env={**environment, f"CLAW_{name}": value}, timeout=60,
+            [venv / "bin" / "clawmem", "sweep", "--dry-run"],
+            cwd=tmp_path,
+            text=True,
+            capture_output=True,
+            env={**environment, f"CLAW_{name}": value},
+            timeout=60,
         )
         # A dry run is a read: before the error it may say that it keeps no audit line.
         assert (result.returncode, result.stderr.splitlines()[-1]) == (
-            1, f"Error: {needs}, which is not installed: pip install 'clawmem[{extra}]'"
+            1,
+            f"Error: {needs}, which is not installed: pip install 'clawmem[{extra}]'",
         ), setting
     result = subprocess.run(
-        [venv / "bin" / "clawmem", "worker"], cwd=tmp_path, text=True, capture_output=True,
-        env=environment, timeout=60,
+        [venv / "bin" / "clawmem", "worker"],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        env=environment,
+        timeout=60,
     )
     needs = "background work needs the huey module"
     assert (result.returncode, result.stderr) == (
-        1, f"Error: {needs}, which is not installed: pip install 'clawmem[worker]'\n"
+        1,
+        f"Error: {needs}, which is not installed: pip install 'clawmem[worker]'\n",
     )
     assert not (tmp_path / "instance" / "queue.db").exists()

@@ -493,8 +493,14 @@ def test_a_conversation_phpclaw_rewrote_loads_and_continues(site: Site, clock: F
                     f"INSERT INTO {messages} VALUES (:id, :conversation, :role, :content, :tool_name, "
                     ":tool_input, '2026-12-01 01:52:00')"
                 ),
-                {"id": f"01M8QMSREWRITTEN0000000{number:03d}", "conversation": conversation_id,
-                 "role": role, "content": content, "tool_name": tool_name, "tool_input": tool_input},
+                {
+                    "id": f"01M8QMSREWRITTEN0000000{number:03d}",
+                    "conversation": conversation_id,
+                    "role": role,
+                    "content": content,
+                    "tool_name": tool_name,
+                    "tool_input": tool_input,
+                },
             )
         conn.exec_driver_sql(f"UPDATE {conversations} SET metadata = '[]' WHERE id = '{conversation_id}'")
     clock.advance(120)
@@ -602,12 +608,21 @@ def test_every_page_returns_200_signed_in(loaded_url: str, tmp_path: Path, clock
         accounts.create_admin(ADMIN, PASSWORD, clock())
     client = app.test_client()
     assert sign_in(client).status_code == 302
-    pages = ["/", "/conversations/", "/memory/", "/cold", "/settings", "/preview",
-             "/preview?message=Do+you+sell+green+tea%3F", "/conversations/?user_id=7&q=commande"]
+    pages = [
+        "/",
+        "/conversations/",
+        "/memory/",
+        "/cold",
+        "/settings",
+        "/preview",
+        "/preview?message=Do+you+sell+green+tea%3F",
+        "/conversations/?user_id=7&q=commande",
+    ]
     rows = dump_rows()
     pages += [f"/conversations/{row[0]}" for row in rows["wp_phpclaw_conversations"]]
-    pages += [f"/conversations/{row[1]}/turns/{row[0]}" for row in rows["wp_phpclaw_messages"]
-              if row[2] == "user"]
+    pages += [
+        f"/conversations/{row[1]}/turns/{row[0]}" for row in rows["wp_phpclaw_messages"] if row[2] == "user"
+    ]
     namespaces = {row[1] for row in rows["wp_phpclaw_memory"]}
     pages += [f"/memory/{namespace}/" for namespace in namespaces]
     pages += [f"/memory/{namespace}/?state=expired" for namespace in namespaces]
@@ -628,12 +643,23 @@ def test_every_page_returns_200_signed_in(loaded_url: str, tmp_path: Path, clock
 
 # What PHP 8.2's serialize() and json_encode() wrote for these values (serialize_precision -1).
 PHP_FLOATS = [
-    (0.1, "0.1", "0.1"), (1.0, "1", "1"), (1.5, "1.5", "1.5"), (-0.0, "-0", "-0"), (0.0, "0", "0"),
-    (1e15, "1000000000000000", "1000000000000000"), (1e16, "10000000000000000", "10000000000000000"),
-    (1e17, "1.0E+17", "1.0e+17"), (123456789012345678.0, "1.2345678901234568E+17", "1.2345678901234568e+17"),
-    (1e-5, "1.0E-5", "1.0e-5"), (0.0001, "0.0001", "0.0001"), (0.00012, "0.00012", "0.00012"),
-    (2.5e-10, "2.5E-10", "2.5e-10"), (1 / 3, "0.3333333333333333", "0.3333333333333333"),
-    (100000.0, "100000", "100000"), (5e-324, "5.0E-324", "5.0e-324"), (-1e-7, "-1.0E-7", "-1.0e-7"),
+    (0.1, "0.1", "0.1"),
+    (1.0, "1", "1"),
+    (1.5, "1.5", "1.5"),
+    (-0.0, "-0", "-0"),
+    (0.0, "0", "0"),
+    (1e15, "1000000000000000", "1000000000000000"),
+    (1e16, "10000000000000000", "10000000000000000"),
+    (1e17, "1.0E+17", "1.0e+17"),
+    (123456789012345678.0, "1.2345678901234568E+17", "1.2345678901234568e+17"),
+    (1e-5, "1.0E-5", "1.0e-5"),
+    (0.0001, "0.0001", "0.0001"),
+    (0.00012, "0.00012", "0.00012"),
+    (2.5e-10, "2.5E-10", "2.5e-10"),
+    (1 / 3, "0.3333333333333333", "0.3333333333333333"),
+    (100000.0, "100000", "100000"),
+    (5e-324, "5.0E-324", "5.0e-324"),
+    (-1e-7, "-1.0E-7", "-1.0e-7"),
     (1.7976931348623157e308, "1.7976931348623157E+308", "1.7976931348623157e+308"),
 ]
 
@@ -650,8 +676,7 @@ def test_arrays_strings_and_keys_are_written_as_php_writes_them() -> None:
     assert php.serialize([True, False, None, 42]) == "a:4:{i:0;b:1;i:1;b:0;i:2;N;i:3;i:42;}"
     keys = {"-0": 1, "9223372036854775807": 2, "9223372036854775808": 3, "007": 4, "-5": 7}
     assert php.serialize(keys) == (
-        'a:5:{s:2:"-0";i:1;i:9223372036854775807;i:2;s:19:"9223372036854775808";i:3;'
-        's:3:"007";i:4;i:-5;i:7;}'
+        'a:5:{s:2:"-0";i:1;i:9223372036854775807;i:2;s:19:"9223372036854775808";i:3;s:3:"007";i:4;i:-5;i:7;}'
     )
     assert php.unserialize('a:2:{s:1:"0";s:1:"a";s:1:"1";s:1:"b";}') == ["a", "b"]
     assert php.unserialize('a:2:{i:1;s:1:"a";i:0;s:1:"b";}') == {"1": "a", "0": "b"}
@@ -659,20 +684,44 @@ def test_arrays_strings_and_keys_are_written_as_php_writes_them() -> None:
         '["a\\/b","\\u0001\\u001f\x7f\\t\\n\\r\\b\\f","\\u00e9\\ud83d\\ude00","\\"\\\\"]'
     )
     assert php.json_encode({}) == "[]" and php.json_encode({"1": "a"}) == '{"1":"a"}'
-    for bad in ("", "x", "s:5:\"abc\";", "i:1", "O:8:\"stdClass\":0:{}", "d:NAN;", "a:1:{i:0;i:1;", "N;N;"):
+    for bad in ("", "x", 's:5:"abc";', "i:1", 'O:8:"stdClass":0:{}', "d:NAN;", "a:1:{i:0;i:1;", "N;N;"):
         with pytest.raises(php.PhpFormatError):
             php.unserialize(bad)
 
 
 def test_php_comparison_and_words_match_php() -> None:
     # Each pair was checked with PHP 8.2's <=>.
-    cases = [(None, [], 0), ([], False, 0), ("abc", [], -1), (10, "9", 1), ("10", "9", 1), ("abc", 10, 1),
-             ("1e1", "10", 0), (" 1", "1", 0), ("1 ", "1", 0), (1.5, "abc", -1), (True, "0", 1),
-             ("User likes", "Spring sale", 1), ({"a": 1}, "zzz", 1)]
+    cases = [
+        (None, [], 0),
+        ([], False, 0),
+        ("abc", [], -1),
+        (10, "9", 1),
+        ("10", "9", 1),
+        ("abc", 10, 1),
+        ("1e1", "10", 0),
+        (" 1", "1", 0),
+        ("1 ", "1", 0),
+        (1.5, "abc", -1),
+        (True, "0", 1),
+        ("User likes", "Spring sale", 1),
+        ({"a": 1}, "zzz", 1),
+    ]
     for left, right, expected in cases:
         assert php.compare(left, right) == expected, (left, right)
     assert php.words("'quoted' word hello -world ab- cd café Größe don't user123abc snake_case -") == [
-        "quoted'", "word", "hello", "-world", "ab-", "cd", "caf", "gr", "e", "don't", "user", "abc", "snake",
+        "quoted'",
+        "word",
+        "hello",
+        "-world",
+        "ab-",
+        "cd",
+        "caf",
+        "gr",
+        "e",
+        "don't",
+        "user",
+        "abc",
+        "snake",
         "case",
     ]
 
@@ -688,8 +737,11 @@ def _php_value(value: Any) -> Any:
 
 
 SCALARS = (
-    st.none() | st.booleans() | st.integers(min_value=php.INT_MIN, max_value=php.INT_MAX)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=php.INT_MIN, max_value=php.INT_MAX)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
 )
 KEYS = st.text(max_size=6) | st.integers(-3, 5).map(str)  # "0", "-3": keys PHP takes for ints
 VALUES: st.SearchStrategy[Any] = st.deferred(

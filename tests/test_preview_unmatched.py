@@ -29,9 +29,28 @@ from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
-VOCABULARY = ["tea", "Tea", "green", "coffee", "café", "CAFÉ", "don't", "don’t", "well-known",
-              "user_123", "漢字テスト", "ox", "shipping", "policy", "straße", "STRASSE", "refund", "parcel",
-              "null", "true"]
+VOCABULARY = [
+    "tea",
+    "Tea",
+    "green",
+    "coffee",
+    "café",
+    "CAFÉ",
+    "don't",
+    "don’t",
+    "well-known",
+    "user_123",
+    "漢字テスト",
+    "ox",
+    "shipping",
+    "policy",
+    "straße",
+    "STRASSE",
+    "refund",
+    "parcel",
+    "null",
+    "true",
+]
 KEYS = ["tea", "Zeta", "green_tea", "café", "ärger", "a", "order-7", "shipping policy", "zz", "Ω"]
 MESSAGE = "Tea? Don't forget the CAFÉ, strasse and well-known refunds: user_123 ox"
 ZERO_OVERLAP = re.compile(r'<span class="zero-overlap">(\d+)</span>')
@@ -64,9 +83,17 @@ def _fill(clock: FakeClock, prefix: str) -> None:
     with state.engine().begin() as conn:
         for number in range(20):
             value = {"Tea": ["CAFÉ"], "n": number} if number % 2 else f"plain note {number}"
-            conn.execute(sa.insert(tables(prefix).memory).values(
-                id=new_id(), namespace="default", lookup_key=f"program-{number}", value=json.dumps(value),
-                expires_at=None, created_at=stamp, updated_at=stamp))
+            conn.execute(
+                sa.insert(tables(prefix).memory).values(
+                    id=new_id(),
+                    namespace="default",
+                    lookup_key=f"program-{number}",
+                    value=json.dumps(value),
+                    expires_at=None,
+                    created_at=stamp,
+                    updated_at=stamp,
+                )
+            )
 
 
 def _reference(

@@ -23,8 +23,7 @@ from tests.test_dashboard_sites import MARKERS, sites_app, two_sites  # noqa: F4
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
-RULE = ("a store opened for one site never reads, writes, sweeps or deletes another site's data, "
-        "on any driver")
+RULE = "a store opened for one site never reads, writes, sweeps or deletes another site's data, on any driver"
 
 
 def _text(response: Any) -> str:
@@ -63,7 +62,7 @@ def test_one_site_says_default_and_states_the_rule(
     drivers = body.split('id="drivers-heading"', 1)[1]
     for name in ("sql", "redis", "file", "array"):
         assert f"<code>{name}</code>" in drivers
-    assert "<code>sql</code> <span class=\"tag permanent\">in use</span>" in drivers
+    assert '<code>sql</code> <span class="tag permanent">in use</span>' in drivers
     assert "{table prefix}phpclaw:" in drivers
 
 
@@ -91,8 +90,11 @@ def test_the_live_check_finds_every_other_site_apart_on_each_driver(
     assert entries >= 5 and conversations == 2
     # Where the other site's memory is: its own table, key prefix or directory.
     place = checks["beta"][1]
-    expected = {"sql": f"table {prefix}b_phpclaw_memory", "redis": f"Redis keys starting {prefix}b_phpclaw:",
-                "file": f"site-{prefix}b_"}[driver]
+    expected = {
+        "sql": f"table {prefix}b_phpclaw_memory",
+        "redis": f"Redis keys starting {prefix}b_phpclaw:",
+        "file": f"site-{prefix}b_",
+    }[driver]
     assert expected in place
     # The commands' own site has tables but is in no CLAW_SITES pair: found, not configured.
     rows = _prefix_rows(body)
@@ -110,7 +112,7 @@ def test_prefixes_of_phpclaw_and_unconfigured_and_hostile_tables_are_listed_esca
     with app.app_context():
         engine = state.engine()
     create_tables(engine, f"{prefix}wp_", PHPCLAW_SCHEMA)
-    hostile = '<img src=x onerror=alert(1)>'
+    hostile = "<img src=x onerror=alert(1)>"
     quoted = engine.dialect.identifier_preparer.quote(f"{hostile}phpclaw_memory")
     with engine.begin() as conn:
         conn.exec_driver_sql(f"CREATE TABLE {quoted} (id INTEGER)")
@@ -149,9 +151,15 @@ def test_a_configured_prefix_without_tables_says_how_to_make_them(
 def test_the_check_finds_stores_that_share_one_place(
     tmp_path: Any, clock: FakeClock, prefix: str, driver: str
 ) -> None:
-    settings = Settings.from_mapping({"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
-                                      "TABLE_PREFIX": prefix, "MEMORY_DRIVER": driver,
-                                      "FILE_DIR": str(tmp_path / "files")}, tmp_path)
+    settings = Settings.from_mapping(
+        {
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
+            "TABLE_PREFIX": prefix,
+            "MEMORY_DRIVER": driver,
+            "FILE_DIR": str(tmp_path / "files"),
+        },
+        tmp_path,
+    )
     first, second = Site(settings, clock), Site(settings.replace(table_prefix=f"{prefix}2_"), clock)
     create_tables(first.engine, first.prefix)
     create_tables(second.engine, second.prefix)

@@ -43,8 +43,13 @@ def insert_conversations(engine: sa.engine.Engine, prefix: str, count: int = 45)
     ]
     # Messages said (number % 4, so ties), each turn's recall record counted apart.
     messages = [
-        {"id": new_id(), "conversation_id": row["id"], "role": role, "content": "x",
-         "created_at": row["created_at"]}
+        {
+            "id": new_id(),
+            "conversation_id": row["id"],
+            "role": role,
+            "content": "x",
+            "created_at": row["created_at"],
+        }
         for number, row in enumerate(rows)
         for said in range(number % 4)
         for role in ("recall", "user" if said % 2 == 0 else "assistant")
@@ -64,16 +69,30 @@ def expected_order(rows: list[dict[str, Any]], sort: str, descending: bool | Non
     if sort in ("tokens", "messages"):
         column = "total_tokens" if sort == "tokens" else "said"
         down = True if descending is None else descending
-        present = sorted((r for r in rows if r[column] is not None), key=lambda r: (r[column], r["id"]),
-                         reverse=down)
+        present = sorted(
+            (r for r in rows if r[column] is not None), key=lambda r: (r[column], r["id"]), reverse=down
+        )
         missing = sorted((r for r in rows if r[column] is None), key=lambda r: r["id"], reverse=down)
         return [row["id"] for row in present + missing]
     if descending is not None and descending != (sort != "title"):
-        return list(reversed(expected_order(rows, sort))) if sort != "title" else [
-            row["id"] for row in sorted((r for r in rows if r["title"] is not None),
-                                        key=lambda r: (r["title"], r["id"]), reverse=True)
-        ] + [row["id"] for row in sorted((r for r in rows if r["title"] is None), key=lambda r: r["id"],
-                                         reverse=True)]
+        return (
+            list(reversed(expected_order(rows, sort)))
+            if sort != "title"
+            else [
+                row["id"]
+                for row in sorted(
+                    (r for r in rows if r["title"] is not None),
+                    key=lambda r: (r["title"], r["id"]),
+                    reverse=True,
+                )
+            ]
+            + [
+                row["id"]
+                for row in sorted(
+                    (r for r in rows if r["title"] is None), key=lambda r: r["id"], reverse=True
+                )
+            ]
+        )
     if sort == "title":
         titled = sorted((r for r in rows if r["title"] is not None), key=lambda r: (r["title"], r["id"]))
         untitled = sorted((r for r in rows if r["title"] is None), key=lambda r: r["id"])
@@ -99,8 +118,12 @@ def test_every_conversation_order_pages_each_row_once_in_order(
     assert log.count(query="alpha", at_most=5) == 5 < titled_alpha
     assert log.count(query="alpha", at_most=1000) == titled_alpha == 12
     for descending in (True, False):
-        turned = [c.id for c in walk(
-            lambda cursor, d=descending: log.list(limit=4, cursor=cursor, sort=sort, descending=d))]
+        turned = [
+            c.id
+            for c in walk(
+                lambda cursor, d=descending: log.list(limit=4, cursor=cursor, sort=sort, descending=d)
+            )
+        ]
         assert turned == expected_order(rows, sort, descending), descending
 
 
@@ -125,8 +148,10 @@ def test_search_finds_the_start_of_each_conversations_first_matching_message(
     log = ConversationLog(engine, prefix=prefix)
     from clawmem.conversations import Message
 
-    log.append("c-refund", [Message("user", "Hello"), Message("user", "I want a REFUND now"),
-                            Message("user", "refund again")])
+    log.append(
+        "c-refund",
+        [Message("user", "Hello"), Message("user", "I want a REFUND now"), Message("user", "refund again")],
+    )
     log.append("c-other", [Message("user", "where is my parcel")])
     found = log.first_matches(["c-refund", "c-other"], "refund")
     assert found == {"c-refund": "I want a REFUND now"}
@@ -140,8 +165,14 @@ def test_init_db_adds_the_sort_indexes_to_existing_tables(engine: sa.engine.Engi
     schema = tables(prefix)
     three = (schema.conversations, schema.messages, schema.memory)
     added = {index.name for table in three for index in table.indexes}
-    names = ("conv_updated", "conv_title", "conv_tokens", "msg_conv_role", "mem_ns_updated_key",
-             "mem_ns_expires_key")
+    names = (
+        "conv_updated",
+        "conv_title",
+        "conv_tokens",
+        "msg_conv_role",
+        "mem_ns_updated_key",
+        "mem_ns_expires_key",
+    )
     wanted = {f"{prefix}phpclaw_{name}" for name in names}
     assert wanted <= added
     with engine.begin() as conn:
@@ -172,13 +203,19 @@ def test_rows_with_unreadable_times_page_once_in_every_order(
                 "WHERE id = ?",
                 (row["id"],),
             )
-        conn.exec_driver_sql(f"UPDATE {schema.memory.name} SET updated_at = 'soon', expires_at = 'later' "
-                             "WHERE lookup_key IN ('b', 'k')")
+        conn.exec_driver_sql(
+            f"UPDATE {schema.memory.name} SET updated_at = 'soon', expires_at = 'later' "
+            "WHERE lookup_key IN ('b', 'k')"
+        )
     log = ConversationLog(engine, prefix=prefix)
     for sort in CONVERSATION_SORTS:
         listed = [c.id for c in walk(lambda cursor, sort=sort: log.list(limit=2, cursor=cursor, sort=sort))]
         assert sorted(listed) == sorted(row["id"] for row in rows), sort
     for sort in KEY_SORTS:
-        keys = [r.key for r in walk(lambda cursor, sort=sort: memory.entries("sorted", limit=2, sort=sort,
-                                                                             cursor=cursor))]
+        keys = [
+            r.key
+            for r in walk(
+                lambda cursor, sort=sort: memory.entries("sorted", limit=2, sort=sort, cursor=cursor)
+            )
+        ]
         assert sorted(keys) == sorted("mbxakzcqd"), sort

@@ -34,8 +34,12 @@ def _counts(app: Flask, user_id: str) -> dict[str, int]:
             count = conn.execute(sa.select(sa.func.count()).select_from(theirs.subquery())).scalar()
     roles = dict(rows)
     said = sum(n for role, n in roles.items() if role not in ("recall", "summary"))
-    return {"conversations": count, "said": said, "recall": roles.get("recall", 0),
-            "summary": roles.get("summary", 0)}
+    return {
+        "conversations": count,
+        "said": said,
+        "recall": roles.get("recall", 0),
+        "summary": roles.get("summary", 0),
+    }
 
 
 def test_the_subject_page_answers_what_we_hold_with_the_tables_numbers(
@@ -64,9 +68,7 @@ def test_the_download_equals_the_export_command(app: Flask, demo: None, signed_i
     assert json.loads(result.stdout)["counts"]["conversations"] == _counts(app, "cust-1001")["conversations"]
 
 
-def test_mentions_elsewhere_are_listed_from_the_exports_own_query(
-    app: Flask, signed_in: FlaskClient
-) -> None:
+def test_mentions_elsewhere_are_listed_from_the_exports_own_query(app: Flask, signed_in: FlaskClient) -> None:
     with app.app_context():
         memory = state.memory()
         memory.set("owner-of-ticket-9", "cust-4242 asked for a refund", "default")
@@ -79,7 +81,7 @@ def test_mentions_elsewhere_are_listed_from_the_exports_own_query(
     assert "owner-of-ticket-9" not in pending
     link = re.search(r'<div id="subject-mentions" hx-get="([^"]+)" hx-trigger="load"', pending)
     assert link and f'<a href="{link.group(1)}#mentions-heading">' in pending
-    assert "<dt>Mentioned elsewhere</dt><dd><a href=\"#mentions-heading\">listed below</a></dd>" in body
+    assert '<dt>Mentioned elsewhere</dt><dd><a href="#mentions-heading">listed below</a></dd>' in body
     url = html.unescape(link.group(1))
     fragment = page_text(signed_in.get(url, headers={"HX-Request": "true", "HX-Target": "subject-mentions"}))
     assert fragment.lstrip().startswith('<div id="subject-mentions">') and "<h1>" not in fragment

@@ -58,9 +58,7 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None) -
         k, default_namespace = top_k or site.settings.recall_top_k, site.settings.recall_namespace
     results = []
     for scoring in scorings or RECALL_SCORINGS:
-        with click.progressbar(
-            length=len(questions), label=scoring, file=sys.stderr
-        ) as bar:
+        with click.progressbar(length=len(questions), label=scoring, file=sys.stderr) as bar:
             try:
                 results.append(
                     evaluate(memory, questions, scoring, RANKERS[scoring], k, default_namespace, bar.update)

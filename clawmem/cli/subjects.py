@@ -176,9 +176,7 @@ def _shown_subject(label: str, subject: Subject, dry_run: bool) -> str:
     # the same hash for a subject on this install.
     key = existing_audit_key() if dry_run else running_audit_key()
     if key is None:
-        return (
-            f"subject: {label} (no hash shown: the install has no audit key yet, and a dry run makes none)"
-        )
+        return f"subject: {label} (no hash shown: the install has no audit key yet, and a dry run makes none)"
     return f"subject: {label} {subject_hash(subject.text, key)} (as in the audit log)"
 
 

@@ -122,6 +122,7 @@ def worker(workers: int) -> None:
     )
     run_consumer(queue, workers)
 
+
 COMMANDS = [worker]
 
 

@@ -78,9 +78,7 @@ def contains_text(row: MemoryRow, text: str) -> bool:
     return text in row.key or any(needle in encoded for needle in escaped)
 
 
-def emit_write(
-    driver: str, namespace: str, key: str, encoded: str, ttl: Ttl, gated: bool = False
-) -> None:
+def emit_write(driver: str, namespace: str, key: str, encoded: str, ttl: Ttl, gated: bool = False) -> None:
     """Emit ``memory.write`` for a write of ``encoded`` (its size only; never the value)."""
     events.emit(
         "memory.write",

@@ -268,8 +268,11 @@ class RedisMemory(FeedingMemory):
         for key in keys:
             pipe.pttl(self.entry_key(key, namespace))
         now = self._now()
-        return {key: now + math.ceil(left / 1000) for key, left in zip(keys, pipe.execute(), strict=True)
-                if left is not None and left > 0}
+        return {
+            key: now + math.ceil(left / 1000)
+            for key, left in zip(keys, pipe.execute(), strict=True)
+            if left is not None and left > 0
+        }
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         # Scored by expires_at, so "score > now" is exactly the live members.
@@ -282,8 +285,13 @@ class RedisMemory(FeedingMemory):
         timed = self._redis_expiries(namespace, [key for key, _, expiry, _, _ in stored if expiry is None])
         return [
             MemoryRow(
-                namespace, key, value, expires_at if expires_at is not None else timed.get(key), size,
-                unreadable=bad, raw_value=bad is not None,
+                namespace,
+                key,
+                value,
+                expires_at if expires_at is not None else timed.get(key),
+                size,
+                unreadable=bad,
+                raw_value=bad is not None,
             )
             for key, size, expires_at, value, bad in stored
         ]

@@ -179,6 +179,7 @@ class SqlMemory(FeedingMemory):
         deleted = {}
         with_vectors = self._has_vectors()
         for namespace in counts:
+
             def sweep(conn: Connection, namespace: str = namespace) -> int:
                 if with_vectors:
                     expired = kv.expired_keys(conn, self.prefix, namespace, now, self.shape)

@@ -98,4 +98,3 @@ class SqlVectorBacking:
         """Delete every vector not of ``model_id`` at ``dimension``; return how many went."""
         with write_transaction(self.engine) as conn:
             return vectors.delete_other_models(conn, self.prefix, model_id, dimension)
-

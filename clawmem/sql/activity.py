@@ -143,11 +143,15 @@ def _memory_counts_select(prefix: str, shape: str, dialect: str) -> sa.CompoundS
     # The namespaces' counts (in name order, as namespace_counts gives them) then the rows
     # first written on each day of the window.
     table = tables(prefix, shape).memory
-    by_namespace = sa.select(sa.literal(WHOLE).label("kind"), table.c.namespace, sa.null(),
-                             *kv.namespace_count_columns(table)).group_by(table.c.namespace)
+    by_namespace = sa.select(
+        sa.literal(WHOLE).label("kind"), table.c.namespace, sa.null(), *kv.namespace_count_columns(table)
+    ).group_by(table.c.namespace)
     day = _day_of(table.c.created_at, dialect)
-    by_day = (sa.select(sa.literal(MEMORY), sa.null(), day, sa.func.count(), sa.null(), sa.null())
-              .where(_in_window(table.c.created_at)).group_by(day))
+    by_day = (
+        sa.select(sa.literal(MEMORY), sa.null(), day, sa.func.count(), sa.null(), sa.null())
+        .where(_in_window(table.c.created_at))
+        .group_by(day)
+    )
     union = sa.union_all(by_namespace, by_day)
     return union.order_by(union.selected_columns.kind, union.selected_columns.namespace)
 
@@ -178,6 +182,7 @@ def _counts_by_day(conn: Connection, column: sa.Column[datetime], edges: Sequenc
             counts[day_number[day]] = int(count or 0)
     return counts
 
+
 def tokens_per_day(
     conn: Connection,
     prefix: str,
@@ -189,8 +194,9 @@ def tokens_per_day(
     no row reported one ("not reported", never 0). One range read on the messages' time index."""
     if len(edges) < 2:
         return []
-    return _billed_per_day(conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]}),
-                           edges, billed)
+    return _billed_per_day(
+        conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]}), edges, billed
+    )
 
 
 def _billed_per_day(
@@ -211,8 +217,9 @@ def _billed_per_day(
 def _reported_rows(prefix: str) -> sa.ColumnElement[bool]:
     # The assistant rows of the window that may hold a usage.
     messages = tables(prefix).messages
-    return sa.and_(_in_window(messages.c.created_at), messages.c.role == "assistant",
-                   messages.c.metadata.is_not(None))
+    return sa.and_(
+        _in_window(messages.c.created_at), messages.c.role == "assistant", messages.c.metadata.is_not(None)
+    )
 
 
 @functools.cache
@@ -233,22 +240,29 @@ def _usage(metadata: Any) -> Mapping[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-
 @functools.cache
 def _activity_select(prefix: str, intervals: int, ours: bool) -> sa.Select[Any]:
     # One statement for the whole chart and the conversations' edges: the Overview pays one
     # round trip for them, not five.
     schema = tables(prefix)
     conversations = schema.conversations
-    per_day = (*_interval_counts(schema.messages.c.created_at, intervals).selected_columns,
-               *_interval_counts(conversations.c.created_at, intervals).selected_columns)
-    whole = (sa.func.count(), sa.func.min(conversations.c.created_at),
-             sa.func.max(conversations.c.updated_at),
-             sa.func.sum(conversations.c.total_tokens) if ours else sa.null())
-    return sa.select(*per_day, *(
-        sa.select(value).select_from(conversations).scalar_subquery().label(name)
-        for name, value in zip(("stored", "oldest", "newest", "total_tokens"), whole, strict=True)
-    ))
+    per_day = (
+        *_interval_counts(schema.messages.c.created_at, intervals).selected_columns,
+        *_interval_counts(conversations.c.created_at, intervals).selected_columns,
+    )
+    whole = (
+        sa.func.count(),
+        sa.func.min(conversations.c.created_at),
+        sa.func.max(conversations.c.updated_at),
+        sa.func.sum(conversations.c.total_tokens) if ours else sa.null(),
+    )
+    return sa.select(
+        *per_day,
+        *(
+            sa.select(value).select_from(conversations).scalar_subquery().label(name)
+            for name, value in zip(("stored", "oldest", "newest", "total_tokens"), whole, strict=True)
+        ),
+    )
 
 
 @functools.cache
@@ -258,12 +272,16 @@ def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bo
     # ``reported`` the rows the tokens per day are read from (see tokens_per_day).
     schema = tables(prefix)
     conversations = schema.conversations
-    values = [sa.func.count(), sa.func.min(conversations.c.created_at),
-              sa.func.max(conversations.c.updated_at)]
+    values = [
+        sa.func.count(),
+        sa.func.min(conversations.c.created_at),
+        sa.func.max(conversations.c.updated_at),
+    ]
     if ours:  # phpClaw's conversations keep no tokens
         values.append(sa.func.sum(conversations.c.total_tokens))
     whole = sa.select(
-        sa.literal(WHOLE), sa.null(),
+        sa.literal(WHOLE),
+        sa.null(),
         *(sa.select(value).select_from(conversations).scalar_subquery() for value in values),
         *([] if ours else [sa.null()]),
         sa.null(),
@@ -271,15 +289,30 @@ def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bo
 
     def per_day(kind: int, column: sa.Column[datetime]) -> sa.Select[Any]:
         day = _day_of(column, dialect)
-        return (sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null(), sa.null())
-                .where(_in_window(column)).group_by(day))
+        return (
+            sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null(), sa.null())
+            .where(_in_window(column))
+            .group_by(day)
+        )
 
-    parts = [whole, per_day(MESSAGES, schema.messages.c.created_at),
-             per_day(CONVERSATIONS, conversations.c.created_at)]
+    parts = [
+        whole,
+        per_day(MESSAGES, schema.messages.c.created_at),
+        per_day(CONVERSATIONS, conversations.c.created_at),
+    ]
     if reported:
         messages = schema.messages
-        parts.append(sa.select(sa.literal(REPORTED), sa.null(), sa.null(), messages.c.created_at, sa.null(),
-                               sa.null(), messages.c.metadata).where(_reported_rows(prefix)))
+        parts.append(
+            sa.select(
+                sa.literal(REPORTED),
+                sa.null(),
+                sa.null(),
+                messages.c.created_at,
+                sa.null(),
+                sa.null(),
+                messages.c.metadata,
+            ).where(_reported_rows(prefix))
+        )
     return sa.union_all(*parts)
 
 
@@ -335,8 +368,8 @@ def activity(
         for number, (low, high) in enumerate(pairwise(edges)):
             bounds[f"low{number}"], bounds[f"high{number}"] = low, high
         found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
-        messages, conversations = found[:days], found[days:2 * days]
-        total, oldest, newest, total_tokens = found[2 * days:]
+        messages, conversations = found[:days], found[days : 2 * days]
+        total, oldest, newest, total_tokens = found[2 * days :]
         tokens = None if billed is None else tokens_per_day(conn, prefix, edges, billed)
     return Activity(
         [edge.date() for edge in edges[:-1]],

@@ -186,16 +186,18 @@ def insert_messages(
         if seal is not None:  # bound to the row id, which is why ids are made here first
             content, tool_input = seal(row_id, "content", content), seal(row_id, "tool_input", tool_input)
             metadata = seal(row_id, "metadata", metadata)
-        rows.append({
-            "id": row_id,
-            "conversation_id": conversation_id,
-            "role": message.role,
-            "content": content,
-            "tool_name": message.tool_name,
-            "tool_input": tool_input,
-            "created_at": created_at,
-            **({"metadata": metadata} if own_metadata else {}),
-        })
+        rows.append(
+            {
+                "id": row_id,
+                "conversation_id": conversation_id,
+                "role": message.role,
+                "content": content,
+                "tool_name": message.tool_name,
+                "tool_input": tool_input,
+                "created_at": created_at,
+                **({"metadata": metadata} if own_metadata else {}),
+            }
+        )
     if rows:
         conn.execute(sa.insert(tables(prefix).messages), rows)
     return [row["id"] for row in rows]
@@ -344,8 +346,9 @@ def message_page(
     """Return up to ``limit`` of one conversation's messages after ``cursor``, oldest first
     (newest first when ``descending``)."""
     if not cursor:
-        found = conn.execute(_first_messages_select(prefix, shape, descending, limit),
-                             {"conversation_id": conversation_id})
+        found = conn.execute(
+            _first_messages_select(prefix, shape, descending, limit), {"conversation_id": conversation_id}
+        )
         return _messages(found)
     table = tables(prefix).messages
     select = sa.select(*row_columns(table, shape)).where(table.c.conversation_id == conversation_id)
@@ -658,8 +661,15 @@ def summaries(
         # Page first, then count the page's messages only: a database that computes a row's
         # columns before it sorts would otherwise count every matching conversation.
         select = _filtered(sa.select(*row_columns(table, shape), *total), prefix, **filters)
-        rows = sorted_rows(conn, select, [table.c[name], table.c.id], limit, start, descending=direction,
-                           nullable=name in NULLABLE_SORTS)
+        rows = sorted_rows(
+            conn,
+            select,
+            [table.c[name], table.c.id],
+            limit,
+            start,
+            descending=direction,
+            nullable=name in NULLABLE_SORTS,
+        )
         counts = page_role_counts(conn, prefix, [row.id for row in rows])
     # Each row read once into a dict by its result's column names (looked up once): a row's
     # attributes cost more to read than the rest of a summary.
@@ -672,14 +682,16 @@ def summaries(
             checkpoints = columns["checkpoint_count"]
         else:
             said, recall, checkpoints = counts.get(columns["id"], (0, 0, 0))
-        found.append(ConversationSummary(
-            **_fields_of(columns),
-            message_count=int(said or 0),
-            recall_count=int(recall or 0),
-            checkpoint_count=int(checkpoints or 0),
-            raw_created_at=raw_moment(columns["created_at"]),
-            raw_updated_at=raw_moment(columns["updated_at"]),
-        ))
+        found.append(
+            ConversationSummary(
+                **_fields_of(columns),
+                message_count=int(said or 0),
+                recall_count=int(recall or 0),
+                checkpoint_count=int(checkpoints or 0),
+                raw_created_at=raw_moment(columns["created_at"]),
+                raw_updated_at=raw_moment(columns["updated_at"]),
+            )
+        )
     if not counted:
         return found, None
     if rows:
@@ -691,8 +703,9 @@ def summaries(
 def _given(filters: dict[str, Any]) -> dict[str, Any]:
     """Return the filters of :func:`_filtered` that narrow the list (an empty search does not;
     an empty ``user_id`` does: it is the anonymous subject)."""
-    return {name: value for name, value in filters.items()
-            if value is not None and (name != "query" or value)}
+    return {
+        name: value for name, value in filters.items() if value is not None and (name != "query" or value)
+    }
 
 
 NULLABLE_SORTS = ("title", "total_tokens")  # columns that may be NULL: listed last, in a query apart
@@ -801,8 +814,11 @@ def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLA
     conversations, total_tokens = conn.execute(
         sa.select(sa.func.count(), tokens).where(equals_exactly(table.c.user_id, user_id))
     ).one()
-    return SubjectTotals(int(conversations or 0), *(int(value or 0) for value in counted),
-                         total_tokens=None if total_tokens is None else int(total_tokens))
+    return SubjectTotals(
+        int(conversations or 0),
+        *(int(value or 0) for value in counted),
+        total_tokens=None if total_tokens is None else int(total_tokens),
+    )
 
 
 def count_summaries(conn: Connection, prefix: str, at_most: int | None = None, **filters: Any) -> int:

@@ -132,6 +132,8 @@ def _forget_pool_in_children(engine: Engine) -> None:
             forked.dispose(close=False)
 
     os.register_at_fork(after_in_child=after_fork)
+
+
 class ReadingLine:
     """One connection of an engine's database kept for the short reads of a recall turn: no
     checkout from the pool, so no pre-ping, and threads take turns on it.

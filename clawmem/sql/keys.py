@@ -80,9 +80,9 @@ def column_keys(conn: Connection, prefix: str) -> list[ColumnKeys]:
         rows = conn.execute(sa.select(key_id, sa.func.count()).where(_sealed(column)).group_by(key_id))
         per_key = {str(name): int(count) for name, count in rows}
         plaintext = conn.execute(
-            sa.select(sa.func.count()).select_from(table).where(
-                column.is_not(None), column != "", sa.not_(_sealed(column))
-            )
+            sa.select(sa.func.count())
+            .select_from(table)
+            .where(column.is_not(None), column != "", sa.not_(_sealed(column)))
         ).scalar()
         found.append(ColumnKeys(table_name, column_name, per_key, int(plaintext or 0)))
     return found
@@ -97,10 +97,7 @@ def newest_sealed(conn: Connection, prefix: str, key_id: str | None = None) -> l
         column = table.c[column_name]
         where = [table.c.namespace, table.c.lookup_key] if table_name == "memory" else [table.c.id]
         select = (
-            sa.select(*where, column)
-            .where(_sealed(column, key_id))
-            .order_by(table.c[moment].desc())
-            .limit(1)
+            sa.select(*where, column).where(_sealed(column, key_id)).order_by(table.c[moment].desc()).limit(1)
         )
         row = conn.execute(select).first()
         if row is None:

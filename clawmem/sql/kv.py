@@ -632,8 +632,12 @@ def rows_across(
     """Return the rows of each namespace's keys in ``wanted`` that exist, expired ones
     included, in one statement."""
     table = tables(prefix, shape).memory
-    select = sa.select(table).where(sa.or_(*(
-        sa.and_(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
-        for namespace, keys in wanted.items()
-    )))
+    select = sa.select(table).where(
+        sa.or_(
+            *(
+                sa.and_(table.c.namespace == namespace, table.c.lookup_key.in_(list(keys)))
+                for namespace, keys in wanted.items()
+            )
+        )
+    )
     return [memory_row(row, shape, values) for row in conn.execute(select)]

@@ -96,8 +96,6 @@ def _refuse_constant(name: str) -> Any:
 _JSON = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
-
-
 def problem_in(value: Any, raw: str | None = None) -> str | None:
     """Return why a decoded value cannot be shown or exported safely (nested more than
     :data:`~clawmem.rules.MAX_NESTING` levels, a NaN or infinity, a lone surrogate), or
@@ -129,7 +127,11 @@ def _suspect(raw: str) -> bool:
     # lone surrogate is one), NaN or infinity as JSON or PHP writes them, or more openings than
     # MAX_NESTING. Most values hold none, and are cleared without a walk.
     return (
-        "\\u" in raw or "NaN" in raw or "Inf" in raw or "NAN" in raw or "INF" in raw
+        "\\u" in raw
+        or "NaN" in raw
+        or "Inf" in raw
+        or "NAN" in raw
+        or "INF" in raw
         or raw.count("[") + raw.count("{") > MAX_NESTING
     )
 

@@ -62,9 +62,7 @@ def seal_column(
     return sealed
 
 
-def _open_text(
-    cipher: Cipher, context: Context, text: str, raising: bool, problems: list[str]
-) -> str | None:
+def _open_text(cipher: Cipher, context: Context, text: str, raising: bool, problems: list[str]) -> str | None:
     # What cannot be opened reads as None (a page shows "unreadable", never the ciphertext as
     # if it were the text), with the reason; the stored row is left exactly as it is.
     try:
@@ -76,9 +74,7 @@ def _open_text(
         return None
 
 
-def _open_json(
-    cipher: Cipher, context: Context, value: Any, raising: bool, problems: list[str]
-) -> Any:
+def _open_json(cipher: Cipher, context: Context, value: Any, raising: bool, problems: list[str]) -> Any:
     # A JSON column: sealed text is opened then parsed; plaintext was parsed already, and is
     # refused in strict mode like any other plaintext.
     if value is None:
@@ -137,9 +133,13 @@ def open_message(cipher: Cipher, prefix: str, message: Any, raising: bool = Fals
 def open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: bool = False) -> list[Any]:
     """Return :func:`open_message` of each of ``messages``, in order. A turn opens its whole
     history here, so the common row (sealed content, no tool input) takes a short path."""
-    if not cipher.enabled and not cipher.key_source and not any(
-        is_sealed(m.content) or isinstance(m.tool_input, Sealed) or isinstance(m.metadata, Sealed)
-        for m in messages
+    if (
+        not cipher.enabled
+        and not cipher.key_source
+        and not any(
+            is_sealed(m.content) or isinstance(m.tool_input, Sealed) or isinstance(m.metadata, Sealed)
+            for m in messages
+        )
     ):
         return messages
     if cipher.strict:
@@ -200,4 +200,3 @@ def open_summary(cipher: Cipher, prefix: str, summary: Any) -> Any:
 
 
 OPENED = ("title", "metadata", "unreadable")
-

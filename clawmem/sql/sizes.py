@@ -139,12 +139,14 @@ def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
         if not counted:
             return []
         # One statement for every count: one round trip, not four.
-        select = sa.select(*(
-            sa.select(sa.func.count()).select_from(table).scalar_subquery() for table in counted
-        ))
+        select = sa.select(
+            *(sa.select(sa.func.count()).select_from(table).scalar_subquery() for table in counted)
+        )
         rows = conn.execute(select).one()
-    return [TableStats(table.name, True, int(count or 0), None)
-            for table, count in zip(counted, rows, strict=True)]
+    return [
+        TableStats(table.name, True, int(count or 0), None)
+        for table, count in zip(counted, rows, strict=True)
+    ]
 
 
 def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:

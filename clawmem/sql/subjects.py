@@ -88,8 +88,9 @@ def memory_matches(
     order of the ``(namespace, key)`` index would fetch every row by a random read of its own.
     """
     memory = tables(prefix, shape).memory
-    found = conn.execute(sa.select(memory.c.namespace, memory.c.lookup_key)
-                         .where(memory_where(prefix, text, shape)))
+    found = conn.execute(
+        sa.select(memory.c.namespace, memory.c.lookup_key).where(memory_where(prefix, text, shape))
+    )
     return sorted((namespace, key) for namespace, key in found)
 
 
@@ -107,10 +108,16 @@ def memory_rows_matching(
     wanted: dict[str, list[str]] = {}
     for namespace, key in keys:
         wanted.setdefault(namespace, []).append(key)
-    chosen = sa.or_(*(sa.and_(memory.c.namespace == namespace, memory.c.lookup_key.in_(names))
-                      for namespace, names in wanted.items()))
-    found = {(row.namespace, row.lookup_key): row
-             for row in conn.execute(sa.select(memory).where(chosen, memory_where(prefix, text, shape)))}
+    chosen = sa.or_(
+        *(
+            sa.and_(memory.c.namespace == namespace, memory.c.lookup_key.in_(names))
+            for namespace, names in wanted.items()
+        )
+    )
+    found = {
+        (row.namespace, row.lookup_key): row
+        for row in conn.execute(sa.select(memory).where(chosen, memory_where(prefix, text, shape)))
+    }
     return [found[pair] for pair in keys if pair in found]
 
 

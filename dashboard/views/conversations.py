@@ -166,6 +166,8 @@ def _chosen(filters: dict[str, str], since: datetime | None, until: datetime | N
         "until": until,
         "query": filters.get("q"),
     }
+
+
 def _row_links() -> tuple[Callable[[str], str], Callable[[str], str]]:
     return url_maker("conversations.detail", "conversation_id"), url_maker("subjects.detail", "user_id")
 
@@ -186,8 +188,13 @@ def _list_page(
     # request.
     counting, cursor = not wants_fragment(MORE_TARGET), text_arg("cursor", 500) or None
     page = store.list(
-        limit=PAGE_SIZE, cursor=cursor, sort=sort, descending=descending,
-        counted=counting and bool(filters), count_at_most=bound, **chosen,
+        limit=PAGE_SIZE,
+        cursor=cursor,
+        sort=sort,
+        descending=descending,
+        counted=counting and bool(filters),
+        count_at_most=bound,
+        **chosen,
     )
     total, counted_at = page.total, None
     if counting and not filters:
@@ -200,8 +207,12 @@ def _list_page(
     if filters.get("q") and store.encrypted:
         # The same scan the list made (kept for the page): how far the search looked.
         scan = store.scan(filters["q"], **{name: value for name, value in chosen.items() if name != "query"})
-        scanned = {"conversations": scan.conversations_read, "messages": scan.messages_read,
-                   "complete": scan.complete, "limit": SCAN_LIMIT}
+        scanned = {
+            "conversations": scan.conversations_read,
+            "messages": scan.messages_read,
+            "complete": scan.complete,
+            "limit": SCAN_LIMIT,
+        }
     found = store.first_matches([c.id for c in page.items], filters["q"]) if filters.get("q") else {}
     links, frame = _row_links(), time_frame()
     return {
@@ -214,8 +225,10 @@ def _list_page(
         "more_url": url_for("conversations.index", **filters, sort=order, cursor=page.next_cursor)
         if page.next_cursor
         else None,
-        "downloads": {format: url_for("conversations.download", format=format, **filters, sort=order)
-                      for format in DOWNLOAD_FORMATS},
+        "downloads": {
+            format: url_for("conversations.download", format=format, **filters, sort=order)
+            for format in DOWNLOAD_FORMATS
+        },
         "download_limit": DOWNLOAD_LIMIT,
     }
 
@@ -240,16 +253,31 @@ def _list_arguments() -> tuple[dict[str, str], str, bool, datetime | None, datet
     return filters, sort, descending, since, until, errors
 
 
-DOWNLOAD_COLUMNS = ("id", "title", "user_id", "namespace", "created_at", "updated_at", "messages",
-                    "recall_records", "checkpoints", "total_tokens")
+DOWNLOAD_COLUMNS = (
+    "id",
+    "title",
+    "user_id",
+    "namespace",
+    "created_at",
+    "updated_at",
+    "messages",
+    "recall_records",
+    "checkpoints",
+    "total_tokens",
+)
 
 
 def _download_row(conversation: ConversationSummary) -> dict[str, Any]:
     return {
-        "id": conversation.id, "title": conversation.title, "user_id": conversation.user_id,
-        "namespace": conversation.namespace, "created_at": moment_text(conversation.created_at),
-        "updated_at": moment_text(conversation.updated_at), "messages": conversation.message_count,
-        "recall_records": conversation.recall_count, "checkpoints": conversation.checkpoint_count,
+        "id": conversation.id,
+        "title": conversation.title,
+        "user_id": conversation.user_id,
+        "namespace": conversation.namespace,
+        "created_at": moment_text(conversation.created_at),
+        "updated_at": moment_text(conversation.updated_at),
+        "messages": conversation.message_count,
+        "recall_records": conversation.recall_count,
+        "checkpoints": conversation.checkpoint_count,
         "total_tokens": conversation.total_tokens,  # None: not reported (an empty CSV cell)
     }
 
@@ -390,8 +418,10 @@ def _billed(message: StoredMessage) -> Billed | None:
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else None
     parts = {name: value for name, value in (usage or {}).items() if type(value) is int}
-    return Billed(billed_tokens(usage),
-                  ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items()))
+    return Billed(
+        billed_tokens(usage),
+        ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items()),
+    )
 
 
 Reader = Callable[[list[str]], list[StoredMessage]]
@@ -429,8 +459,11 @@ def _reader(store: ConversationLog, conversation_id: str, read_already: list[Sto
     known = {message.id: message for message in read_already}
 
     def read(message_ids: list[str]) -> list[StoredMessage]:
-        found = known if all(message_id in known for message_id in message_ids) else (
-            store.messages_with_ids(conversation_id, message_ids))
+        found = (
+            known
+            if all(message_id in known for message_id in message_ids)
+            else (store.messages_with_ids(conversation_id, message_ids))
+        )
         return [found[message_id] for message_id in message_ids if message_id in found]
 
     return read
@@ -467,8 +500,13 @@ def detail(conversation_id: str) -> str:
     turn_url = url_maker("conversations.turn", "message_id", conversation_id=conversation_id)
     frame = time_frame()
     more_url = (
-        url_for("conversations.detail", conversation_id=conversation_id, cursor=page.next_cursor, **what_if,
-                **order)
+        url_for(
+            "conversations.detail",
+            conversation_id=conversation_id,
+            cursor=page.next_cursor,
+            **what_if,
+            **order,
+        )
         if page.next_cursor
         else None
     )
@@ -480,8 +518,9 @@ def detail(conversation_id: str) -> str:
         if conversation.metadata
         else "",
         session_id=session_id_of(conversation.metadata),
-        messages=[_message_row(message, analysis, positions, given, turn_url, frame)
-                  for message in page.items],
+        messages=[
+            _message_row(message, analysis, positions, given, turn_url, frame) for message in page.items
+        ],
         more_url=more_url,
         analysis=analysis,
         done=done,
@@ -490,9 +529,12 @@ def detail(conversation_id: str) -> str:
         checkpoints=settings.compact_persist,
         what_if=bool(what_if),
         newest_first=newest_first,
-        orders={"oldest": url_for("conversations.detail", conversation_id=conversation_id, **what_if),
-                "newest": url_for("conversations.detail", conversation_id=conversation_id, **what_if,
-                                  sort="-created")},
+        orders={
+            "oldest": url_for("conversations.detail", conversation_id=conversation_id, **what_if),
+            "newest": url_for(
+                "conversations.detail", conversation_id=conversation_id, **what_if, sort="-created"
+            ),
+        },
     )
 
 

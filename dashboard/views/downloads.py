@@ -75,7 +75,10 @@ def _json_chunks(
 
 
 def download(
-    format: str, filename: str, columns: Sequence[str], rows: Callable[[], Iterable[dict[str, Any]]],
+    format: str,
+    filename: str,
+    columns: Sequence[str],
+    rows: Callable[[], Iterable[dict[str, Any]]],
     about: dict[str, Any],
 ) -> Response:
     """Return a streamed attachment ``filename.csv`` or ``filename.json`` of ``rows()``, at most

@@ -43,8 +43,13 @@ def retention_view(status: RetentionStatus) -> dict[str, Any]:
     """Return what the page and the Overview's retention card show of scheduled retention."""
     last = status.last_run
     audited = [
-        {"command": command, "when": audit_moment(line.get("time")), "outcome": line.get("outcome"),
-         "deleted": counts_text(line.get("counts")), "dry_run": bool(line.get("dry_run"))}
+        {
+            "command": command,
+            "when": audit_moment(line.get("time")),
+            "outcome": line.get("outcome"),
+            "deleted": counts_text(line.get("counts")),
+            "dry_run": bool(line.get("dry_run")),
+        }
         for command, line in sorted(status.audited.items())
     ]
     return {
@@ -54,9 +59,14 @@ def retention_view(status: RetentionStatus) -> dict[str, Any]:
         "days": status.schedule.retention_days if status.schedule else None,
         "problem": redact(status.problem) if status.problem else None,
         "next_run": status.next_run,
-        "last": None if last is None else {
-            "when": moment(last.finished_at), "outcome": last.status, "deleted": counts_text(last.counts),
-            "reason": last.reason, "tick": moment(last.tick),
+        "last": None
+        if last is None
+        else {
+            "when": moment(last.finished_at),
+            "outcome": last.status,
+            "deleted": counts_text(last.counts),
+            "reason": last.reason,
+            "tick": moment(last.tick),
         },
         "audited": audited,
     }
@@ -73,7 +83,8 @@ def turn_row(record: JobRecord) -> dict[str, Any]:
         "finished": moment(record.finished_at),
         "conversation_id": record.conversation_id,
         "conversation_url": url_for("conversations.detail", conversation_id=record.conversation_id)
-        if record.conversation_id else None,
+        if record.conversation_id
+        else None,
         "error_class": record.error_class,
         "reason": record.reason,
     }

@@ -71,8 +71,14 @@ def index() -> str:
     counts = state.driver().namespace_counts()
     for n in counts:
         subject = subject_of_namespace(n.namespace, template)
-        row = {"namespace": n.namespace, "total": n.total, "live": n.live, "expired": n.expired,
-               "subject": subject, "subject_url": _subject_url(subject)}
+        row = {
+            "namespace": n.namespace,
+            "total": n.total,
+            "live": n.live,
+            "expired": n.expired,
+            "subject": subject,
+            "subject_url": _subject_url(subject),
+        }
         try:
             row["url"] = url_for("memory.namespace", namespace=validate_namespace(n.namespace))
         except InvalidNamespace:
@@ -85,7 +91,11 @@ def index() -> str:
         rows.append(row)
     totals = {name: sum(getattr(n, name) for n in counts) for name in ("total", "live", "expired")}
     return render_page(
-        "memory/index.html", {}, rows=rows, totals=totals, driver=state.settings().memory_driver,
+        "memory/index.html",
+        {},
+        rows=rows,
+        totals=totals,
+        driver=state.settings().memory_driver,
         search=_search(text_arg("q")),
     )
 
@@ -152,12 +162,15 @@ def namespace(namespace: str) -> str:
     now = now_seconds(state.clock())
     driver = state.driver()
     listed = {"state": status or None, "query": query or None}
-    page = driver.entries(namespace, **listed, limit=PAGE_SIZE, cursor=cursor or None, sort=sort,
-                          descending=descending)
+    page = driver.entries(
+        namespace, **listed, limit=PAGE_SIZE, cursor=cursor or None, sort=sort, descending=descending
+    )
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
     order = sort_word(sort, descending)
-    downloads = {format: url_for("memory.download", namespace=namespace, format=format, **filters, sort=order)
-                 for format in DOWNLOAD_FORMATS}
+    downloads = {
+        format: url_for("memory.download", namespace=namespace, format=format, **filters, sort=order)
+        for format in DOWNLOAD_FORMATS
+    }
     more_url = (
         url_for("memory.namespace", namespace=namespace, **filters, sort=order, cursor=page.next_cursor)
         if page.next_cursor
@@ -205,15 +218,21 @@ def download(namespace: str, format: str) -> Response:
 
     def rows() -> Iterator[dict[str, Any]]:
         def fetch(cursor: str | None) -> Any:
-            return driver.entries(namespace, **listed, limit=DOWNLOAD_PAGE, cursor=cursor, sort=sort,
-                                  descending=descending)
+            return driver.entries(
+                namespace, **listed, limit=DOWNLOAD_PAGE, cursor=cursor, sort=sort, descending=descending
+            )
 
         for row in state.every_item(fetch):
-            yield {"namespace": row.namespace, "key": row.key, "state": ttl_state(row.expires_at, now)[0],
-                   "expires_at": row.expires_at,
-                   "value": row.value if row.raw_value else json.dumps(row.value, ensure_ascii=False),
-                   "bytes": row.bytes, "created_at": moment_text(row.created_at),
-                   "updated_at": moment_text(row.updated_at)}
+            yield {
+                "namespace": row.namespace,
+                "key": row.key,
+                "state": ttl_state(row.expires_at, now)[0],
+                "expires_at": row.expires_at,
+                "value": row.value if row.raw_value else json.dumps(row.value, ensure_ascii=False),
+                "bytes": row.bytes,
+                "created_at": moment_text(row.created_at),
+                "updated_at": moment_text(row.updated_at),
+            }
 
     filters = {name: value for name, value in (("q", query), ("state", status)) if value}
     about = {"namespace": namespace, "filters": filters, "sort": sort_word(sort, descending), "times": "UTC"}
@@ -267,9 +286,14 @@ def entry(namespace: str) -> str:
     if row is None:
         abort(404, description="No entry has this key; it may have been deleted or swept.")
     subject = subject_of_namespace(namespace, state.settings().subject_namespace)
-    return render_page("memory/entry.html", {}, entry=_detail(row, now_seconds(state.clock())),
-                       back_url=url_for("memory.namespace", namespace=namespace), subject=subject,
-                       subject_url=_subject_url(subject))
+    return render_page(
+        "memory/entry.html",
+        {},
+        entry=_detail(row, now_seconds(state.clock())),
+        back_url=url_for("memory.namespace", namespace=namespace),
+        subject=subject,
+        subject_url=_subject_url(subject),
+    )
 
 
 def stored_token(namespace: str) -> str:
@@ -300,7 +324,21 @@ def stored_namespace(token: str) -> str:
     for row in rows:
         status, words = ttl_label(row.expires_at, now)
         value = row.value if row.raw_value else pretty_json(row.value)
-        shown.append({"key": row.key, "state": status, "ttl": words, "bytes": format_bytes(row.bytes),
-                      "value": value, "updated_at": row.updated_at, "unreadable": row.unreadable})
-    return render_page("memory/stored.html", {}, namespace=namespace, rows=shown,
-                       flush=shell_command("flask", "claw", "flush", "--namespace", namespace, "--dry-run"))
+        shown.append(
+            {
+                "key": row.key,
+                "state": status,
+                "ttl": words,
+                "bytes": format_bytes(row.bytes),
+                "value": value,
+                "updated_at": row.updated_at,
+                "unreadable": row.unreadable,
+            }
+        )
+    return render_page(
+        "memory/stored.html",
+        {},
+        namespace=namespace,
+        rows=shown,
+        flush=shell_command("flask", "claw", "flush", "--namespace", namespace, "--dry-run"),
+    )

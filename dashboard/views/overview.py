@@ -35,16 +35,25 @@ TTL_STATES = (("permanent", "never expire"), ("expiring", "expiring"), ("expired
 
 def _daily(added: list[int], days: list[str], total: int | None = None) -> dict[str, Any]:
     values = added if total is None else charts.totals_over_time(total, added)
-    return {"bars": charts.columns(days, values), "points": charts.line_points(values),
-            "rows": list(zip(days, values, strict=True)), "top": max(values, default=0)}
+    return {
+        "bars": charts.columns(days, values),
+        "points": charts.line_points(values),
+        "rows": list(zip(days, values, strict=True)),
+        "top": max(values, default=0),
+    }
 
 
 def _encryption_line() -> dict[str, Any]:
     # No query: the key ids come from the settings and the check from start-up; the rows per
     # key id are counted on the Settings page.
     cipher = state.site().cipher
-    return {"on": cipher.enabled, "primary": cipher.primary_id, "problem": state.key_problem(),
-            "keys": len(cipher.keyring.key_ids) if cipher.keyring else 0, "strict": cipher.strict}
+    return {
+        "on": cipher.enabled,
+        "primary": cipher.primary_id,
+        "problem": state.key_problem(),
+        "keys": len(cipher.keyring.key_ids) if cipher.keyring else 0,
+        "strict": cipher.strict,
+    }
 
 
 NOT_REPORTED = "not reported"
@@ -56,17 +65,23 @@ def _tokens_daily(tokens: list[int | None] | None, days: list[str]) -> dict[str,
     if tokens is None or all(value is None for value in tokens):
         return None
     heights = [value or 0 for value in tokens]
-    return {"bars": charts.columns(days, heights), "top": max(heights),
-            "rows": [(day, NOT_REPORTED if value is None else value)
-                     for day, value in zip(days, tokens, strict=True)],
-            "reported_days": sum(1 for value in tokens if value is not None),
-            "sum": sum(heights)}
+    return {
+        "bars": charts.columns(days, heights),
+        "top": max(heights),
+        "rows": [
+            (day, NOT_REPORTED if value is None else value) for day, value in zip(days, tokens, strict=True)
+        ],
+        "reported_days": sum(1 for value in tokens if value is not None),
+        "sum": sum(heights),
+    }
 
 
 def _growth(activity: Activity, memory_added: list[int] | None, memory_total: int) -> dict[str, Any]:
     days = [charts.day_label(day) for day in activity.days]
     return {
-        "first": days[0], "last": days[-1], "days": CHART_DAYS,
+        "first": days[0],
+        "last": days[-1],
+        "days": CHART_DAYS,
         "messages": _daily(activity.messages, days),
         "conversations": _daily(activity.conversations, days, activity.conversations_now),
         "memory": None if memory_added is None else _daily(memory_added, days, memory_total),
@@ -82,12 +97,21 @@ def _ttl_chart(namespaces: list[NamespaceCount]) -> dict[str, Any]:
     widest = max((n.total for n in largest), default=0)
     rows = []
     for found in largest:
-        counts = {"permanent": found.live - found.expiring, "expiring": found.expiring,
-                  "expired": found.expired}
+        counts = {
+            "permanent": found.live - found.expiring,
+            "expiring": found.expiring,
+            "expired": found.expired,
+        }
         parts = [(name, words, counts[name]) for name, words in TTL_STATES]
-        rows.append({"namespace": found.namespace, "total": found.total, "counts": counts,
-                     "shares": charts.shares(parts, widest),
-                     "url": url_for("memory.namespace", namespace=found.namespace)})
+        rows.append(
+            {
+                "namespace": found.namespace,
+                "total": found.total,
+                "counts": counts,
+                "shares": charts.shares(parts, widest),
+                "url": url_for("memory.namespace", namespace=found.namespace),
+            }
+        )
     return {"rows": rows, "states": TTL_STATES, "more": max(0, len(namespaces) - len(largest))}
 
 
@@ -96,21 +120,36 @@ def _injected_chart(namespace: str) -> dict[str, Any]:
     read, injections, sizes = found.messages, found.injections, found.sizes
     times = {key: injections.get(key, 0) for key in sizes}
     # Ten of thousands of keys: pick them without sorting the rest.
-    most = [item for item in heapq.nsmallest(CHART_KEYS, times.items(), key=lambda item: (-item[1], item[0]))
-            if item[1] > 0]
+    most = [
+        item
+        for item in heapq.nsmallest(CHART_KEYS, times.items(), key=lambda item: (-item[1], item[0]))
+        if item[1] > 0
+    ]
     shown = {key for key, _ in most}
     rest = ((key, count) for key, count in times.items() if key not in shown)
     least = heapq.nsmallest(CHART_KEYS, rest, key=lambda item: (item[1], item[0]))
     widest = max(times.values(), default=0)
 
     def bars(items: list[tuple[str, int]]) -> list[dict[str, Any]]:
-        return [{"key": key, "times": count, "shares": charts.shares([("injected", "", count)], widest),
-                 "url": url_for("memory.entry", namespace=namespace, key=key)} for key, count in items]
+        return [
+            {
+                "key": key,
+                "times": count,
+                "shares": charts.shares([("injected", "", count)], widest),
+                "url": url_for("memory.entry", namespace=namespace, key=key),
+            }
+            for key, count in items
+        ]
 
-    return {"namespace": namespace, "messages": read, "entries": len(sizes),
-            "cold": sum(1 for count in times.values() if count == 0),
-            "most": bars(most), "least": bars(least),
-            "url": url_for("recall.cold", namespace=namespace, n=COLD_MESSAGES)}
+    return {
+        "namespace": namespace,
+        "messages": read,
+        "entries": len(sizes),
+        "cold": sum(1 for count in times.values() if count == 0),
+        "most": bars(most),
+        "least": bars(least),
+        "url": url_for("recall.cold", namespace=namespace, n=COLD_MESSAGES),
+    }
 
 
 def _retention(oldest: datetime | None, now: datetime, days: int | None) -> dict[str, Any]:
@@ -133,12 +172,17 @@ def _deletion_commands() -> dict[str, Any]:
     # Namespaces come from the table, so any text can be one: every word is quoted for the shell.
     namespaces = state.driver().namespaces()
     subject_of = {name: subject_of_namespace(name, settings.subject_namespace) for name in namespaces}
-    subjects = sorted(set(state.conversations().subjects(limit=MAX_LISTED + 1))
-                      | {subject for subject in subject_of.values() if subject})
+    subjects = sorted(
+        set(state.conversations().subjects(limit=MAX_LISTED + 1))
+        | {subject for subject in subject_of.values() if subject}
+    )
     listed_subjects = [
-        {"user_id": subject, "url": url_for("subjects.detail", user_id=subject),
-         "namespace": subject_namespace(subject, settings.subject_namespace),
-         "command": shell_command("flask", "claw", "erase", "--user-id", subject, "--dry-run")}
+        {
+            "user_id": subject,
+            "url": url_for("subjects.detail", user_id=subject),
+            "namespace": subject_namespace(subject, settings.subject_namespace),
+            "command": shell_command("flask", "claw", "erase", "--user-id", subject, "--dry-run"),
+        }
         for subject in subjects[:MAX_LISTED]
     ]
     others = [name for name in namespaces if not subject_of[name] and name != settings.recall_namespace]
@@ -147,8 +191,10 @@ def _deletion_commands() -> dict[str, Any]:
         "subjects": listed_subjects,
         "more_subjects": max(0, len(subjects) - MAX_LISTED),
         "namespaces": [
-            {"namespace": name,
-             "command": shell_command("flask", "claw", "flush", "--namespace", name, "--dry-run")}
+            {
+                "namespace": name,
+                "command": shell_command("flask", "claw", "flush", "--namespace", name, "--dry-run"),
+            }
             for name in others[:MAX_LISTED]
         ],
         "more_namespaces": max(0, len(others) - MAX_LISTED),
@@ -193,8 +239,12 @@ def index() -> str:
     init_db = shell_command("flask", "claw", "init-db")
     # A missing table has neither rows nor a size: it says so in its own cell, not as a "Size".
     table_rows = [
-        {"name": t.name, "rows": t.rows, "missing": not t.exists,
-         "size": format_bytes(t.bytes) if t.exists and t.bytes is not None else None}
+        {
+            "name": t.name,
+            "rows": t.rows,
+            "missing": not t.exists,
+            "size": format_bytes(t.bytes) if t.exists and t.bytes is not None else None,
+        }
         for t in found
     ]
     schema = tables(settings.table_prefix)
@@ -219,8 +269,10 @@ def index() -> str:
         tables=table_rows,
         init_db=init_db,
         roles=totals.roles,
-        counted={"at": format_time(utc_datetime(lambda: counted_at)),
-                 "max_age": format_duration(state.COUNTS_MAX_AGE)},
+        counted={
+            "at": format_time(utc_datetime(lambda: counted_at)),
+            "max_age": format_duration(state.COUNTS_MAX_AGE),
+        },
         retention=_retention(activity.oldest, now, settings.retention_days),
         scheduled_retention=retention_view(retention_status(state.site())),
         memory=memory_counts,

@@ -125,21 +125,31 @@ def preview() -> str:
         )
         result = augmenter.augment(message, subject)
         guard = _guard_outcome(result)
-        shown = result.decisions[offset:offset + DECISION_PAGE_SIZE]
+        shown = result.decisions[offset : offset + DECISION_PAGE_SIZE]
         decisions = [
-            {"key": d.key, "namespace": d.namespace or namespace,
-             "score": round(d.score, 4) if isinstance(d.score, float) else d.score,
-             "signals": "; ".join(f"{name}: {value}" for name, value in d.signals),
-             "bytes": d.bytes, "status": d.status,
-             "status_words": STATUS_WORDS.get(d.status, d.status), "reason": d.reason, "injected": d.injected,
-             "matched": ", ".join(d.matched),
-             "url": url_for("memory.entry", namespace=d.namespace or namespace, key=d.key)}
+            {
+                "key": d.key,
+                "namespace": d.namespace or namespace,
+                "score": round(d.score, 4) if isinstance(d.score, float) else d.score,
+                "signals": "; ".join(f"{name}: {value}" for name, value in d.signals),
+                "bytes": d.bytes,
+                "status": d.status,
+                "status_words": STATUS_WORDS.get(d.status, d.status),
+                "reason": d.reason,
+                "injected": d.injected,
+                "matched": ", ".join(d.matched),
+                "url": url_for("memory.entry", namespace=d.namespace or namespace, key=d.key),
+            }
             for d in shown
         ]
         if offset + DECISION_PAGE_SIZE < len(result.decisions):
-            more_url = url_for("recall.preview", message=message, namespace=namespace,
-                               **({"user_id": user_id} if user_id else {}),
-                               cursor=offset_cursor(offset + DECISION_PAGE_SIZE))
+            more_url = url_for(
+                "recall.preview",
+                message=message,
+                namespace=namespace,
+                **({"user_id": user_id} if user_id else {}),
+                cursor=offset_cursor(offset + DECISION_PAGE_SIZE),
+            )
         report = {
             "text": guard["text"],
             "changed": result.changed,
@@ -247,14 +257,18 @@ def cold() -> str:
     read, injections, sizes = found.messages, found.injections, found.sizes
     cold_keys, cold_bytes, total_bytes = found.cold, found.cold_bytes, found.total_bytes
     rows = [
-        {"key": key, "bytes": format_bytes(sizes[key]),
-         "url": url_for("memory.entry", namespace=namespace, key=key)}
-        for key in cold_keys[offset:offset + COLD_PAGE_SIZE]
+        {
+            "key": key,
+            "bytes": format_bytes(sizes[key]),
+            "url": url_for("memory.entry", namespace=namespace, key=key),
+        }
+        for key in cold_keys[offset : offset + COLD_PAGE_SIZE]
     ]
     more_url = None
     if offset + COLD_PAGE_SIZE < len(cold_keys):
-        more_url = url_for("recall.cold", n=count, namespace=namespace,
-                           cursor=offset_cursor(offset + COLD_PAGE_SIZE))
+        more_url = url_for(
+            "recall.cold", n=count, namespace=namespace, cursor=offset_cursor(offset + COLD_PAGE_SIZE)
+        )
     summary = {
         "messages": read,
         "entries": len(sizes),
@@ -264,8 +278,10 @@ def cold() -> str:
         "total_bytes": format_bytes(total_bytes),
         "cold_bytes_percent": round(100 * cold_bytes / total_bytes, 1) if total_bytes else 0.0,
     }
-    hot = [{"key": key, "times": times, "url": url_for("memory.entry", namespace=namespace, key=key)}
-           for key, times in sorted(injections.items(), key=lambda item: (-item[1], item[0]))[:10]]
+    hot = [
+        {"key": key, "times": times, "url": url_for("memory.entry", namespace=namespace, key=key)}
+        for key, times in sorted(injections.items(), key=lambda item: (-item[1], item[0]))[:10]
+    ]
     return render_page(
         "recall/cold.html",
         {"cold-more": "recall/_cold_rows.html"},
@@ -294,14 +310,22 @@ def unmatched() -> str:
         state.memory(), message, namespace, now, after, UNMATCHED_PAGE_SIZE + 1, ranker
     )
     rows = [
-        {"key": key, "bytes": format_bytes(size), "ttl": ttl_label(expires_at, now)[1],
-         "url": url_for("memory.entry", namespace=namespace, key=key)}
+        {
+            "key": key,
+            "bytes": format_bytes(size),
+            "ttl": ttl_label(expires_at, now)[1],
+            "url": url_for("memory.entry", namespace=namespace, key=key),
+        }
         for key, size, expires_at in found[:UNMATCHED_PAGE_SIZE]
     ]
     more_url = None
     if len(found) > UNMATCHED_PAGE_SIZE:
-        more_url = url_for("recall.unmatched", message=message, namespace=namespace,
-                           cursor=encode_cursor([found[UNMATCHED_PAGE_SIZE - 1][0]]))
+        more_url = url_for(
+            "recall.unmatched",
+            message=message,
+            namespace=namespace,
+            cursor=encode_cursor([found[UNMATCHED_PAGE_SIZE - 1][0]]),
+        )
     return render_page(
         "recall/unmatched.html",
         {"unmatched": "recall/_unmatched.html", "unmatched-more": "recall/_unmatched_rows.html"},

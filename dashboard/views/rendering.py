@@ -259,8 +259,10 @@ def when(moment: Any, frame: TimeFrame | None = None) -> Markup | str:
         days_ahead, absolute = None, escape(format_time(moment, zone=zone))
     # Joined from parts: Markup.format costs more than the rest of this on a list page. Only the
     # zone's name is escaped: the time stamps hold digits, dashes and colons, the words are ours.
-    return Markup(f'<time datetime="{stamp}Z">{relative_words(ahead, days_ahead)}</time> '
-                  f'<span class="absolute">({absolute})</span>')
+    return Markup(
+        f'<time datetime="{stamp}Z">{relative_words(ahead, days_ahead)}</time> '
+        f'<span class="absolute">({absolute})</span>'
+    )
 
 
 @functools.cache
@@ -299,7 +301,7 @@ def marked(text: str | None, query: str | None) -> Markup:
         return escape(text)
     pieces, done = [], 0
     for found in re.finditer(re.escape(needle), text, re.IGNORECASE):
-        pieces += [escape(text[done:found.start()]), Markup("<mark>{}</mark>").format(found.group())]
+        pieces += [escape(text[done : found.start()]), Markup("<mark>{}</mark>").format(found.group())]
         done = found.end()
     return Markup("").join([*pieces, escape(text[done:])])
 

@@ -68,28 +68,50 @@ def deletion_commands(settings: Settings) -> list[dict[str, str]]:
     window = f"{settings.retention_days}d" if settings.retention_days else "90d"
     claw = ("flask", "claw")
     return [
-        {"task": "Delete one memory key",
-         "command": shell_command(*claw, "forget", "KEY", "--namespace", "NAMESPACE", "--dry-run")},
-        {"task": "Delete one conversation and its messages",
-         "command": shell_command(*claw, "forget", "--conversation", "CONVERSATION_ID", "--dry-run")},
-        {"task": "Delete every key of a namespace",
-         "command": shell_command(*claw, "flush", "--namespace", "NAMESPACE", "--dry-run")},
-        {"task": "Delete every conversation written until an hour ago, with its messages",
-         "command": shell_command(*claw, "prune", "--older-than", "1h", "--dry-run")},
-        {"task": "Delete expired keys (see first what would go)",
-         "command": shell_command(*claw, "sweep", "--dry-run")},
-        {"task": "Apply the retention window to conversations",
-         "command": shell_command(*claw, "prune", "--older-than", window, "--dry-run")},
-        {"task": "Export everything about a subject",
-         "command": shell_command(*claw, "export", "--user-id", "SUBJECT_ID", "--output", "subject.json")},
-        {"task": "Erase a subject (conversations, messages, matching memory)",
-         "command": shell_command(*claw, "erase", "--user-id", "SUBJECT_ID", "--dry-run")},
-        {"task": "Erase every mention of a text, such as an email address",
-         "command": shell_command(*claw, "erase", "--match", "TEXT", "--dry-run")},
-        {"task": "Find a subject's lines in the audit log (it holds only keyed hashes)",
-         "command": shell_command(*claw, "audit-hash", "SUBJECT_ID")},
-        {"task": "Remove clawmem's tables and data from this site",
-         "command": shell_command(*claw, "uninstall", "--dry-run")},
+        {
+            "task": "Delete one memory key",
+            "command": shell_command(*claw, "forget", "KEY", "--namespace", "NAMESPACE", "--dry-run"),
+        },
+        {
+            "task": "Delete one conversation and its messages",
+            "command": shell_command(*claw, "forget", "--conversation", "CONVERSATION_ID", "--dry-run"),
+        },
+        {
+            "task": "Delete every key of a namespace",
+            "command": shell_command(*claw, "flush", "--namespace", "NAMESPACE", "--dry-run"),
+        },
+        {
+            "task": "Delete every conversation written until an hour ago, with its messages",
+            "command": shell_command(*claw, "prune", "--older-than", "1h", "--dry-run"),
+        },
+        {
+            "task": "Delete expired keys (see first what would go)",
+            "command": shell_command(*claw, "sweep", "--dry-run"),
+        },
+        {
+            "task": "Apply the retention window to conversations",
+            "command": shell_command(*claw, "prune", "--older-than", window, "--dry-run"),
+        },
+        {
+            "task": "Export everything about a subject",
+            "command": shell_command(*claw, "export", "--user-id", "SUBJECT_ID", "--output", "subject.json"),
+        },
+        {
+            "task": "Erase a subject (conversations, messages, matching memory)",
+            "command": shell_command(*claw, "erase", "--user-id", "SUBJECT_ID", "--dry-run"),
+        },
+        {
+            "task": "Erase every mention of a text, such as an email address",
+            "command": shell_command(*claw, "erase", "--match", "TEXT", "--dry-run"),
+        },
+        {
+            "task": "Find a subject's lines in the audit log (it holds only keyed hashes)",
+            "command": shell_command(*claw, "audit-hash", "SUBJECT_ID"),
+        },
+        {
+            "task": "Remove clawmem's tables and data from this site",
+            "command": shell_command(*claw, "uninstall", "--dry-run"),
+        },
     ]
 
 
@@ -108,7 +130,8 @@ def index() -> str:
     rows = [
         {
             "variable": f"{ENV_PREFIX}{name}",
-            "value": _hidden_value(name, settings, cipher) if name in HIDDEN
+            "value": _hidden_value(name, settings, cipher)
+            if name in HIDDEN
             else shown_value(getattr(settings, name.lower())),
             "source": sources.get(name, "default"),
             "meaning": MEANINGS.get(name, ""),
@@ -121,8 +144,15 @@ def index() -> str:
         # tables are never encrypted (SPEC 13), and lack some of the columns counted.
         in_sql = settings.memory_driver == "sql"
         encryption = encryption_state(site.engine, site.prefix, cipher, sql_memory=in_sql)
-    return render_page("settings/index.html", {}, rows=rows, compaction=configured_thresholds(settings),
-                       commands=deletion_commands(settings), encryption=encryption, key_error=key_error)
+    return render_page(
+        "settings/index.html",
+        {},
+        rows=rows,
+        compaction=configured_thresholds(settings),
+        commands=deletion_commands(settings),
+        encryption=encryption,
+        key_error=key_error,
+    )
 
 
 def _hidden_value(name: str, settings: Settings, cipher: Any) -> str:

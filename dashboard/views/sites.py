@@ -38,23 +38,34 @@ def _prefix_rows(labels: dict[str, str], current: str, command_prefix: str) -> l
     rows = []
     for prefix in sorted(set(found) | set(labels)):
         tables = found.get(prefix, [])
-        rows.append({
-            "prefix": prefix, "shown": prefix or "(no prefix)",
-            "tables": [name[len(prefix):] for name in tables], "missing": len(tables) < len(TABLE_SUFFIXES),
-            "shape": _shape(prefix) if tables else None,
-            "label": labels.get(prefix), "current": prefix == current, "commands": prefix == command_prefix,
-        })
+        rows.append(
+            {
+                "prefix": prefix,
+                "shown": prefix or "(no prefix)",
+                "tables": [name[len(prefix) :] for name in tables],
+                "missing": len(tables) < len(TABLE_SUFFIXES),
+                "shape": _shape(prefix) if tables else None,
+                "label": labels.get(prefix),
+                "current": prefix == current,
+                "commands": prefix == command_prefix,
+            }
+        )
     return rows
 
 
 def _separation_row(label: str, this: Any, other: Any) -> dict[str, Any]:
     found = check_separation(this, other)
     return {
-        "label": label, "prefix": other.prefix or "(no prefix)",
-        "place": found.other_place, "shared_place": found.shared_place, "apart": found.apart,
-        "entries": found.entries_checked, "conversations": found.conversations_checked,
-        "seen_entries": [{"namespace": namespace, "key": key}
-                         for namespace, key in found.seen_entries[:SEEN_LISTED]],
+        "label": label,
+        "prefix": other.prefix or "(no prefix)",
+        "place": found.other_place,
+        "shared_place": found.shared_place,
+        "apart": found.apart,
+        "entries": found.entries_checked,
+        "conversations": found.conversations_checked,
+        "seen_entries": [
+            {"namespace": namespace, "key": key} for namespace, key in found.seen_entries[:SEEN_LISTED]
+        ],
         "seen_entry_count": len(found.seen_entries),
         "seen_conversations": found.seen_conversations[:SEEN_LISTED],
         "seen_conversation_count": len(found.seen_conversations),
@@ -70,20 +81,32 @@ def index() -> str:
     label, this = state.site_label() or next(iter(sites)), state.site()
     labels = {site.prefix: name for name, site in sites.items()}
     driver = this.settings.memory_driver
-    checks = [_separation_row(other_label, this, other)
-              for other_label, other in sites.items() if other_label != label]
+    checks = [
+        _separation_row(other_label, this, other)
+        for other_label, other in sites.items()
+        if other_label != label
+    ]
     return render_page(
         "sites/index.html",
         {},
-        site={"label": label, "prefix": this.prefix, "place": memory_location(this),
-              "driver": driver, "named": bool(this.settings.sites)},
+        site={
+            "label": label,
+            "prefix": this.prefix,
+            "place": memory_location(this),
+            "driver": driver,
+            "named": bool(this.settings.sites),
+        },
         prefixes=_prefix_rows(labels, this.prefix, state.site_of(app).prefix),
-        rules=[{"driver": name, "rule": rule, "in_use": name == driver}
-               for name, rule in DRIVER_RULES.items()],
+        rules=[
+            {"driver": name, "rule": rule, "in_use": name == driver} for name, rule in DRIVER_RULES.items()
+        ],
         other_driver=None if driver in DRIVER_RULES else driver,
         checks=checks,
         all_apart=all(check["apart"] for check in checks),
-        sample={"namespaces": SAMPLE_NAMESPACES, "per_namespace": SAMPLE_KEYS,
-                "conversations": SAMPLE_CONVERSATIONS},
+        sample={
+            "namespaces": SAMPLE_NAMESPACES,
+            "per_namespace": SAMPLE_KEYS,
+            "conversations": SAMPLE_CONVERSATIONS,
+        },
         init_db=shell_command("flask", "claw", "init-db"),
     )

@@ -89,8 +89,11 @@ def detail(user_id: str) -> str:
         "user_id": user_id,
         "mentions_not_searched": not_searched,
         "mentions_url": mentions_url,
-        **(_mentions(user_id, now) if searched else {"mentions": [], "more_mentions": False,
-                                                     "mentions_searched": False}),
+        **(
+            _mentions(user_id, now)
+            if searched
+            else {"mentions": [], "more_mentions": False, "mentions_searched": False}
+        ),
     }
     return render_page(
         "subjects/detail.html",

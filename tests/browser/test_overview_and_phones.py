@@ -40,9 +40,15 @@ def hostile(app: Flask) -> dict[str, str]:
         memory.set(LONG_KEY, {"note": LONG_WORD, "where": "parcel desk"})
         memory.set(LONG_KEY, LONG_WORD, LONG_NAMESPACE, ttl=600)
         log = state.conversations()
-        log.append("c-long", [{"role": "user", "content": f"my parcel {LONG_WORD} is late"},
-                              {"role": "assistant", "content": LONG_WORD}],
-                   user_id="u" * 150, title="T" * 200)
+        log.append(
+            "c-long",
+            [
+                {"role": "user", "content": f"my parcel {LONG_WORD} is late"},
+                {"role": "assistant", "content": LONG_WORD},
+            ],
+            user_id="u" * 150,
+            title="T" * 200,
+        )
         message = next(m for m in log.messages("c-long").items if m.role == "user")
     return {
         "overview": "/",
@@ -96,8 +102,12 @@ def test_the_overview_draws_its_charts_with_a_table_behind_each(page: Any) -> No
     expect(table.locator("tbody tr")).to_have_count(30)
     # The tallest bar is the busiest day of the table.
     values = [int(v) for v in table.locator("td.num").all_inner_texts()]
-    heights = [float(h) for h in messages.locator("rect.bar").evaluate_all(
-        "bars => bars.map(bar => bar.getAttribute('height'))")]
+    heights = [
+        float(h)
+        for h in messages.locator("rect.bar").evaluate_all(
+            "bars => bars.map(bar => bar.getAttribute('height'))"
+        )
+    ]
     assert values.index(max(values)) == heights.index(max(heights)) and max(heights) == 100
     box = messages.locator("svg.plot").bounding_box()
     assert box["width"] > 200 and box["height"] > 100, box
@@ -116,15 +126,14 @@ def test_the_charts_say_everything_without_javascript(browser: Any, server: str)
     tab.locator("summary", has_text="As a table").first.click()
     expect(tab.locator("details.chart-data").first.locator("tbody tr")).to_have_count(30)
     labels = tab.locator("svg.plot[role=img]").evaluate_all(
-        "svgs => svgs.map(svg => svg.getAttribute('aria-label'))")
+        "svgs => svgs.map(svg => svg.getAttribute('aria-label'))"
+    )
     # Messages, conversations, memory rows and the tokens billed (the demo's providers report usage).
     assert len(labels) == 4 and all("the table below has every day" in label for label in labels)
     tab.context.close()
 
 
-def test_no_page_scrolls_sideways_on_a_phone(
-    phone: Any, server: str, hostile: dict[str, str]
-) -> None:
+def test_no_page_scrolls_sideways_on_a_phone(phone: Any, server: str, hostile: dict[str, str]) -> None:
     for name, path in hostile.items():
         phone.goto(f"{server}{path}")
         width = phone.evaluate("document.documentElement.scrollWidth")

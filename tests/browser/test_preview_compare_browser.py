@@ -42,8 +42,11 @@ def test_two_scorings_side_by_side(
     browser: Any, server: str, notes: None, width: int, javascript: bool
 ) -> None:
     context, tab = _signed_in_at(
-        browser, server, f"/preview?message={quote(ASKED)}",
-        viewport={"width": width, "height": 900}, java_script_enabled=javascript,
+        browser,
+        server,
+        f"/preview?message={quote(ASKED)}",
+        viewport={"width": width, "height": 900},
+        java_script_enabled=javascript,
     )
     dialogs: list[str] = []
     tab.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
@@ -74,10 +77,12 @@ def test_two_scorings_side_by_side(
         assert boxes[1]["y"] > boxes[0]["y"], "one above the other on a phone"
     right = tab.locator("section.comparison").evaluate(
         "section => Math.max(...[section, ...section.querySelectorAll('*')]"
-        ".map(e => e.getBoundingClientRect().right))")
+        ".map(e => e.getBoundingClientRect().right))"
+    )
     assert right <= width, f"the comparison reaches {right} px at {width}"
     ARTIFACTS.mkdir(exist_ok=True)
-    tab.screenshot(path=str(ARTIFACTS / f"preview-compare-{width}{'' if javascript else '-nojs'}.png"),
-                   full_page=True)
+    tab.screenshot(
+        path=str(ARTIFACTS / f"preview-compare-{width}{'' if javascript else '-nojs'}.png"), full_page=True
+    )
     context.close()
     assert dialogs == [] and problems == []

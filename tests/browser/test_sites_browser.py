@@ -112,8 +112,9 @@ def test_the_site_survives_forms_without_javascript(browser: Any, server: str) -
 
 
 def test_the_site_switcher_fits_a_phone(browser: Any, server: str) -> None:
-    context, tab = _signed_in_at(browser, server, "/conversations/?site=blog",
-                                 viewport={"width": 375, "height": 800})
+    context, tab = _signed_in_at(
+        browser, server, "/conversations/?site=blog", viewport={"width": 375, "height": 800}
+    )
     switch = _header(tab).locator("a", has_text="shop")
     expect(switch).to_be_visible()
     assert tab.evaluate("document.documentElement.scrollWidth") <= 375

@@ -21,7 +21,7 @@ pytest_plugins = ["tests.dashboard_fixtures"]
 pytestmark = pytest.mark.browser
 
 PHONE, DESKTOP = 375, 1280
-XSS = '<img src=x onerror="document.title=\'pwned\'">'
+XSS = "<img src=x onerror=\"document.title='pwned'\">"
 NAMESPACE = "sorting"
 KEYS = 60  # more than a page (50), so "load more" continues each order
 SECTIONS = "nav[aria-label=Sections] a"
@@ -47,8 +47,12 @@ def keys(app: Flask, demo: None, clock: FakeClock) -> list[str]:
             memory.set(name, f"value {XSS}", NAMESPACE)
             clock.advance(1)
         log = state.conversations()
-        log.append("c-order", [Message("user" if n % 2 == 0 else "assistant", f"turn {n:03} {XSS}")
-                               for n in range(130)], user_id="cust-order", title=f"Order {XSS}")
+        log.append(
+            "c-order",
+            [Message("user" if n % 2 == 0 else "assistant", f"turn {n:03} {XSS}") for n in range(130)],
+            user_id="cust-order",
+            title=f"Order {XSS}",
+        )
     return names
 
 
@@ -68,8 +72,10 @@ def _close(tab: Any, width: int) -> None:
 
 
 def _listed_keys(tab: Any) -> list[str]:
-    return [text.strip() for text in tab.locator("#memory-results tbody tr:not(.more) td:first-child code")
-            .all_inner_texts()]
+    return [
+        text.strip()
+        for text in tab.locator("#memory-results tbody tr:not(.more) td:first-child code").all_inner_texts()
+    ]
 
 
 ROWS = "tbody tr:not(.more), ol.messages > li.message"
@@ -139,8 +145,12 @@ def test_conversations_sort_both_ways_by_each_column(
 ) -> None:
     tab = _tab(browser, server, width, "/conversations/", java_script_enabled=javascript)
     results = tab.locator("#conversation-results")
-    for label, word in (("Messages", "messages"), ("Tokens", "tokens"), ("Started", "created"),
-                        ("Last activity", "updated")):
+    for label, word in (
+        ("Messages", "messages"),
+        ("Tokens", "tokens"),
+        ("Started", "created"),
+        ("Last activity", "updated"),
+    ):
         results.locator("th a", has_text=label).click()
         tab.wait_for_url(f"**sort=-{word}")
         expect(results.locator("th[aria-sort=descending]")).to_contain_text(label)
@@ -194,9 +204,7 @@ def _boxes(tab: Any) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize("path", ["/", "/conversations/", "/settings"])
-def test_the_header_keeps_its_sections_on_one_line_at_1280_px(
-    browser: Any, server: str, path: str
-) -> None:
+def test_the_header_keeps_its_sections_on_one_line_at_1280_px(browser: Any, server: str, path: str) -> None:
     tab = _tab(browser, server, DESKTOP, path)
     boxes = _boxes(tab)
     assert len(boxes) == 9 and tab.locator(SECTIONS).last.inner_text() == "Settings"

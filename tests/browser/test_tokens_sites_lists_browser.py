@@ -29,8 +29,8 @@ pytest_plugins = ["tests.dashboard_fixtures"]
 pytestmark = pytest.mark.browser
 
 PHONE, DESKTOP = 375, 1280
-XSS = '<img src=x onerror="document.title=\'pwned\'">'
-FORMULA_TITLE = "=HYPERLINK(\"http://evil.example\",\"refund\")"
+XSS = "<img src=x onerror=\"document.title='pwned'\">"
+FORMULA_TITLE = '=HYPERLINK("http://evil.example","refund")'
 BLOG = "quillfeather"
 
 
@@ -53,9 +53,13 @@ def hostile_rows(app: Flask, demo: None, clock: FakeClock) -> None:
     with app.app_context():
         log = state.conversations()
         usage = {"prompt_tokens": 900_000, "completion_tokens": 1, "total_tokens": 900_001}
-        log.append("c-hostile", [Message("user", f"refund {XSS}"),
-                                 Message("assistant", "ok", metadata={"usage": usage})],
-                   user_id=f"cust-{XSS}", title=FORMULA_TITLE, tokens=900_001)
+        log.append(
+            "c-hostile",
+            [Message("user", f"refund {XSS}"), Message("assistant", "ok", metadata={"usage": usage})],
+            user_id=f"cust-{XSS}",
+            title=FORMULA_TITLE,
+            tokens=900_001,
+        )
         state.memory().set(f"parcel-{XSS}", f"parcel {XSS}", "user:cust-77")
 
 
@@ -108,7 +112,8 @@ def test_the_overview_shows_tokens_billed_and_a_chart_of_them(
     _fits(tab, width)
     # The caption lines of the four charts start their plots at one height.
     tops = tab.locator("figure.chart svg.plot").evaluate_all(
-        "svgs => svgs.map(s => s.getBoundingClientRect().top)")
+        "svgs => svgs.map(s => s.getBoundingClientRect().top)"
+    )
     if width == DESKTOP:
         assert len(set(round(top) for top in tops[:2])) == 1, tops
     total.locator("a", has_text="conversations by tokens").click()
@@ -130,8 +135,10 @@ def test_sorting_by_tokens_turns_around_and_keeps_the_site(
 
     def shown() -> list[int | None]:
         cells = tab.locator("table.list tbody tr:not(.more) td.num[data-label=Tokens]").all_inner_texts()
-        return [int(text.split()[0]) if text.split()[0].isdigit() else None
-                for text in (cell.replace("Tokens:", "").strip() for cell in cells)]
+        return [
+            int(text.split()[0]) if text.split()[0].isdigit() else None
+            for text in (cell.replace("Tokens:", "").strip() for cell in cells)
+        ]
 
     most = shown()
     reported = [value for value in most if value is not None]
@@ -166,7 +173,8 @@ def test_the_sites_page_answers_whether_one_site_sees_another(
     # The labels of the stacked rows stay beside their numbers on a phone.
     if width == PHONE:
         label = row.locator("td[data-label='Entries looked up']").evaluate(
-            "cell => getComputedStyle(cell, '::before').content")
+            "cell => getComputedStyle(cell, '::before').content"
+        )
         assert "Entries looked up" in label
     _save(tab, f"sites{'' if javascript else '-nojs'}", width)
     tab.locator("header nav.sites a", has_text="blog").click()
@@ -191,7 +199,8 @@ def test_a_filtered_list_downloads_as_csv_and_json_safe_for_spreadsheets(
     text = Path(started.value.path()).read_text(encoding="utf-8")
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     assert [(row["title"], row["user_id"], row["total_tokens"]) for row in rows] == [
-        ("'" + FORMULA_TITLE, f"cust-{XSS}", "900001")]
+        ("'" + FORMULA_TITLE, f"cust-{XSS}", "900001")
+    ]
     with tab.expect_download() as started:
         tab.locator("p.downloads a", has_text="JSON").click()
     document = json.loads(Path(started.value.path()).read_text(encoding="utf-8"))

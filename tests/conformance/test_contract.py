@@ -188,8 +188,18 @@ def test_a_timedelta_ttl_of_whole_seconds_counts_its_seconds(memory: Any, clock:
 @pytest.mark.parametrize(
     "ttl",
     [
-        0, -1, True, False, 1.5, "10", 10.0, float("nan"),
-        timedelta(0), timedelta(seconds=-5), timedelta(seconds=1.5), timedelta(microseconds=1),
+        0,
+        -1,
+        True,
+        False,
+        1.5,
+        "10",
+        10.0,
+        float("nan"),
+        timedelta(0),
+        timedelta(seconds=-5),
+        timedelta(seconds=1.5),
+        timedelta(microseconds=1),
     ],
     ids=repr,
 )

@@ -79,13 +79,19 @@ def test_every_key_order_pages_each_entry_once_in_order(memory: Any, clock: Fake
     assert memory.count_entries("sorted", query="VALUE OF Q") == 1
     assert memory.count_entries("sorted") == memory.count("sorted") == 9
     for descending in (True, False):
-        turned = [row.key for row in walk(lambda cursor, d=descending: memory.entries(
-            "sorted", limit=2, sort=sort, descending=d, cursor=cursor))]
+        turned = [
+            row.key
+            for row in walk(
+                lambda cursor, d=descending: memory.entries(
+                    "sorted", limit=2, sort=sort, descending=d, cursor=cursor
+                )
+            )
+        ]
         assert turned == _expected_keys(rows, sort, descending), descending
     if sort == "expires":  # what never expires comes last either way
         never = {row.key for row in rows if row.expires_at is None}
         for descending in (True, False):
-            assert set(_expected_keys(rows, sort, descending)[-len(never):]) == never
+            assert set(_expected_keys(rows, sort, descending)[-len(never) :]) == never
 
 
 def test_a_key_cursor_of_another_order_is_refused(memory: Any, clock: FakeClock, driver_name: str) -> None:
@@ -103,8 +109,13 @@ def test_a_key_cursor_of_another_order_is_refused(memory: Any, clock: FakeClock,
             memory.entries("sorted", limit=2, sort=sort, descending=not KEY_SORTS[sort], cursor=cursor)
     with pytest.raises(ValueError, match="sort must be one of key, updated, expires"):
         memory.entries("sorted", sort="size")
-    forged = [["expires", str(2**63), "a"], ["expires", "soon", "a"], ["updated", "yesterday", "a"],
-              ["key", "a", "b"], ["key", None, "a"]]
+    forged = [
+        ["expires", str(2**63), "a"],
+        ["expires", "soon", "a"],
+        ["updated", "yesterday", "a"],
+        ["key", "a", "b"],
+        ["key", None, "a"],
+    ]
     if not driver_name.startswith("sql-"):  # SQL pages past a stored time it cannot read by its raw text
         forged.append(["updated", 'raw:"soon"', "a"])
     for values in forged:

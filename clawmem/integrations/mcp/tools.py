@@ -198,9 +198,7 @@ class MemoryTools:
                 "switch writes nothing; nothing was written"
             )
         expires_at, size = self._expiry(namespace, key)
-        return Remembered(
-            namespace=namespace, key=key, expires_at=expires_at, bytes=size, run_id=run_id
-        )
+        return Remembered(namespace=namespace, key=key, expires_at=expires_at, bytes=size, run_id=run_id)
 
     def get(self, run_id: str, key: str, namespace: str | None) -> Found:
         """Return the live value of ``key``, or ``found`` false."""
