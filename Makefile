@@ -40,6 +40,7 @@ run: venv htmx
 
 lint: test-venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Two pytest runs: the main suite, then LangChain's standard tests in their own lane, whose
 # plugins and asyncio_mode = auto must not change how the main suite runs.
@@ -53,4 +54,5 @@ test: lint
 FAST_MARKERS ?= not slow and not browser and not servers
 test-fast: test-venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PYTHON) -m pytest -q -n auto -m "$(FAST_MARKERS)" -p no:cacheprovider
