@@ -207,7 +207,7 @@ def _boxes(tab: Any) -> list[dict[str, float]]:
 def test_the_header_keeps_its_sections_on_one_line_at_1280_px(browser: Any, server: str, path: str) -> None:
     tab = _tab(browser, server, DESKTOP, path)
     boxes = _boxes(tab)
-    assert len(boxes) == 9 and tab.locator(SECTIONS).last.inner_text() == "Settings"
+    assert len(boxes) == 10 and tab.locator(SECTIONS).last.inner_text() == "Settings"
     tops = {round(box["top"]) for box in boxes}
     assert len(tops) == 1, f"the sections wrap onto {len(tops)} lines: {boxes}"
     _first_line_holds_the_rest(tab)
