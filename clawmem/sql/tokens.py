@@ -173,7 +173,11 @@ def list_tokens(engine: Engine) -> list[TokenRecord]:
 
 def find_token(engine: Engine, name: str) -> TokenRecord | None:
     """Return the token named ``name``, or ``None``."""
-    return next((record for record in list_tokens(engine) if record.name == name), None)
+    if not sa.inspect(engine).has_table(tokens_table.name):
+        return None
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(tokens_table).where(tokens_table.c.name == name)).first()
+    return None if row is None else _record(row)
 
 
 def revoke_token(engine: Engine, name: str, now: float) -> bool:

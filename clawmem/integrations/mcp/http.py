@@ -120,6 +120,13 @@ class TokenGate:
         self.clock = clock
         self.allowed_origins = allowed_origins
 
+    def _admit(self, address: str, token: str, now: float) -> tuple[float, store.TokenRecord | None]:
+        """The address's wait and the token's record, on one trip to a worker thread."""
+        wait = store.blocked_for(self.accounts, address, now)
+        if wait > 0 or not token:
+            return wait, None
+        return 0.0, store.authenticate(self.accounts, token, now)
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
@@ -133,7 +140,9 @@ class TokenGate:
             return
         address = (scope.get("client") or ("unknown", 0))[0]
         now = self.clock()
-        wait = await anyio.to_thread.run_sync(store.blocked_for, self.accounts, address, now)
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        wait, record = await anyio.to_thread.run_sync(self._admit, address, token, now)
         if wait > 0:
             await _plain(
                 send,
@@ -142,12 +151,10 @@ class TokenGate:
                 [("retry-after", str(int(wait) + 1))],
             )
             return
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if not token:
             message = "an access token is needed: send Authorization: Bearer <token> (clawmem tokens create)"
             await _plain(send, 401, message, [("www-authenticate", 'Bearer realm="clawmem"')])
             return
-        record = await anyio.to_thread.run_sync(store.authenticate, self.accounts, token.strip(), now)
         if record is None:
             await anyio.to_thread.run_sync(store.record_failure, self.accounts, address, now)
             message = "the access token is not one this server knows"
