@@ -235,7 +235,9 @@ def test_two_first_appends_of_one_new_id_both_land(engine: Any, prefix: str, clo
     assert all(isinstance(ids, list) and len(ids) == 2 for ids in results.values()), results
     assert len(results) == 2
     if engine.dialect.name != "sqlite":
-        assert len(inserts) == 2  # the race really happened: both tried to create the row
+        # The race really happened: both tried to create the row. MariaDB may pick one of the two
+        # as a deadlock victim, and its retried transaction tries once more.
+        assert len(inserts) >= 2
     assert log.counts() == {"conversations": 1, "messages": 4}
     page = log.messages("new").items
     assert sorted(m.id for m in page) == sorted(results["alice"] + results["bob"])
