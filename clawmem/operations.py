@@ -41,8 +41,10 @@ from clawmem.erasure import (
 from clawmem.memory.file import remove_store_files, store_files
 from clawmem.memory.file import site_directory as file_site_directory
 from clawmem.pipeline import billed_tokens
+from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.site import Site
 from clawmem.sql import activity as sql_activity
+from clawmem.sql import changes as change_logs
 from clawmem.sql import sizes
 from clawmem.sql.activity import Activity
 from clawmem.sql.engine import connect
@@ -67,6 +69,8 @@ __all__ = [
     "forget_conversation",
     "forget_key",
     "init_db",
+    "change_log_plan",
+    "change_log_state",
     "Mention",
     "mentions_not_searched",
     "message_roles",
@@ -164,18 +168,38 @@ def conversations_to_prune(
 # -- the tables as a whole -------------------------------------------------------------------
 
 
-def init_db(site: Site) -> tuple[list[str], list[str]]:
+def init_db(site: Site, change_log: bool = False) -> tuple[list[str], list[str]]:
     """Create the site's three tables in the shape of ``CLAW_SCHEMA`` (unset: the existing
     tables' shape, ours for a new database) if they do not exist, and bring existing ones of our
     shape up to date, and create the vectors table beside them (in either shape: the three
-    tables gain nothing); return their names and what was added. Raises
-    :class:`clawmem.ConfigError` when tables of the other shape exist."""
+    tables gain nothing); return their names and what was added. Our shape also gets the change
+    log and its triggers (:mod:`clawmem.sql.changes`); phpClaw's only with ``change_log``.
+    Raises :class:`clawmem.ConfigError` when tables of the other shape exist, and
+    :class:`sqlalchemy.exc.SQLAlchemyError` when the asked-for change log cannot be added."""
     shape = check_shape(site.engine, site.prefix, site.settings.schema)
     existed = bool(sizes.present_tables(site.engine, site.prefix))
     changes = create_tables(site.engine, site.prefix, shape)
     if create_vector_table(site.engine, site.prefix) and existed:
         changes.append(f"added table {vector_table(site.prefix).name}")
-    return [*sizes.table_names(site.prefix), vector_table(site.prefix).name], changes
+    names = [*sizes.table_names(site.prefix), vector_table(site.prefix).name]
+    if change_log and shape != CLAWMEM_SCHEMA and change_logs.install(site.engine, site.prefix):
+        changes.append(f"added change log {change_logs.change_table(site.prefix).name} and its triggers")
+    if shape == CLAWMEM_SCHEMA or change_log:
+        names.append(change_logs.change_table(site.prefix).name)
+    return names, changes
+
+
+def change_log_plan(site: Site) -> list[str]:
+    """Return what ``init-db --change-log`` adds to the site's database, one line each."""
+    return change_logs.describe(site.engine, site.prefix)
+
+
+def change_log_state(site: Site) -> change_logs.LogState | None:
+    """Return how recall follows the site's memory table, or ``None`` when memory is not in
+    SQL or the tables do not exist."""
+    if site.settings.memory_driver != "sql" or not sizes.present_tables(site.engine, site.prefix):
+        return None
+    return change_logs.state(site.engine, site.prefix, site.conversations.shape)
 
 
 def activity(site: Site, days: int = 30) -> Activity:

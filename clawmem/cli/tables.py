@@ -20,11 +20,27 @@ from clawmem.sql.sizes import sqlite_file_bytes
 
 
 @click.command("init-db")
+@click.option(
+    "--change-log",
+    is_flag=True,
+    help="On phpClaw's tables, also add the change log and its triggers (printed first), so that "
+    "recall reads only what changed instead of counting each turn. Our own tables always get it.",
+)
 @one_line_errors
-def init_db() -> None:
+def init_db(change_log: bool) -> None:
     """Create the three tables of the configured prefix, or bring existing ones up to date
-    (added columns and indexes, each printed); safe to run again."""
-    names, changes = operations.init_db(current_site())
+    (added columns and indexes, each printed); safe to run again.
+
+    Beside them: the vectors table, and on clawmem's shape the change log, whose triggers on the
+    memory table let recall see what any program wrote without counting the namespace each
+    turn. Without the TRIGGER privilege the log is left out (said in one line) and recall counts.
+    """
+    site = current_site()
+    if change_log:
+        click.echo("init-db --change-log adds to the database (dropped again by uninstall):")
+        for line in operations.change_log_plan(site):
+            click.echo(f"  {line}")
+    names, changes = operations.init_db(site, change_log=change_log)
     for change in changes:
         click.echo(change)
     click.echo(f"tables ready: {', '.join(names)}")
@@ -64,6 +80,7 @@ def stats(as_json: bool) -> None:
     settings, engine = site.settings, site.engine
     found = operations.table_stats(site)
     roles = operations.message_roles(site)
+    log = operations.change_log_state(site)
     database = redact(settings.database_url)
     if as_json:
         document = {
@@ -74,6 +91,7 @@ def stats(as_json: bool) -> None:
                 {"table": t.name, "exists": t.exists, "rows": t.rows, "bytes": t.bytes} for t in found
             ],
             "messages_by_role": roles,
+            "change_log": None if log is None else {"on": log.on, "recall": log.line},
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -87,6 +105,8 @@ def stats(as_json: bool) -> None:
         click.echo(f"{table.name:<{width}}  {table.rows:>12,}  {human_bytes(table.bytes):>10}")
     if roles:
         click.echo("messages by role: " + ", ".join(f"{role} {count:,}" for role, count in roles.items()))
+    if log is not None:
+        click.echo(f"change log: {'on' if log.on else 'off'}: {log.line}")
     file_bytes = sqlite_file_bytes(engine)
     if file_bytes is not None:
         click.echo(f"database file: {human_bytes(file_bytes)} (page_count x page_size, all tables)")

@@ -22,7 +22,7 @@ from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, s
 from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.sql import activity, kv, vectors
+from clawmem.sql import activity, changes, kv, vectors
 from clawmem.sql import subjects as matching
 from clawmem.sql.engine import connect, describe_error, reading_line, retry_deadlocks, write_transaction
 from clawmem.sql.paging import keyset_pages
@@ -189,6 +189,9 @@ class SqlMemory(FeedingMemory):
             count = self._write(sweep, namespace, None, restart=True)
             if count:
                 deleted[namespace] = count
+        with self.engine.begin() as conn:  # the change log's older rows (see clawmem.sql.changes)
+            if changes.has_table(conn, self.prefix):
+                changes.trim(conn, self.prefix)
         return deleted
 
     # -- the operator's read API, answered by queries ------------------------------------------

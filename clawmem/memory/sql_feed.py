@@ -12,6 +12,14 @@ keys the copy holds, reading every key again only when rows went missing. The co
 keys it holds (``held``, the recall index); a caller whose copy cannot say has the cursor keep a
 set of them.
 
+Where the table's change log is in place (:mod:`clawmem.sql.changes`, kept by triggers), a call
+instead reads the log's rows since the cursor and then only the keys they name: no count, no
+window, whoever wrote (a whole namespace stamped by one ``UPDATE`` is read once, then each row
+another program changes costs one key). The log's numbers are not commit order, so the cursor
+also keeps the numbers below the newest it read that it has not seen (:class:`LogCursor`), and
+reads them again until each has come or is known never to come. Triggers dropped by hand are
+noticed at the next call, which reads the namespace again and counts from then on.
+
 Deletions this process made are told to the cursor directly (:class:`LocalDeletions`), so they
 never look missing.
 """
@@ -19,6 +27,7 @@ never look missing.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +36,7 @@ from typing import Any
 
 from clawmem.codecs import UndecodableValue, warn_unreadable
 from clawmem.records import Changes, FedEntry
-from clawmem.sql import kv
+from clawmem.sql import changes, kv
 from clawmem.sql.lenient import as_text, read_expiry, read_value
 
 # Rows whose updated_at is this much older than the newest one the cursor has seen are still
@@ -36,6 +45,22 @@ from clawmem.sql.lenient import as_text, read_expiry, read_value
 # found when the namespace's row count says something is missing.
 REINDEX_OVERLAP = timedelta(minutes=5)
 _LOCAL_LOG_LENGTH = 4096  # deletions kept per namespace before the log starts again
+# MariaDB: a number of the change log that is no row, not even a locked one, is taken for one
+# that will never come (a rolled-back write) only once it has been missing this long: a writer
+# takes its number a moment before its row exists, in the same statement.
+GAP_GRACE = 1.0  # seconds
+
+
+@dataclass(eq=False)
+class LogCursor:
+    """How far a feed has read the change log: every number up to ``seen`` has been read but
+    those of ``pending`` (number -> when first missed: PostgreSQL's next transaction id then,
+    elsewhere a monotonic time), which may still come; ``floor``, until settled, says the same
+    of every number below it (those the log no longer held when the feed began)."""
+
+    seen: int = 0
+    pending: dict[int, Any] = field(default_factory=dict)
+    floor: tuple[int, Any] | None = None
 
 
 @dataclass(eq=False)
@@ -60,6 +85,7 @@ class SqlCursor:
     broken: bool = False  # a call failed half-way: the next one starts again from a full read
     # SQLite: the whole table's rows when last counted (see _count), None before.
     table_rows: int | None = None
+    log: LogCursor | None = None  # while the change log is followed
 
 
 class LocalDeletions:
@@ -202,7 +228,9 @@ class SqlFeed:
 
     def load(self, cursor: SqlCursor) -> list[FedEntry]:
         """Return every recallable entry, and fill ``cursor`` as of this read."""
-        if not self._by_version():
+        if changes.armed(self.conn, self.prefix):
+            cursor.log = self._start_log()  # before the rows: a change after it is in the log
+        elif not self._by_version():
             # The window's marks are read before the values: a row changed in between shows a
             # different mark on the next call and is read again, never the other way round.
             newest = kv.newest_stamp(self.conn, self.prefix, self.namespace, self.shape)
@@ -240,9 +268,20 @@ class SqlFeed:
         """Bring ``cursor`` from its marker to ``marker`` (read before this call): read the rows
         written since, and compare the row count to find rows deleted elsewhere.
 
-        On PostgreSQL the rows written since are those of transactions that committed between
-        the two snapshots; elsewhere, the rows stamped within the overlap of the newest seen
-        whose marks differ (and, through the row count, rows stamped far back)."""
+        With the change log, the keys it names since the cursor. Without: on PostgreSQL the rows
+        written since are those of transactions that committed between the two snapshots;
+        elsewhere, the rows stamped within the overlap of the newest seen whose marks differ
+        (and, through the row count, rows stamped far back)."""
+        armed = changes.armed(self.conn, self.prefix)
+        if armed and cursor.log is not None:
+            self._follow_log(cursor, marker)
+            return
+        if cursor.log is not None:  # the triggers went: what changed since cannot be told
+            cursor.log = None
+            self._read_all(cursor)
+            return
+        if armed:  # the log is new: follow it from now, after catching up by counting
+            cursor.log = self._start_log()
         if self._by_version() and isinstance(cursor.marker, str) and isinstance(marker, str):
             count, written = kv.versions_since(
                 self.conn, self.prefix, self.namespace, kv.written_after(cursor.marker, marker), self.shape
@@ -262,6 +301,112 @@ class SqlFeed:
             self._reconcile(cursor, self._count(cursor))
         else:  # MariaDB counted the namespace with the digest, in the same statement
             self._reconcile(cursor, found[1])
+
+    # -- the change log ------------------------------------------------------------------------
+
+    def _note(self) -> Any:
+        """Return what a number missed now is noted with (see :class:`LogCursor`)."""
+        if self.conn.dialect.name == "postgresql":
+            return kv.parse_snapshot(kv.commit_marker(self.conn) or "0:0:")[1]
+        return time.monotonic()
+
+    def _start_log(self) -> LogCursor:
+        """Return a log cursor as of now: the numbers the log holds are taken as read (the
+        caller reads the namespace after this), the missing ones between them as pending."""
+        low, high, rows = changes.bounds(self.conn, self.prefix)
+        if self.conn.dialect.name == "sqlite":  # one writer at a time: numbers in commit order
+            return LogCursor(seen=high)
+        note = self._note()  # after the bounds: a writer that took a missing number had begun
+        missing = {}
+        if rows and high - low + 1 != rows:
+            held = changes.seqs_between(self.conn, self.prefix, low, high)
+            missing = {seq: note for seq in range(low, high + 1) if seq not in held}
+        return LogCursor(seen=high, pending=missing, floor=(low if rows else high + 1, note))
+
+    def _follow_log(self, cursor: SqlCursor, marker: Any) -> None:
+        log = cursor.log
+        assert log is not None
+        floor = log.floor[0] if log.floor else None
+        found = changes.read(self.conn, self.prefix, log.seen, sorted(log.pending), floor)
+        keys: set[str] = set()
+        came: set[int] = set()
+        trimmed = False
+        lowest_open = min([*log.pending, log.seen + 1, *([floor] if floor is not None else [])])
+        top = log.seen
+        for change in found:
+            if (
+                change.seq <= log.seen
+                and change.seq not in log.pending
+                and (floor is None or change.seq >= floor)
+            ):
+                continue  # read before (a range read of many pending numbers brings these too)
+            came.add(change.seq)
+            top = max(top, change.seq)
+            if change.through is not None:
+                trimmed = trimmed or change.through >= lowest_open
+            elif change.namespace == self.namespace and change.key is not None:
+                keys.add(as_text(change.key))
+        if trimmed:  # rows this cursor had not read were trimmed: read the namespace again
+            cursor.log = self._start_log()
+            self._read_all(cursor)
+            return
+        for seq in came:
+            log.pending.pop(seq, None)
+        missed = [seq for seq in range(log.seen + 1, top) if seq not in came]
+        log.seen = top
+        if missed and self.conn.dialect.name != "sqlite":
+            note = self._note()
+            log.pending.update(dict.fromkeys(missed, note))
+        self._settle(log, marker, came)
+        if keys:
+            self._read_keys(cursor, sorted(keys))
+
+    def _settle(self, log: LogCursor, marker: Any, came: set[int]) -> None:
+        """Forget the pending numbers that can no longer come, given what this call read
+        (``came``) after ``marker``."""
+        if not log.pending and log.floor is None:
+            return
+        dialect = self.conn.dialect.name
+        if dialect == "sqlite":
+            log.pending.clear()
+            log.floor = None
+        elif dialect == "postgresql":
+            # Every transaction below the xmin of the snapshot taken before this call read has
+            # ended; a number missed at next id X was taken by a transaction below X, so once
+            # that xmin reaches X its row was read now or never will be.
+            oldest = kv.parse_snapshot(marker)[0] if isinstance(marker, str) else 0
+            log.pending = {seq: note for seq, note in log.pending.items() if note > oldest}
+            if log.floor is not None and log.floor[1] <= oldest:
+                log.floor = None
+        else:
+            now = time.monotonic()
+            old = [seq for seq, note in log.pending.items() if now - note >= GAP_GRACE]
+            floor = log.floor[0] if log.floor is not None and now - log.floor[1] >= GAP_GRACE else None
+            if not old and floor is None:
+                return
+            rows = changes.in_flight(self.conn, self.prefix, old, floor)
+            if rows is None:  # one is still being written: all wait for the next call
+                return
+            for seq in old:
+                if seq not in rows:  # no row at all: rolled back
+                    del log.pending[seq]
+            # Rows below the floor that committed after this call read come at the next one.
+            if floor is not None and {seq for seq in rows if seq < floor} <= came:
+                log.floor = None
+
+    def _read_all(self, cursor: SqlCursor) -> None:
+        """Read every key of the namespace again, and the window's marks for counting after."""
+        present = kv.namespace_keys(self.conn, self.prefix, self.namespace, self.shape)
+        for key in (set(self._known(cursor)) | cursor.unreadable) - present:
+            self._drop(cursor, key)
+            self.changed[key] = None
+        self._read_keys(cursor, sorted(present))
+        if not self._by_version():
+            newest = kv.newest_stamp(self.conn, self.prefix, self.namespace, self.shape)
+            since = newest - REINDEX_OVERLAP if isinstance(newest, datetime) else None
+            cursor.window = _marks(kv.index_probe(self.conn, self.prefix, self.namespace, since, self.shape))
+            cursor.newest = newest if isinstance(newest, datetime) else cursor.newest
+            cursor.digest = (None, None)
 
     def _count(self, cursor: SqlCursor) -> int:
         """Return how many rows the namespace holds. On SQLite, while the namespace held at

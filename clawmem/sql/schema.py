@@ -19,6 +19,7 @@ from sqlalchemy.engine import Dialect, Engine, make_url
 from clawmem.errors import ConfigError
 from clawmem.rules import validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
+from clawmem.sql import changes as change_log
 from clawmem.sql.lenient import LenientDateTime, as_text
 
 
@@ -384,8 +385,8 @@ def create_tables(engine: Engine, prefix: str = "", shape: str = CLAWMEM_SCHEMA)
         return []
     schema = tables(prefix)
     created = _create_missing(engine, schema.metadata)
+    changes = _install_change_log(engine, prefix, fresh=bool(created))
     inspector = sa.inspect(engine)
-    changes = []
     quote = engine.dialect.identifier_preparer.quote
     for part, table in (("conversations", schema.conversations), ("messages", schema.messages)):
         if table.name in created:
@@ -410,6 +411,22 @@ def create_tables(engine: Engine, prefix: str = "", shape: str = CLAWMEM_SCHEMA)
     return changes
 
 
+def _install_change_log(engine: Engine, prefix: str, fresh: bool) -> list[str]:
+    """Add the change log to our shape's tables (see :mod:`clawmem.sql.changes`); return what
+    was added to tables that existed before, or why it could not be (recall then counts)."""
+    try:
+        added = change_log.install(engine, prefix)
+    except sa.exc.SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+        return [f"change log not installed ({reason}): recall counts the namespace each turn"]
+    return (
+        [f"added change log {change_log.change_table(prefix).name} and its triggers"]
+        if added and not fresh
+        else []
+    )
+
+
 def drop_tables(engine: Engine, prefix: str = "") -> None:
-    """Drop the three tables of ``prefix`` if they exist."""
+    """Drop the three tables of ``prefix`` and the change log, those that exist."""
+    change_log.uninstall(engine, prefix)
     tables(prefix).metadata.drop_all(engine, checkfirst=True)

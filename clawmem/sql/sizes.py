@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from clawmem.sql.changes import change_table
+from clawmem.sql.changes import has_table as has_change_table
 from clawmem.sql.engine import connect
 from clawmem.sql.schema import drop_tables, tables
 from clawmem.sql.vectors import drop_vector_table, has_vector_table, vector_table
@@ -131,11 +133,12 @@ def present_tables(engine: Engine, prefix: str) -> list[str]:
 
 
 def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
-    """Return the prefix's tables that exist (the three, then the vectors derived from the
-    memory table), with exact row counts (sizes left out)."""
+    """Return the prefix's tables that exist (the three, then the vectors and the change log
+    derived from the memory table), with exact row counts (sizes left out)."""
+    derived = (vector_table(prefix), change_table(prefix))
     with connect(engine) as conn:
         existing = set(sa.inspect(conn).get_table_names())
-        counted = [table for table in (*_three(prefix), vector_table(prefix)) if table.name in existing]
+        counted = [table for table in (*_three(prefix), *derived) if table.name in existing]
         if not counted:
             return []
         # One statement for every count: one round trip, not four.
@@ -150,11 +153,14 @@ def existing_tables(engine: Engine, prefix: str) -> list[TableStats]:
 
 
 def drop_prefix_tables(engine: Engine, prefix: str) -> list[str]:
-    """Drop the prefix's three tables and its vectors table (those that exist); return the
-    names dropped."""
+    """Drop the prefix's three tables, its vectors table and its change log with the triggers
+    (those that exist); return the names of the tables dropped."""
     present = present_tables(engine, prefix)
     if has_vector_table(engine, prefix):
         present.append(vector_table(prefix).name)
+    with connect(engine) as conn:
+        if has_change_table(conn, prefix):
+            present.append(change_table(prefix).name)
     drop_tables(engine, prefix)
     drop_vector_table(engine, prefix)
     return present

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint
+from sqlalchemy.exc import SQLAlchemyError
 
+from clawmem import operations
 from clawmem.compaction import configured_thresholds
 from clawmem.encryption import encryption_state
 from clawmem.errors import ConfigError, redact
@@ -144,10 +146,15 @@ def index() -> str:
         # tables are never encrypted (SPEC 13), and lack some of the columns counted.
         in_sql = settings.memory_driver == "sql"
         encryption = encryption_state(site.engine, site.prefix, cipher, sql_memory=in_sql)
+    try:
+        change_log = operations.change_log_state(site)
+    except SQLAlchemyError:  # the database is down: the rest of the page still shows
+        change_log = None
     return render_page(
         "settings/index.html",
         {},
         rows=rows,
+        change_log=change_log,
         compaction=configured_thresholds(settings),
         commands=deletion_commands(settings),
         encryption=encryption,
