@@ -23,7 +23,10 @@ turn, the bulk-stamped one on a load of its own:
 - ``foreign``: one entry is written by a second driver with a connection of its own (another
   worker or process) before each timed turn;
 - ``bulk``: every row carries one ``updated_at``, as an import writes them, and one entry is
-  written through the driver before each timed turn (SQL backends only).
+  written through the driver before each timed turn (SQL backends only);
+- ``stamped``: another program stamps every row of the namespace with one plain-SQL ``UPDATE``
+  (all the same fresh ``updated_at``) before the warm-up, then changes one row's value and stamp
+  with plain SQL before each timed turn (SQL backends only).
 
 ``trips`` is the median, and ``most`` the largest, number of requests an indexed turn sent to the
 server and waited for: on PostgreSQL counted from libpq's own trace (``BEGIN``, ``ROLLBACK`` and
@@ -312,7 +315,9 @@ CASES = {
     "churn": "one entry written through the driver before each turn",
     "foreign": "one entry written by another driver, on its own connection, before each turn",
     "bulk": "every row stamped alike (an import), one entry written through the driver before each turn",
+    "stamped": "every row stamped by one UPDATE of another program, then one row changed by it each turn",
 }
+SQL_ONLY = ("bulk", "stamped")
 
 
 @dataclass(frozen=True)
@@ -358,6 +363,8 @@ def measure(
 ) -> Result:
     indexed = MessageAugmenter(memory, namespace=NAMESPACE, announce=False)
     scanning = MessageAugmenter(memory, namespace=NAMESPACE, announce=False, ranker=scan_ranking)
+    if case == "stamped":
+        stamp_all(other)
     gc.collect()
     before = rss_bytes()
     warm_up, _, _ = timed(indexed, data.messages[0])  # builds the namespace's index, or catches up
@@ -368,6 +375,8 @@ def measure(
             memory.set(f"{case}{number:05d}", "written between turns", NAMESPACE)
         elif case == "foreign":
             other.set(f"{case}{number:05d}", "written between turns", NAMESPACE)
+        elif case == "stamped":
+            stamp_one(other, data.keys[number * 7 % len(data.keys)], number)
         elapsed, sent, result = timed(indexed, message)
         timings.append(elapsed)
         trips.append(sent)
@@ -399,6 +408,8 @@ def run(args: argparse.Namespace) -> list[Result]:
                     )
                     # The spaced cases share one load, in order; the bulk-stamped case has its own.
                     spaced = [case for case in args.cases if case != "bulk"]
+                    if backend not in SQL_BACKENDS:
+                        spaced = [case for case in spaced if case not in SQL_ONLY]
                     loads = [(args.spacing, spaced)] if spaced else []
                     if "bulk" in args.cases and backend in SQL_BACKENDS:
                         loads.append((0.0, ["bulk"]))
@@ -419,6 +430,36 @@ def run(args: argparse.Namespace) -> list[Result]:
 
 
 SQL_BACKENDS = ("sqlite", "mysql", "postgres")
+
+
+def stamp_all(other: Any) -> None:
+    """Stamp every row of the namespace alike with one plain-SQL UPDATE, as another program."""
+    import sqlalchemy as sa
+
+    from clawmem.sql.schema import tables
+
+    table = tables(other.prefix).memory
+    with other.engine.begin() as conn:
+        where = table.c.namespace == NAMESPACE
+        conn.execute(sa.update(table).where(where).values(updated_at=utc_datetime(other.clock)))
+
+
+def stamp_one(other: Any, key: str, number: int) -> None:
+    """Change one row's value and stamp with plain SQL, as another program."""
+    import sqlalchemy as sa
+
+    from clawmem.sql.schema import tables
+
+    table = tables(other.prefix).memory
+    with other.engine.begin() as conn:
+        conn.execute(
+            sa.update(table)
+            .where(table.c.namespace == NAMESPACE, table.c.lookup_key == key)
+            .values(
+                value=json.dumps(f"rewritten {number} by another program"),
+                updated_at=utc_datetime(other.clock),
+            )
+        )
 
 
 def another_driver(memory: Any) -> Any:

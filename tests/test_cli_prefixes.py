@@ -148,7 +148,8 @@ def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
     add_conversation(engine, prefix, utc_datetime(clock), messages=2)
 
     preview = claw(app, "uninstall", "--files", "--dry-run", "-v")
-    assert "would drop 3 tables holding 3 rows and remove 2 files" in preview.output
+    # The change log (derived from the memory table) goes with the three.
+    assert "would drop 4 tables holding 3 rows and remove 2 files" in preview.output
     result = claw(app, "uninstall", "--files", "--yes")
 
     assert result.exit_code == 0, result.output
@@ -156,7 +157,8 @@ def test_uninstall_drops_the_prefix_tables_and_the_file_directory(
         f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory")
     }
     assert not directory.exists()
-    assert audit_lines(app)[-1]["counts"] == {"tables": 3, "rows": 3, "files": 2}
+    assert not sa.inspect(engine).has_table(f"{prefix}clawmem_changes")
+    assert audit_lines(app)[-1]["counts"] == {"tables": 4, "rows": 3, "files": 2}
     assert "0 tables" in claw(app, "uninstall", "--yes").output
 
 
@@ -168,13 +170,15 @@ def test_uninstall_names_only_the_tables_that_exist_and_init_db_names_all_three(
         conn.execute(sa.text(f"DROP TABLE {prefix}phpclaw_memory"))
     result = claw(app, "uninstall", "--yes")
     assert result.exit_code == 0, result.output
-    assert f"dropped 2 tables: {prefix}phpclaw_conversations, {prefix}phpclaw_messages\n" in result.output
+    dropped = f"{prefix}phpclaw_conversations, {prefix}phpclaw_messages, {prefix}clawmem_changes"
+    assert f"dropped 3 tables: {dropped}\n" in result.output
     ready = claw(app, "init-db").output
     names = ", ".join(f"{prefix}phpclaw_{n}" for n in ("conversations", "messages", "memory"))
-    assert ready == f"tables ready: {names}, {prefix}clawmem_vectors\n"
-    # The vectors table, derived from the memory table, goes with the three.
-    assert "would drop 4 tables holding 0 rows" in claw(app, "uninstall", "--dry-run").output
-    assert f"dropped 4 tables: {names}, {prefix}clawmem_vectors\n" in claw(app, "uninstall", "--yes").output
+    derived = f"{prefix}clawmem_vectors, {prefix}clawmem_changes"
+    assert ready == f"tables ready: {names}, {derived}\n"
+    # The vectors table and the change log, derived from the memory table, go with the three.
+    assert "would drop 5 tables holding 0 rows" in claw(app, "uninstall", "--dry-run").output
+    assert f"dropped 5 tables: {names}, {derived}\n" in claw(app, "uninstall", "--yes").output
 
 
 def test_uninstall_refuses_a_site_directory_holding_foreign_files(
@@ -300,7 +304,7 @@ def test_erase_prune_and_uninstall_of_one_site_leave_the_other_site_byte_identic
         (["forget", "--conversation", own_recent, "--yes"], "and its 2 messages"),
         (["flush", "--namespace", "crm", "--yes"], "deleted 1 entry of namespace 'crm'"),
         (["prune", "--older-than", "30d", "--yes"], "deleted 1 conversation and 3 messages"),
-        (["uninstall", "--files", "--yes"], "dropped 3 tables"),
+        (["uninstall", "--files", "--yes"], "dropped 4 tables"),
     ]
     changed = []
     for args, said in runs:
