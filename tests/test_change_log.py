@@ -183,7 +183,9 @@ def test_a_rolled_back_write_stops_being_waited_for(site: Site, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("site", ALL, indirect=True)
-def test_triggers_dropped_by_hand_send_recall_back_to_counting(site: Site) -> None:
+def test_triggers_dropped_by_hand_send_recall_back_to_counting(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site.memory.set("first", "black coffee", "notes")
     assert site.turn() == []
     with site.program.begin() as conn:
@@ -198,6 +200,8 @@ def test_triggers_dropped_by_hand_send_recall_back_to_counting(site: Site) -> No
     state = changes.state(site.engine, site.prefix, "clawmem")
     assert not state.on and "triggers are missing" in state.line and "init-db" in state.line
     create_tables(site.engine, site.prefix)  # init-db puts them back
+    monkeypatch.setattr(sql_feed, "LOG_LOOK_AGAIN", 0.0)  # looked for again at once, not in a minute
+    assert site.turn() == ["counted", "unlogged"]  # the turn that finds the log again
     assert changes.state(site.engine, site.prefix, "clawmem").on
     with site.program.begin() as conn:
         site.update(conn, "counted", value=json.dumps("coffee"))  # the count alone misses this

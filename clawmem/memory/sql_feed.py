@@ -49,6 +49,8 @@ _LOCAL_LOG_LENGTH = 4096  # deletions kept per namespace before the log starts a
 # that will never come (a rolled-back write) only once it has been missing this long: a writer
 # takes its number a moment before its row exists, in the same statement.
 GAP_GRACE = 1.0  # seconds
+# While recall counts, how often a feed looks whether the change log has been added since.
+LOG_LOOK_AGAIN = 60.0  # seconds
 
 
 @dataclass(eq=False)
@@ -86,6 +88,7 @@ class SqlCursor:
     # SQLite: the whole table's rows when last counted (see _count), None before.
     table_rows: int | None = None
     log: LogCursor | None = None  # while the change log is followed
+    log_checked: float = float("-inf")  # when the log's triggers were last looked for (monotonic)
 
 
 class LocalDeletions:
@@ -228,7 +231,7 @@ class SqlFeed:
 
     def load(self, cursor: SqlCursor) -> list[FedEntry]:
         """Return every recallable entry, and fill ``cursor`` as of this read."""
-        if changes.armed(self.conn, self.prefix):
+        if self._armed(cursor):
             cursor.log = self._start_log()  # before the rows: a change after it is in the log
         elif not self._by_version():
             # The window's marks are read before the values: a row changed in between shows a
@@ -272,7 +275,10 @@ class SqlFeed:
         written since are those of transactions that committed between the two snapshots;
         elsewhere, the rows stamped within the overlap of the newest seen whose marks differ
         (and, through the row count, rows stamped far back)."""
-        armed = changes.armed(self.conn, self.prefix)
+        # Followed, the log's triggers are checked every call; counted, a log added since is
+        # looked for once in a while.
+        counted_since = time.monotonic() - cursor.log_checked
+        armed = (cursor.log is not None or counted_since >= LOG_LOOK_AGAIN) and self._armed(cursor)
         if armed and cursor.log is not None:
             self._follow_log(cursor, marker)
             return
@@ -303,6 +309,10 @@ class SqlFeed:
             self._reconcile(cursor, found[1])
 
     # -- the change log ------------------------------------------------------------------------
+
+    def _armed(self, cursor: SqlCursor) -> bool:
+        cursor.log_checked = time.monotonic()
+        return changes.armed(self.conn, self.prefix)
 
     def _note(self) -> Any:
         """Return what a number missed now is noted with (see :class:`LogCursor`)."""
