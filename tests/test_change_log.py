@@ -4,8 +4,10 @@ late, falling back to counting when the triggers are gone, and trimmed by sweep.
 
 from __future__ import annotations
 
+import html
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from flask import Flask
 
 from clawmem.cli import main
 from clawmem.clock import FakeClock, utc_datetime
@@ -23,7 +26,11 @@ from clawmem.settings import PHPCLAW_SCHEMA
 from clawmem.sql import changes, kv
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
+from dashboard import accounts, state
 from tests.conftest import backend_url, sql_url
+from tests.dashboard_helpers import ADMIN, PASSWORD, sign_in
+
+pytest_plugins = ["tests.dashboard_fixtures"]
 
 SERVERS = ["mysql", "postgres"]
 ALL = ["sqlite", *SERVERS]
@@ -162,7 +169,9 @@ def test_a_namespace_stamped_by_one_update_reads_only_what_changes_after(
         assert read and max(read) <= 5, read  # the key the log names, and the hits', to answer
 
 
-@pytest.mark.parametrize("site", SERVERS, indirect=True)
+# MariaDB only: on PostgreSQL a missed number is settled once every transaction older than it has
+# ended, on the whole server, which other tests' transactions can put off.
+@pytest.mark.parametrize("site", ["mysql"], indirect=True)
 def test_a_rolled_back_write_stops_being_waited_for(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sql_feed, "GAP_GRACE", 0.0)
     site.memory.set("first", "green tea", "notes")
@@ -174,8 +183,6 @@ def test_a_rolled_back_write_stops_being_waited_for(site: Site, monkeypatch: pyt
     site.memory.set("second", "green tea again", "notes")  # a number after the rolled-back one
     assert site.turn() == ["first", "second"]
     assert site.turn() == ["first", "second"]  # settles the rolled-back number
-    with site.program.begin() as conn:  # a commit, so that PostgreSQL's turn reads the log
-        site.insert(conn, "third", "coffee")
     seen = statements(site.engine)
     assert site.turn() == ["first", "second"]
     asked = [text for text in seen if "FROM " + changes.change_table(site.prefix).name in text]
@@ -297,3 +304,29 @@ def test_without_the_trigger_privilege_init_db_says_so_and_recall_counts(
         with root.begin() as conn:
             conn.exec_driver_sql(f"DROP USER '{user}'@'%%'")
         root.dispose()
+
+
+def test_the_settings_page_says_which_way_recall_follows_the_table(
+    make_app: Callable[..., Flask], clock: FakeClock, prefix: str
+) -> None:
+    app = make_app()
+    with app.app_context():
+        state.memory().set("fact", "green tea")  # the tables, made by the app's first write
+        accounts.create_admin(ADMIN, PASSWORD, clock())
+    client = app.test_client()
+    assert sign_in(client).status_code == 302
+
+    def said() -> str:
+        page = client.get("/settings").get_data(as_text=True)
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+    assert (
+        f"The change log is on : recall reads only what changed, from the change log {prefix}clawmem_changes"
+        in said()
+    )
+    with app.app_context(), state.site().engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TRIGGER {prefix}clawmem_changes_update" + (
+            f" ON {prefix}phpclaw_memory" if conn.dialect.name == "postgresql" else ""))  # fmt: skip
+    assert (
+        "The change log is off : recall counts the namespace every turn (its triggers are missing)" in said()
+    )

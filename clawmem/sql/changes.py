@@ -307,12 +307,10 @@ class LogState(NamedTuple):
 def state(engine: Engine, prefix: str, shape: str) -> LogState:
     """Return whether recall follows the change log of ``prefix`` or counts the namespace each
     turn, and how to turn the log on."""
-    flag = " --change-log" if shape != "clawmem" else ""
+    flag, name = (" --change-log" if shape != "clawmem" else ""), change_table(prefix).name
     with engine.connect() as conn:
         if armed(conn, prefix):
-            return LogState(
-                True, f"recall reads the change log {change_table(prefix).name}: only what changed"
-            )
-        table = sa.inspect(conn).has_table(change_table(prefix).name)
+            return LogState(True, f"recall reads only what changed, from the change log {name}")
+        table = sa.inspect(conn).has_table(name)
     why = "its triggers are missing" if table else "there is no change log"
     return LogState(False, f"recall counts the namespace every turn ({why}); run init-db{flag} to add it")
