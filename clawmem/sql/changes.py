@@ -234,16 +234,20 @@ def read(
     conn: Connection, prefix: str, after: int, also: Sequence[int] = (), below: int | None = None
 ) -> list[Change]:
     """Return the log's rows after ``after``, those numbered ``also`` and those below ``below``,
-    in order of their numbers."""
+    in order of their numbers (one statement, each part a range of the primary key, so that a
+    log the planner has no statistics for yet is never read whole)."""
     table = change_table(prefix)
-    where: list[Any] = [table.c.seq > after]
+    columns = (table.c.seq, table.c.namespace, table.c.lookup_key, table.c.through)
+    parts = [sa.select(*columns).where(table.c.seq > after)]
     if also:
-        where.append(table.c.seq.in_(list(also)) if len(also) <= 500 else table.c.seq >= min(also))
+        pending = table.c.seq.in_(list(also)) if len(also) <= 500 else table.c.seq.between(min(also), after)
+        parts.append(sa.select(*columns).where(pending, table.c.seq <= after))
     if below is not None:
-        where.append(table.c.seq < below)
-    select = sa.select(table.c.seq, table.c.namespace, table.c.lookup_key, table.c.through)
-    rows = conn.execute(select.where(sa.or_(*where)).order_by(table.c.seq))
-    return [Change(int(seq), namespace, key, through) for seq, namespace, key, through in rows]
+        parts.append(sa.select(*columns).where(table.c.seq < below))
+    select = parts[0] if len(parts) == 1 else sa.union_all(*parts)
+    found = conn.execute(select)
+    rows = {int(seq): Change(int(seq), namespace, key, through) for seq, namespace, key, through in found}
+    return [rows[seq] for seq in sorted(rows)]
 
 
 def in_flight(
