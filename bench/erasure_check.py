@@ -4,9 +4,11 @@ generation once per read or turn, so that a subject erased anywhere is not read 
 A turn is ``Claw.send`` on SQLite for one subject whose conversation holds ``--history`` messages
 and whose subject namespace a few facts, all sealed under the subject's data key. For each key
 store given (a SQLite file by default; also any ``--keystore`` URL, such as a PostgreSQL, MariaDB
-or Redis one), the median of ``--turns`` turns is timed twice, alternating: as shipped, and with
-the check skipped (the keys kept without asking, as the cache of keys did before it). It prints
-both, their difference, how many times a turn read the generation, and one read's median cost.
+or Redis one), ``--turns`` turns are timed, every other one as shipped and the others with the
+check skipped (the keys kept without asking, as the cache of keys did before it), so both see
+the same data and the same load of a shared machine. It prints both medians, their difference,
+how many times a checked turn read the generation, and one read's median cost: what the check
+adds to a turn is those reads times that cost.
 Nothing is left behind (a temporary directory, a table prefix or Redis keys of its own).
 
     .venv/bin/python -m bench.erasure_check [--history 200] [--turns 200] [--keystore URL ...]
@@ -71,9 +73,10 @@ def _forget(store: KeyStore, prefix: str) -> None:
 
 
 def turn_times(
-    folder: Path, keystore: str, history: int, turns: int, skip: bool
-) -> tuple[list[float], float]:
-    """Return the seconds of each of ``turns`` turns, and how many generation reads a turn made."""
+    folder: Path, keystore: str, history: int, turns: int
+) -> tuple[list[float], list[float], float]:
+    """Return the seconds of each checked and each unchecked turn (``turns`` in all, alternated),
+    and how many generation reads a checked turn made."""
     rng = random.Random(7)
     prefix = f"b{uuid.uuid4().hex[:8]}_"
     settings = Settings(
@@ -106,15 +109,16 @@ def turn_times(
         ]
         claw.conversations.append(conversation_id, batch, user_id=USER)
         claw.send(_sentence(rng, 8), conversation_id, user_id=USER)  # warm: keys read, index built
-        times = []
+        times: dict[bool, list[float]] = {False: [], True: []}
         reads[0] = 0
-        with _unchecked(skip):
-            for _ in range(turns):
+        for turn in range(turns):
+            skip = turn % 2 == 1
+            with _unchecked(skip):
                 clock.advance(1)
                 started = time.perf_counter()
                 claw.send(_sentence(rng, 8), conversation_id, user_id=USER)
-                times.append(time.perf_counter() - started)
-        return times, reads[0] / turns
+                times[skip].append(time.perf_counter() - started)
+        return times[False], times[True], reads[0] / len(times[False])
     finally:
         _forget(store, prefix)
 
@@ -155,21 +159,16 @@ def main() -> None:
         (Path(root) / "keys").mkdir()
         stores = [f"sqlite:///{Path(root) / 'keys' / 'keys.db'}", *args.keystore]
         for number, keystore in enumerate(stores):
-            medians: dict[bool, list[float]] = {False: [], True: []}
-            per_turn = 0.0
-            for run, skip in enumerate((False, True, False, True)):  # alternated: both see the same load
-                folder = Path(root) / f"site-{number}-{run}"
-                folder.mkdir()
-                times, reads = turn_times(folder, keystore, args.history, args.turns, skip)
-                medians[skip].append(statistics.median(times))
-                per_turn = reads if not skip else per_turn
-            checked, unchecked = min(medians[False]), min(medians[True])
+            folder = Path(root) / f"site-{number}"
+            folder.mkdir()
+            checked, unchecked, per_turn = turn_times(folder, keystore, args.history, args.turns)
             one = read_cost(Path(root) / f"site-{number}-read", keystore)
+            checked_ms, unchecked_ms = statistics.median(checked) * 1000, statistics.median(unchecked) * 1000
             print(
                 f"turn, {args.history}-message history, key store {_shown(keystore)}: "
-                f"checked {checked * 1000:.2f} ms, unchecked {unchecked * 1000:.2f} ms, "
-                f"difference {(checked - unchecked) * 1000:+.2f} ms; {per_turn:.1f} generation reads a "
-                f"turn, one read {one * 1_000_000:.0f} us"
+                f"checked {checked_ms:.2f} ms, unchecked {unchecked_ms:.2f} ms, difference "
+                f"{checked_ms - unchecked_ms:+.2f} ms; {per_turn:.1f} generation reads a turn x one read "
+                f"{one * 1_000_000:.0f} us = {per_turn * one * 1000:.2f} ms"
             )
 
 

@@ -59,8 +59,8 @@ _NONCE_BYTES = 12
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", ""}
 _DEFAULT_PORTS = {"mysql": 3306, "mariadb": 3306, "postgresql": 5432, "redis": 6379, "rediss": 6379}
-# The key stores whose generation this context read already (see KeyStore.checked).
-_CHECKED: ContextVar[frozenset[Any]] = ContextVar("clawmem_keystores_checked", default=frozenset())
+# Within a KeyStore.checked block: the key stores whose generation the block read already.
+_CHECKED: ContextVar[set[Any] | None] = ContextVar("clawmem_keystores_checked", default=None)
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ class KeyStore:
     A subject is a user id, as a conversation's ``user_id`` and a subject namespace name it.
     A key read is kept, and used again only after :meth:`check` found the store's generation
     where it was when the key was read: once per :meth:`checked` block (a read or a turn), else
-    at every use. :meth:`erase` forgets the subject's key here at once. Every failure of the
+    at every use of a kept key. :meth:`erase` forgets the subject's key here at once. Every failure of the
     store itself raises :class:`KeyStoreError`, never a key.
     """
 
@@ -357,12 +357,15 @@ class KeyStore:
         self._on_forget.append(forget)
 
     def check(self) -> None:
-        """Read the store's generation (one round trip) unless a :meth:`checked` block around
-        this call read it already; when it moved since the last read, forget every key kept.
-        Raises :class:`KeyStoreError`."""
-        if self in _CHECKED.get():
+        """Read the store's generation (one round trip) unless it was read already within the
+        :meth:`checked` block around this call; when it moved since the last read, forget every
+        key kept. Raises :class:`KeyStoreError`."""
+        scope = _CHECKED.get()
+        if scope is not None and self in scope:
             return
         generation = self._guarded("read", self.backend.generation)
+        if scope is not None:
+            scope.add(self)
         if generation == self._generation:
             return
         self._generation = generation
@@ -373,15 +376,14 @@ class KeyStore:
 
     @contextlib.contextmanager
     def checked(self) -> Iterator[None]:
-        """Within this block (one read, or one turn), :meth:`check` reads the generation once, at
-        the start, and the keys kept serve without another round trip. Blocks nest; keep them
-        short, since an erasure that ends inside one is seen only by the next."""
-        held = _CHECKED.get()
-        if self in held:
+        """Within this block (one read, or one turn), :meth:`check` reads the generation once, when
+        a kept key is first used, and after that the keys kept serve without another round trip.
+        Blocks nest (the outermost counts); keep them short, since an erasure that ends inside
+        one after that read is seen only by the next."""
+        if _CHECKED.get() is not None:
             yield
             return
-        self.check()
-        token = _CHECKED.set(held | {self})
+        token = _CHECKED.set(set())
         try:
             yield
         finally:

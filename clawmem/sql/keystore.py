@@ -103,11 +103,17 @@ def create_key_table(engine: Engine, prefix: str) -> None:
         pass  # another process inserted the row first
 
 
+@functools.cache
+def _generation_select(prefix: str) -> sa.Select[tuple[int]]:
+    # Built once: a process reads the generation at every turn.
+    table = generation_table(prefix)
+    return sa.select(table.c.generation).where(table.c.id == _GENERATION_ROW)
+
+
 def read_generation(engine: Engine, prefix: str) -> int:
     """Return the store's generation: how many keys were ever deleted (0 without the row)."""
-    table = generation_table(prefix)
     with engine.connect() as conn:
-        found = conn.execute(sa.select(table.c.generation).where(table.c.id == _GENERATION_ROW)).scalar()
+        found = conn.execute(_generation_select(prefix)).scalar()
     return 0 if found is None else int(found)
 
 
