@@ -615,13 +615,14 @@ class ConversationLog:
         search of an encrypted site, bounded, saying how far it looked. The last scan is kept,
         so a page's list, count and snippets cost one scan."""
         # Kept for a moment only (one page's list, count and snippets), so a later search sees
-        # what was written since.
+        # what was written since, and only while nothing was erased anywhere.
+        self.cipher.check_erasures()
         memo = (
             query,
             limit,
             tuple(sorted(filters.items(), key=lambda item: item[0])),
             int(time.monotonic()),
-            self.cipher.forgotten,  # an erasure anywhere drops what an earlier scan opened
+            self.cipher.forgotten,
         )
         if self._last_scan is not None and self._last_scan[0] == memo:
             return self._last_scan[1]
@@ -669,6 +670,7 @@ class ConversationLog:
     ) -> dict[str, str]:
         """Return, by conversation id, the start (``max_chars`` characters) of the first message
         of each of ``conversation_ids`` whose content holds ``query`` as :meth:`list` matches it."""
+        self.cipher.check_erasures()  # the last scan's matches serve only while nothing was erased
         last = self._last_scan
         if (
             self.encrypted

@@ -25,10 +25,11 @@ from click.testing import CliRunner
 
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
-from clawmem.conversations import Message
-from clawmem.crypto import generate_key
+from clawmem.conversations import ConversationLog, Message
+from clawmem.crypto import Cipher, Keyring, generate_key
+from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
-from clawmem.keystores import cipher_for, keystore_of
+from clawmem.keystores import cipher_for, keystore_of, open_keystore
 from clawmem.settings import Settings
 from clawmem.site import Site
 from clawmem.sql.engine import create_engine
@@ -212,3 +213,28 @@ def test_a_process_that_served_the_subject_reads_nothing_of_them_from_a_copy_put
     assert other["memory"] == {"value": secret_of(KEPT)}
     assert other["search"]["value"]["ids"] == [kept]
     assert secret_of(KEPT) in json.dumps(reader.turn(kept, KEPT)["value"]["sent"])
+
+
+def test_a_search_kept_by_another_process_drops_the_erased_subjects_matches(tmp_path: Path) -> None:
+    # The other process is this one's second key store and cipher: the state a process keeps.
+    settings = Settings(
+        instance_path=str(tmp_path / "instance"),
+        database_url=f"sqlite:///{tmp_path / 'claw.db'}",
+        encryption_keys=KEYS,
+        keystore_url=f"sqlite:///{tmp_path / 'keys.db'}",
+    )
+    create_tables(create_engine(settings.database_url))
+    site = Site(settings, FakeClock(1_800_000_000.0))
+    gone = write_subject(site, GONE)
+    keyring = Keyring.from_settings(settings)
+    elsewhere = ConversationLog(
+        site.engine, cipher=Cipher(keyring, open_keystore(settings, keyring)), clock=site.clock
+    )
+    assert [row.id for row in elsewhere.list(query="ZEBRA").items] == [gone]
+    assert elsewhere.first_matches([gone], "ZEBRA") == {gone: secret_of(GONE)}
+    # Erased here; the rows stay, as in a copy put back. No clock moves.
+    assert keystore_of(site.cipher).erase(GONE) != []
+    assert elsewhere.first_matches([gone], "ZEBRA") == {}
+    assert elsewhere.list(query="ZEBRA").items == []
+    with pytest.raises(Undecryptable):
+        elsewhere.load(gone)

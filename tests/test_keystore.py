@@ -26,7 +26,7 @@ from clawmem.crypto.keystore import (
 from clawmem.errors import ConfigError, KeyStoreError, Undecryptable
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
-from clawmem.sql.keystore import SqlKeyBackend, key_table
+from clawmem.sql.keystore import SqlKeyBackend, generation_table, key_table
 from tests.conftest import backend_url
 
 K1 = generate_key("k1")
@@ -136,6 +136,41 @@ def test_within_one_read_the_store_is_asked_once(backend: Any) -> None:
     asked.clear()
     assert reader.open(sealed[0], PLACE) == "row 0"  # outside a block: once a use
     assert len(asked) == 1
+
+
+def test_a_sql_store_from_before_the_generation_table_gets_it_at_its_first_erasure(tmp_path: Path) -> None:
+    keyring = Keyring.from_text(K1)
+    engine = create_engine(f"sqlite:///{tmp_path / 'keys.db'}")
+
+    def process() -> KeyStore:
+        return KeyStore(SqlKeyBackend(engine, "wp_", "keys.db"), keyring, site="wp_")
+
+    sealed = Cipher(keyring, process()).seal("erase me", PLACE, "user:gone")
+    generation_table("wp_").drop(engine)  # as a store made by an earlier release has it
+    reader = Cipher(keyring, process())
+    assert reader.open(sealed, PLACE) == "erase me" and reader.open(sealed, PLACE) == "erase me"
+    assert process().erase("user:gone") != []
+    assert sa.inspect(engine).has_table(generation_table("wp_").name)
+    with pytest.raises(Undecryptable):
+        reader.open(sealed, PLACE)
+    engine.dispose()
+
+
+def test_a_damaged_generation_in_redis_is_a_clear_error_and_no_key_is_used() -> None:
+    import redis
+
+    client = redis.Redis.from_url(backend_url("redis"))
+    backend = RedisKeyBackend(client, f"t{uuid.uuid4().hex[:8]}_", "redis")
+    keyring = Keyring.from_text(K1)
+    try:
+        sealed = Cipher(keyring, store(backend)).seal("erase me", PLACE, "user:gone")
+        reader = Cipher(keyring, store(backend))
+        assert reader.open(sealed, PLACE) == "erase me"
+        client.set(backend.generation_key, "not a number")  # another program wrote it
+        with pytest.raises(KeyStoreError, match="generation in redis is not a number"):
+            reader.open(sealed, PLACE)
+    finally:
+        client.delete(backend.keys_hash, backend.subjects_hash, backend.generation_key)
 
 
 def test_a_wrapped_key_copied_to_another_subject_does_not_unwrap(backend: Any) -> None:

@@ -181,7 +181,10 @@ class Cipher:
         checked = getattr(self.key_source, "checked", None)
         return checked() if checked is not None else contextlib.nullcontext()
 
-    def _check_keys(self) -> None:
+    def check_erasures(self) -> None:
+        """Ask the key source (once within a :meth:`reading` block) whether a key it kept was
+        erased by any process; if so it forgets its keys, and this cipher every plaintext kept
+        (``forgotten`` moves). Raises :class:`~clawmem.errors.KeyStoreError`."""
         check = getattr(self.key_source, "check", None)
         if check is not None:
             check()
@@ -265,7 +268,7 @@ class Cipher:
         says why. Never a value that did not authenticate. Raises
         :class:`~clawmem.errors.KeyStoreError` when the key source cannot say whether a key was
         erased (the plaintexts kept are dropped when one was)."""
-        self._check_keys()
+        self.check_erasures()
         aeads = self._aeads
         if self.keyring is not None:
             for key_id in self.keyring.key_ids:
