@@ -40,11 +40,8 @@ from tests.conftest import backend_url
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = generate_key("site1")
 GONE, KEPT = "cust-erased-81", "cust-kept-82"
-WORLDS = [
-    "sqlite, key store in a SQLite file",
-    "mariadb, key store on postgresql",
-    "postgresql, key store on redis",
-]
+# The database, then where the key store is ("servers" marks the MariaDB and PostgreSQL ones).
+WORLDS = ["sqlite-keys-sqlite", "mysql-keys-postgres", "postgres-keys-redis"]
 
 
 def secret_of(user_id: str) -> str:
@@ -80,12 +77,12 @@ class Reader:
 @pytest.fixture(params=WORLDS)
 def world(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> Iterator[dict[str, Any]]:
     """A site with a key store, a way to copy its database and put the copy back in place."""
-    kind = request.param.split(",")[0]
+    kind = request.param.split("-")[0]
     if kind == "sqlite":
         database = f"sqlite:///{tmp_path / 'claw.db'}"
         (tmp_path / "keys").mkdir()
         keystore = f"sqlite:///{tmp_path / 'keys' / 'keys.db'}"
-    elif kind == "mariadb":
+    elif kind == "mysql":
         database, keystore = backend_url("mysql"), backend_url("postgres")
     else:
         database, keystore = backend_url("postgres"), backend_url("redis")
