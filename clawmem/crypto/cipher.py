@@ -175,9 +175,10 @@ class Cipher:
         return None if self.keyring is None else self.keyring.primary_id
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
-        """Return a block for one read or one turn: the key source checks once, at its start,
-        that none of the keys it kept was erased since (in any process), and within it they
-        serve without asking again. Nothing to check without a key source that keeps keys."""
+        """Return a block for one read or one turn: the key source checks once, when a key it
+        kept is first used (or :meth:`fast_opener` asks), that none was erased since in any
+        process, and within the block they serve without asking again. Nothing to check without
+        a key source that keeps keys."""
         checked = getattr(self.key_source, "checked", None)
         return checked() if checked is not None else contextlib.nullcontext()
 

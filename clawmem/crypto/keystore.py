@@ -16,8 +16,8 @@ tables: a backup of that would hold the keys too.
 Beside the keys the store keeps a generation, a number that every deletion of a key raises in the
 same transaction. A process keeps the keys it has read, and before it uses them again it reads
 the generation once per read or turn (:meth:`KeyStore.checked`): when it moved, every key it kept
-is forgotten. So once an erasure has returned, no process of the site opens the subject's rows,
-in this database or in any restored copy of it.
+is forgotten, and every plaintext its cipher kept. So once an erasure has returned, no process of
+the site opens the subject's rows, in this database or in any restored copy of it.
 """
 
 from __future__ import annotations
@@ -299,8 +299,8 @@ class KeyStore:
     A subject is a user id, as a conversation's ``user_id`` and a subject namespace name it.
     A key read is kept, and used again only after :meth:`check` found the store's generation
     where it was when the key was read: once per :meth:`checked` block (a read or a turn), else
-    at every use of a kept key. :meth:`erase` forgets the subject's key here at once. Every failure of the
-    store itself raises :class:`KeyStoreError`, never a key.
+    at every use of a kept key. :meth:`erase` forgets the subject's key here at once. Every
+    failure of the store itself raises :class:`KeyStoreError`, never a key.
     """
 
     def __init__(
