@@ -161,6 +161,7 @@ local id = redis.call('HGET', KEYS[2], ARGV[1])
 if not id then return false end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[1], id)
+if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('SET', KEYS[3], ARGV[2]) end
 redis.call('INCR', KEYS[3])
 return id
 """
@@ -242,7 +243,10 @@ class RedisKeyBackend:
     def delete_subject(self, subject: str) -> list[str]:
         """Delete the subject hash's key and raise the generation; return the ids deleted."""
         keys = [self.keys_hash, self.subjects_hash, self.generation_key]
-        deleted = self.client.eval(_DELETE_LUA, 3, *keys, subject)
+        # A counter that went missing (deleted, evicted) starts again at a number no process can
+        # hold already, so every one of them sees this erasure.
+        restart = secrets.randbelow(2**62)
+        deleted = self.client.eval(_DELETE_LUA, 3, *keys, subject, restart)
         return [] if deleted is None else [_text(deleted)]
 
     def generation(self) -> int:

@@ -11,6 +11,7 @@ process that kept keys learns of an erasure with one read by primary key.
 from __future__ import annotations
 
 import functools
+import secrets
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -165,11 +166,16 @@ def delete_subject_key(engine: Engine, prefix: str, subject: str) -> list[str]:
         ids = list(conn.execute(sa.select(table.c.key_id).where(table.c.subject == subject)).scalars())
         if ids:
             conn.execute(sa.delete(table).where(table.c.subject == subject))
-            conn.execute(
+            raised = conn.execute(
                 sa.update(generation)
                 .where(generation.c.id == _GENERATION_ROW)
                 .values(generation=generation.c.generation + 1)
             )
+            if not raised.rowcount:
+                # The row went missing (deleted by hand): it starts again at a number no process
+                # can hold already, so every one of them sees this erasure.
+                restart = secrets.randbelow(2**62) + 1
+                conn.execute(sa.insert(generation).values(id=_GENERATION_ROW, generation=restart))
     return ids
 
 
@@ -221,7 +227,8 @@ class SqlKeyBackend:
         self.prefix = prefix
         self.where = where
         self._ready = False
-        self._generation_ready = False
+        self._generation_ready = False  # the generation table is known to exist
+        self._generation_row = False  # and its row, made by this process
 
     @classmethod
     def from_url(cls, url: str, prefix: str, where: str) -> SqlKeyBackend:
@@ -270,17 +277,17 @@ class SqlKeyBackend:
         """Store ``key`` unless its subject has one; return the subject's key."""
         if not self._exists():
             self._run("store", lambda: create_key_table(self.engine, self.prefix))
-            self._ready = self._generation_ready = True
+            self._ready = self._generation_ready = self._generation_row = True
         return self._run("store", lambda: add_key(self.engine, self.prefix, key))
 
     def delete_subject(self, subject: str) -> list[str]:
         """Delete the subject hash's key and raise the generation; return the ids deleted."""
         if not self._exists():
             return []
-        if not self._generation_ready:
+        if not self._generation_row:
             # A store made before the generation table gets it here, before its first deletion.
             self._run("erase", lambda: create_key_table(self.engine, self.prefix))
-            self._generation_ready = True
+            self._generation_ready = self._generation_row = True
         return self._run("erase", lambda: delete_subject_key(self.engine, self.prefix, subject))
 
     def generation(self) -> int:
