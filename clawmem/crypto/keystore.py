@@ -394,13 +394,18 @@ class KeyStore:
             _CHECKED.reset(token)
 
     def _kept(self, kept: dict[str, Any], name: str) -> Any:
-        # A key kept serves only if the generation it was read under is still the store's.
+        # A key kept serves only if the generation it was read under is still the store's. A
+        # turn opens its whole history through here: the checked block's test is inlined.
         held = kept.get(name)
         if held is None:
             return None
-        self.check()
-        held = kept.get(name)
-        return None if held is None or held[0] != self._generation else held[1]
+        scope = _CHECKED.get()
+        if scope is None or self not in scope:
+            self.check()
+            held = kept.get(name)
+            if held is None:
+                return None
+        return held[1] if held[0] == self._generation else None
 
     def subject_key(self, subject: str) -> DataKey:
         """Return the data key of ``subject``, making, wrapping and storing one on first use.
