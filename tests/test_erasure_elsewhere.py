@@ -30,6 +30,8 @@ from clawmem.crypto import Cipher, Keyring, generate_key
 from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
 from clawmem.keystores import cipher_for, keystore_of, open_keystore
+from clawmem.pipeline import Claw
+from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
 from clawmem.site import Site
 from clawmem.sql.engine import create_engine
@@ -235,3 +237,27 @@ def test_a_search_kept_by_another_process_drops_the_erased_subjects_matches(tmp_
     assert elsewhere.list(query="ZEBRA").items == []
     with pytest.raises(Undecryptable):
         elsewhere.load(gone)
+
+
+def test_a_turn_asks_the_key_store_about_erasures_twice_whatever_its_history(tmp_path: Path) -> None:
+    # Once for the turn's reads (history, recall) and once for its write: not once a message.
+    settings = Settings(
+        instance_path=str(tmp_path / "instance"),
+        database_url=f"sqlite:///{tmp_path / 'claw.db'}",
+        encryption_keys=KEYS,
+        keystore_url=f"sqlite:///{tmp_path / 'keys.db'}",
+    )
+    create_tables(create_engine(settings.database_url))
+    claw = Claw.from_settings(settings, EchoProvider(), clock=FakeClock(1_800_000_000.0))
+    conversation_id = write_subject(Site(settings), GONE)
+    claw.conversations.append(
+        conversation_id, [Message("user", f"note {n}") for n in range(40)], user_id=GONE
+    )
+    claw.send("where do I live? address", conversation_id, GONE)  # the keys are kept from here on
+    store = keystore_of(cipher_for(settings))
+    assert store is not None
+    asked = []
+    read = store.backend.generation
+    store.backend.generation = lambda: asked.append(1) or read()  # type: ignore[method-assign]
+    reply = claw.send("where do I live? address", conversation_id, GONE)
+    assert secret_of(GONE) in reply.text and len(asked) == 2
