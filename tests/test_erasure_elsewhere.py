@@ -5,7 +5,8 @@ for every read of the subject and none of their text, in a load, a memory read, 
 turn, while the other subject's rows in the same copy still read. No clock moves in between.
 
 On SQLite with a SQLite-file key store, on MariaDB with the key store on PostgreSQL, and on
-PostgreSQL with the key store on Redis.
+PostgreSQL with the key store on Redis. Also: a search another process kept drops the subject's
+matches, and the check costs a turn two reads of the key store, however long its history.
 """
 
 from __future__ import annotations
