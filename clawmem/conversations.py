@@ -10,12 +10,13 @@ Every statement lives in :mod:`clawmem.sql.conversations`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -61,6 +62,22 @@ _LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
 SCAN_LIMIT = 10_000
 
 ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_read(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    # A method that opens or seals several values: the key store is asked once whether a key it
+    # kept was erased (by any process), not once a value (see Cipher.reading).
+    @functools.wraps(method)
+    def within(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        log: ConversationLog = args[0]  # type: ignore[assignment]
+        with log.cipher.reading():
+            return method(*args, **kwargs)
+
+    return within
 
 
 def validate_conversation_id(conversation_id: object) -> str:
@@ -239,6 +256,7 @@ class ConversationLog:
     def _messages(self, messages: Iterable[StoredMessage], raising: bool = False) -> list[StoredMessage]:
         return sealing.open_messages(self.cipher, self.prefix, list(messages), raising)
 
+    @_one_read
     def opened(self, conversation: Conversation) -> Conversation:
         """Return a conversation read as stored (an export's, see :mod:`clawmem.erasure`) with
         its sealed columns opened; what cannot be opened is marked unreadable, never dropped."""
@@ -303,6 +321,7 @@ class ConversationLog:
 
     # -- writing ----------------------------------------------------------------------------
 
+    @_one_read
     def append(
         self,
         conversation_id: str,
@@ -500,6 +519,7 @@ class ConversationLog:
             found = sql.messages_of_job(conn, self.prefix, conversation_id, job_id, self._job_opener())
         return self._messages(found, raising=True)
 
+    @_one_read
     def load(self, conversation_id: str) -> Conversation | None:
         """Return the conversation with its messages from the newest checkpoint on, or ``None``."""
         validate_conversation_id(conversation_id)
@@ -513,6 +533,7 @@ class ConversationLog:
 
     # -- the read API -----------------------------------------------------------------------
 
+    @_one_read
     def list(
         self,
         *,
@@ -587,14 +608,22 @@ class ConversationLog:
         found = self.scan(filters["query"], **{k: v for k, v in filters.items() if k != "query"})
         return {**filters, "query": None, "conversation_ids": list(found.matches)}
 
+    @_one_read
     def scan(self, query: str, limit: int = SCAN_LIMIT, **filters: Any) -> TextScan:
         """Return which conversations passing ``filters`` hold ``query`` (case-insensitive) in
         their title or a message, decrypting the newest ``limit`` titles and messages: the
         search of an encrypted site, bounded, saying how far it looked. The last scan is kept,
         so a page's list, count and snippets cost one scan."""
         # Kept for a moment only (one page's list, count and snippets), so a later search sees
-        # what was written since.
-        memo = (query, limit, tuple(sorted(filters.items(), key=lambda item: item[0])), int(time.monotonic()))
+        # what was written since, and only while nothing was erased anywhere.
+        self.cipher.check_erasures()
+        memo = (
+            query,
+            limit,
+            tuple(sorted(filters.items(), key=lambda item: item[0])),
+            int(time.monotonic()),
+            self.cipher.forgotten,
+        )
         if self._last_scan is not None and self._last_scan[0] == memo:
             return self._last_scan[1]
         needle = query.casefold()
@@ -635,13 +664,21 @@ class ConversationLog:
             validate_namespace(namespace)
         return {"user_id": user_id, "namespace": namespace, "since": since, "until": until, "query": query}
 
+    @_one_read
     def first_matches(
         self, conversation_ids: Sequence[str], query: str, max_chars: int = 100_000
     ) -> dict[str, str]:
         """Return, by conversation id, the start (``max_chars`` characters) of the first message
         of each of ``conversation_ids`` whose content holds ``query`` as :meth:`list` matches it."""
-        if self.encrypted and self._last_scan is not None and self._last_scan[0][0] == query:
-            matches = self._last_scan[1].matches
+        self.cipher.check_erasures()  # the last scan's matches serve only while nothing was erased
+        last = self._last_scan
+        if (
+            self.encrypted
+            and last is not None
+            and last[0][0] == query
+            and last[0][-1] == self.cipher.forgotten
+        ):
+            matches = last[1].matches
             return {
                 conversation_id: (matches[conversation_id] or "")[:max_chars]
                 for conversation_id in conversation_ids

@@ -255,11 +255,13 @@ class Claw:
             wordpress_user_id(conversation_id or "(new)", user_id)  # a WordPress user id, or ''
         run_id = new_id()
         with events.run_context(run_id):
-            stored = self.conversations.load(conversation_id) if conversation_id else None
+            # The turn's reads ask the key store once whether a key was erased, not once a value.
+            with self.conversations.cipher.reading():
+                stored = self.conversations.load(conversation_id) if conversation_id else None
+                subject = subject_namespace(user_id, self.subject_template) if user_id else None
+                augment = self.augmenter.augment(message, subject)
             conversation_id = conversation_id or new_id()
             rows = [row for row in stored.messages if row.role != "recall"] if stored else []
-            subject = subject_namespace(user_id, self.subject_template) if user_id else None
-            augment = self.augmenter.augment(message, subject)
             earlier = provider_history(rows)
             for guard in self.guards:
                 augment = guard.apply(augment)

@@ -118,7 +118,8 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> Iterat
     yield {"site": site, "backup": backup, "settings": settings}
     store = keystore_of(cipher_for(settings))
     if store is not None and hasattr(store.backend, "keys_hash"):
-        store.backend.client.delete(store.backend.keys_hash, store.backend.subjects_hash)
+        backend = store.backend
+        backend.client.delete(backend.keys_hash, backend.subjects_hash, backend.generation_key)
     drop_tables(engine, prefix)
     engine.dispose()
 

@@ -17,7 +17,6 @@ from clawmem.clock import FakeClock
 from clawmem.crypto import Cipher, Context, Keyring, generate_key
 from clawmem.crypto.keystore import (
     DATA_KEY_ID,
-    KEY_CACHE_SECONDS,
     KeyStore,
     RedisKeyBackend,
     WrappedKey,
@@ -27,7 +26,7 @@ from clawmem.crypto.keystore import (
 from clawmem.errors import ConfigError, KeyStoreError, Undecryptable
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
-from clawmem.sql.keystore import SqlKeyBackend, key_table
+from clawmem.sql.keystore import SqlKeyBackend, generation_table, key_table
 from tests.conftest import backend_url
 
 K1 = generate_key("k1")
@@ -49,7 +48,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     client = redis.Redis.from_url(backend_url("redis"))
     found = RedisKeyBackend(client, prefix, "redis")
     yield found
-    client.delete(found.keys_hash, found.subjects_hash)
+    client.delete(found.keys_hash, found.subjects_hash, found.generation_key)
 
 
 def store(backend: Any, keys: str = K1) -> KeyStore:
@@ -102,18 +101,94 @@ def test_erasing_the_key_leaves_the_subject_unreadable_and_others_readable(backe
     assert reader.open(kept, PLACE) == "keep me"
 
 
-def test_another_process_stops_reading_an_erased_subject_once_its_keys_lapse(backend: Any) -> None:
+def test_another_process_stops_reading_an_erased_subject_at_its_next_read(backend: Any) -> None:
     keyring = Keyring.from_text(K1)
     sealed = Cipher(keyring, store(backend)).seal("erase me", PLACE, "user:gone")
+    kept = Cipher(keyring, store(backend)).seal("keep me", PLACE, "user:kept")
     clock = FakeClock(1_000.0)
     reader = Cipher(keyring, KeyStore(backend, keyring, site="wp_", clock=clock))
-    assert reader.open(sealed, PLACE) == "erase me"
-    store(backend).erase("user:gone")  # by another process
-    clock.advance(KEY_CACHE_SECONDS - 1)
-    assert reader.open(sealed, PLACE) == "erase me"  # the key it read lasts this long at most
-    clock.advance(2)
+    assert reader.open(sealed, PLACE) == "erase me" and reader.open(kept, PLACE) == "keep me"
+    before = backend.generation()
+    assert store(backend).erase("user:gone") != []  # by another process
+    assert backend.generation() != before
+    after = backend.generation()
+    # No time passes: the key this process kept is not used again once the store says one went.
     with pytest.raises(Undecryptable):
         reader.open(sealed, PLACE)
+    with reader.reading(), pytest.raises(Undecryptable):
+        reader.open(sealed, PLACE)
+    assert reader.open(kept, PLACE) == "keep me"
+    assert store(backend).erase("user:nobody") == [] and backend.generation() == after
+
+
+def test_within_one_read_the_store_is_asked_once(backend: Any) -> None:
+    keyring = Keyring.from_text(K1)
+    sealed = [Cipher(keyring, store(backend)).seal(f"row {n}", PLACE, "user:a") for n in range(5)]
+    keys = store(backend)
+    reader = Cipher(keyring, keys)
+    asked = []
+    read = backend.generation
+    backend.generation = lambda: asked.append(1) or read()
+    assert [reader.open(text, PLACE) for text in sealed[:1]] == ["row 0"]  # first read: a miss
+    asked.clear()
+    with reader.reading():
+        assert [reader.open(text, PLACE) for text in sealed] == [f"row {n}" for n in range(5)]
+    assert len(asked) == 1
+    asked.clear()
+    assert reader.open(sealed[0], PLACE) == "row 0"  # outside a block: once a use
+    assert len(asked) == 1
+
+
+def test_a_sql_store_from_before_the_generation_table_gets_it_at_its_first_erasure(tmp_path: Path) -> None:
+    keyring = Keyring.from_text(K1)
+    engine = create_engine(f"sqlite:///{tmp_path / 'keys.db'}")
+
+    def process() -> KeyStore:
+        return KeyStore(SqlKeyBackend(engine, "wp_", "keys.db"), keyring, site="wp_")
+
+    sealed = Cipher(keyring, process()).seal("erase me", PLACE, "user:gone")
+    generation_table("wp_").drop(engine)  # as a store made by an earlier release has it
+    reader = Cipher(keyring, process())
+    assert reader.open(sealed, PLACE) == "erase me" and reader.open(sealed, PLACE) == "erase me"
+    assert process().erase("user:gone") != []
+    assert sa.inspect(engine).has_table(generation_table("wp_").name)
+    with pytest.raises(Undecryptable):
+        reader.open(sealed, PLACE)
+    engine.dispose()
+
+
+def test_a_generation_deleted_by_hand_still_shows_the_next_erasure(backend: Any) -> None:
+    keyring = Keyring.from_text(K1)
+    sealed = Cipher(keyring, store(backend)).seal("erase me", PLACE, "user:gone")
+    store(backend).subject_key("user:first")
+    store(backend).erase("user:first")  # the generation is above 0 now
+    reader = Cipher(keyring, store(backend))
+    assert reader.open(sealed, PLACE) == "erase me" and reader.open(sealed, PLACE) == "erase me"
+    if isinstance(backend, RedisKeyBackend):
+        backend.client.delete(backend.generation_key)  # deleted, or evicted
+    else:
+        with backend.engine.begin() as conn:
+            conn.execute(sa.delete(generation_table(backend.prefix)))
+    assert store(backend).erase("user:gone") != []
+    with pytest.raises(Undecryptable):
+        reader.open(sealed, PLACE)
+
+
+def test_a_damaged_generation_in_redis_is_a_clear_error_and_no_key_is_used() -> None:
+    import redis
+
+    client = redis.Redis.from_url(backend_url("redis"))
+    backend = RedisKeyBackend(client, f"t{uuid.uuid4().hex[:8]}_", "redis")
+    keyring = Keyring.from_text(K1)
+    try:
+        sealed = Cipher(keyring, store(backend)).seal("erase me", PLACE, "user:gone")
+        reader = Cipher(keyring, store(backend))
+        assert reader.open(sealed, PLACE) == "erase me"
+        client.set(backend.generation_key, "not a number")  # another program wrote it
+        with pytest.raises(KeyStoreError, match="generation in redis is not a number"):
+            reader.open(sealed, PLACE)
+    finally:
+        client.delete(backend.keys_hash, backend.subjects_hash, backend.generation_key)
 
 
 def test_a_wrapped_key_copied_to_another_subject_does_not_unwrap(backend: Any) -> None:

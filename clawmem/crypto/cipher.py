@@ -6,6 +6,7 @@ site fails to open instead of reading as that place's value.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -106,6 +107,10 @@ class KeySource(Protocol):
     ``subject_key`` returns the data key that seals ``subject``'s values (creating it if needed),
     or ``None`` to seal under the keyring's primary key. ``key_by_id`` returns the key an
     envelope names, or ``None`` when it is not held (for example erased with its subject).
+
+    A source that keeps keys may also have ``check()`` (forget them if one was erased anywhere),
+    ``checked()`` (a block within which that is asked once) and ``on_forget(callback)``; see
+    :class:`clawmem.crypto.keystore.KeyStore`.
     """
 
     def subject_key(self, subject: str) -> DataKey | None: ...
@@ -141,6 +146,12 @@ class Cipher:
         # Histories a turn reloads, opened once: the plaintext of an envelope at its place (the
         # same envelope elsewhere is another place and is opened, and fails, on its own).
         self._opened: dict[tuple[bytes, str], str] = {}
+        # How many times what was kept was dropped: a reader's own cache of opened text (a
+        # search's matches) serves only while this has not moved.
+        self.forgotten = 0
+        on_forget = getattr(key_source, "on_forget", None)
+        if on_forget is not None:
+            on_forget(self.forget_opened)  # a key erased by any process drops the plaintexts kept
         if keyring is not None:
             self._aead_for(keyring.primary_id)  # fail now, not at the first write, without the extra
 
@@ -162,6 +173,22 @@ class Cipher:
     def primary_id(self) -> str | None:
         """Return the key id new values are sealed under (without a subject), or ``None`` when off."""
         return None if self.keyring is None else self.keyring.primary_id
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """Return a block for one read or one turn: the key source checks once, when a key it
+        kept is first used (or :meth:`fast_opener` asks), that none was erased since in any
+        process, and within the block they serve without asking again. Nothing to check without
+        a key source that keeps keys."""
+        checked = getattr(self.key_source, "checked", None)
+        return checked() if checked is not None else contextlib.nullcontext()
+
+    def check_erasures(self) -> None:
+        """Ask the key source (once within a :meth:`reading` block) whether a key it kept was
+        erased by any process; if so it forgets its keys, and this cipher every plaintext kept
+        (``forgotten`` moves). Raises :class:`~clawmem.errors.KeyStoreError`."""
+        check = getattr(self.key_source, "check", None)
+        if check is not None:
+            check()
 
     def _aead_for(self, key_id: str) -> Any:
         aead = self._aeads.get(key_id)
@@ -239,7 +266,10 @@ class Cipher:
         """Return ``open(text, associated_data) -> str | None`` for opening many rows in a loop:
         the plaintext, or ``None`` whenever anything is amiss (a key not yet loaded, a damaged
         envelope, a failed tag), for the caller to open that row with :meth:`open_sealed`, which
-        says why. Never a value that did not authenticate."""
+        says why. Never a value that did not authenticate. Raises
+        :class:`~clawmem.errors.KeyStoreError` when the key source cannot say whether a key was
+        erased (the plaintexts kept are dropped when one was)."""
+        self.check_erasures()
         aeads = self._aeads
         if self.keyring is not None:
             for key_id in self.keyring.key_ids:
@@ -273,12 +303,13 @@ class Cipher:
     def forget_opened(self) -> None:
         """Drop the plaintexts :meth:`fast_opener` keeps (after an erasure, or a key removed)."""
         self._opened.clear()
+        self.forgotten += 1
 
     def forget_key(self, key_id: str) -> None:
         """Drop the cached key of ``key_id`` and every plaintext kept, so the next open asks the
         key source again (after a subject's data key is erased)."""
         self._aeads.pop(key_id, None)
-        self._opened.clear()
+        self.forget_opened()
 
     def __repr__(self) -> str:
         ids = None if self.keyring is None else list(self.keyring.key_ids)

@@ -8,22 +8,31 @@ key's id and the master key's id, so a wrapped key copied to another subject doe
 key of the keyring unwraps what it wrapped, so a rotation can re-wrap under the new master key.
 
 The key store holds a subject as a hash of the site and the user id, never as the user id. It
-lives in a SQL database (table ``{prefix}clawmem_subject_keys``, see :mod:`clawmem.sql.keystore`)
-or a Redis (two hashes under ``clawmem:keystore:{prefix}``), and never in the database that holds
-the three tables: a backup of that would hold the keys too.
+lives in a SQL database (tables ``{prefix}clawmem_subject_keys`` and
+``{prefix}clawmem_key_generation``, see :mod:`clawmem.sql.keystore`) or a Redis (two hashes and a
+counter under ``clawmem:keystore:{prefix}``), and never in the database that holds the three
+tables: a backup of that would hold the keys too.
+
+Beside the keys the store keeps a generation, a number that every deletion of a key raises in the
+same transaction. A process keeps the keys it has read, and before it uses them again it reads
+the generation once per read or turn (:meth:`KeyStore.checked`): when it moved, every key it kept
+is forgotten, and every plaintext its cipher kept. So once an erasure has returned, no process of
+the site opens the subject's rows, in this database or in any restored copy of it.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -44,13 +53,14 @@ KEYSTORE_VARIABLE = "CLAW_KEYSTORE_URL"
 # so an envelope's key id always says which of the two it is.
 DATA_KEY_ID = re.compile(r"s-[0-9A-HJKMNP-TV-Z]{26}")
 _WRAP_FORMAT = "clawmem-subject-key/1"
-# How long a process keeps a data key it has read: a subject erased by another process stops
-# reading in this one at most this long after (the erasing process forgets it at once).
-KEY_CACHE_SECONDS = 30.0
+# How many data keys a process keeps at most (about 100 bytes each), then it starts again.
+KEYS_KEPT = 100_000
 _NONCE_BYTES = 12
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", ""}
 _DEFAULT_PORTS = {"mysql": 3306, "mariadb": 3306, "postgresql": 5432, "redis": 6379, "rediss": 6379}
+# Within a KeyStore.checked block: the key stores whose generation the block read already.
+_CHECKED: ContextVar[set[Any] | None] = ContextVar("clawmem_keystores_checked", default=None)
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,8 @@ class KeyBackend(Protocol):
 
     def delete_subject(self, subject: str) -> list[str]: ...
 
+    def generation(self) -> int: ...
+
     def count_by_master(self) -> dict[str, int]: ...
 
     def not_under(self, master_id: str, limit: int) -> list[WrappedKey]: ...
@@ -149,6 +161,8 @@ local id = redis.call('HGET', KEYS[2], ARGV[1])
 if not id then return false end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[1], id)
+if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('SET', KEYS[3], ARGV[2]) end
+redis.call('INCR', KEYS[3])
 return id
 """
 _REWRAP_LUA = """
@@ -170,13 +184,15 @@ def _text(raw: bytes | str) -> str:
 class RedisKeyBackend:
     """Wrapped keys in a Redis: the hash ``clawmem:keystore:{prefix}:keys`` (data key id to the
     wrapped key as JSON) and ``clawmem:keystore:{prefix}:subjects`` (subject hash to key id),
-    changed together by scripts, so a reader never sees one without the other."""
+    changed together by scripts, so a reader never sees one without the other; the counter
+    ``clawmem:keystore:{prefix}:generation`` rises in the script that deletes a key."""
 
     def __init__(self, client: Any, prefix: str, where: str) -> None:
         self.client = client
         self.where = where
         self.keys_hash = f"clawmem:keystore:{prefix}:keys"
         self.subjects_hash = f"clawmem:keystore:{prefix}:subjects"
+        self.generation_key = f"clawmem:keystore:{prefix}:generation"
 
     @staticmethod
     def _encode(key: WrappedKey) -> str:
@@ -225,9 +241,21 @@ class RedisKeyBackend:
         return found
 
     def delete_subject(self, subject: str) -> list[str]:
-        """Delete the subject hash's key; return the ids deleted."""
-        deleted = self.client.eval(_DELETE_LUA, 2, self.keys_hash, self.subjects_hash, subject)
+        """Delete the subject hash's key and raise the generation; return the ids deleted."""
+        keys = [self.keys_hash, self.subjects_hash, self.generation_key]
+        # A counter that went missing (deleted, evicted) starts again at a number no process can
+        # hold already, so every one of them sees this erasure.
+        restart = secrets.randbelow(2**62)
+        deleted = self.client.eval(_DELETE_LUA, 3, *keys, subject, restart)
         return [] if deleted is None else [_text(deleted)]
+
+    def generation(self) -> int:
+        """Return how many keys were ever deleted from this store (0 before the first)."""
+        raw = self.client.get(self.generation_key)
+        try:
+            return 0 if raw is None else int(_text(raw))
+        except ValueError:
+            raise KeyStoreError("read", f"{self.generation_key} in {self.where} is not a number") from None
 
     def _all(self) -> Iterator[WrappedKey]:
         for key_id, raw in self.client.hscan_iter(self.keys_hash, count=1000):
@@ -273,8 +301,10 @@ class KeyStore:
     :class:`clawmem.crypto.Cipher` (``subject_key`` / ``key_by_id``).
 
     A subject is a user id, as a conversation's ``user_id`` and a subject namespace name it.
-    A key read is kept for :data:`KEY_CACHE_SECONDS` on ``clock``, and forgotten at once by
-    :meth:`erase`. Every failure of the store itself raises :class:`KeyStoreError`, never a key.
+    A key read is kept, and used again only after :meth:`check` found the store's generation
+    where it was when the key was read: once per :meth:`checked` block (a read or a turn), else
+    at every use of a kept key. :meth:`erase` forgets the subject's key here at once. Every
+    failure of the store itself raises :class:`KeyStoreError`, never a key.
     """
 
     def __init__(
@@ -290,14 +320,20 @@ class KeyStore:
         self.keyring = keyring
         self.site = site
         self.clock = clock
-        self._by_subject: dict[str, tuple[float, DataKey]] = {}
-        self._by_id: dict[str, tuple[float, bytes]] = {}
+        # The store's generation as this process last read it (None: not read yet). Each key kept
+        # carries the generation read before it was fetched, and serves only while that holds.
+        self._generation: int | None = None
+        self._by_subject: dict[str, tuple[int | None, DataKey]] = {}
+        self._by_id: dict[str, tuple[int | None, bytes]] = {}
+        self._on_forget: list[Callable[[], None]] = []
 
-    def _remember(self, subject: str | None, key: DataKey) -> DataKey:
-        until = self.clock() + KEY_CACHE_SECONDS
+    def _remember(self, generation: int | None, subject: str | None, key: DataKey) -> DataKey:
+        if len(self._by_id) >= KEYS_KEPT:
+            self._by_subject.clear()
+            self._by_id.clear()
         if subject is not None:
-            self._by_subject[subject] = (until, key)
-        self._by_id[key.key_id] = (until, key.secret)
+            self._by_subject[subject] = (generation, key)
+        self._by_id[key.key_id] = (generation, key.secret)
         return key
 
     @property
@@ -319,15 +355,68 @@ class KeyStore:
                 operation, f"{self.where}: {type(exc).__name__}: {redact(str(exc))}"
             ) from None
 
+    def on_forget(self, forget: Callable[[], None]) -> None:
+        """Call ``forget`` whenever this store drops the keys it kept because a key was erased
+        (by any process): a cipher drops the plaintexts it kept with them."""
+        self._on_forget.append(forget)
+
+    def check(self) -> None:
+        """Read the store's generation (one round trip) unless it was read already within the
+        :meth:`checked` block around this call; when it moved since the last read, forget every
+        key kept. Raises :class:`KeyStoreError`."""
+        scope = _CHECKED.get()
+        if scope is not None and self in scope:
+            return
+        generation = self._guarded("read", self.backend.generation)
+        if scope is not None:
+            scope.add(self)
+        if generation == self._generation:
+            return
+        self._generation = generation
+        self._by_subject.clear()
+        self._by_id.clear()
+        for forget in self._on_forget:
+            forget()
+
+    @contextlib.contextmanager
+    def checked(self) -> Iterator[None]:
+        """Within this block (one read, or one turn), :meth:`check` reads the generation once, when
+        a kept key is first used, and after that the keys kept serve without another round trip.
+        Blocks nest (the outermost counts); keep them short, since an erasure that ends inside
+        one after that read is seen only by the next."""
+        if _CHECKED.get() is not None:
+            yield
+            return
+        token = _CHECKED.set(set())
+        try:
+            yield
+        finally:
+            _CHECKED.reset(token)
+
+    def _kept(self, kept: dict[str, Any], name: str) -> Any:
+        # A key kept serves only if the generation it was read under is still the store's. A
+        # turn opens its whole history through here: the checked block's test is inlined.
+        held = kept.get(name)
+        if held is None:
+            return None
+        scope = _CHECKED.get()
+        if scope is None or self not in scope:
+            self.check()
+            held = kept.get(name)
+            if held is None:
+                return None
+        return held[1] if held[0] == self._generation else None
+
     def subject_key(self, subject: str) -> DataKey:
         """Return the data key of ``subject``, making, wrapping and storing one on first use.
 
         Two processes making a subject's first key at once agree on one (the store keeps the
         first). Raises :class:`KeyStoreError`.
         """
-        held = self._by_subject.get(subject)
-        if held is not None and held[0] > self.clock():
-            return held[1]
+        held = self._kept(self._by_subject, subject)
+        if held is not None:
+            return held
+        generation = self._generation
         hashed = subject_hash(self.site, subject)
         found = self._guarded("read", lambda: self.backend.by_subject(hashed))
         if found is None:
@@ -338,8 +427,9 @@ class KeyStore:
             assert master is not None
             found = self._guarded("store", lambda: self.backend.add(wrap(self.site, draft, master, secret)))
             if found.key_id == draft.key_id:
-                return self._remember(subject, DataKey(found.key_id, secret))
-        return self._remember(subject, DataKey(found.key_id, unwrap(self.site, found, self.keyring)))
+                return self._remember(generation, subject, DataKey(found.key_id, secret))
+        key = DataKey(found.key_id, unwrap(self.site, found, self.keyring))
+        return self._remember(generation, subject, key)
 
     def key_by_id(self, key_id: str) -> bytes | None:
         """Return the data key of ``key_id``, or ``None`` when the store does not hold it (it was
@@ -347,13 +437,16 @@ class KeyStore:
         is held but cannot be unwrapped."""
         if not DATA_KEY_ID.fullmatch(key_id):
             return None
-        held = self._by_id.get(key_id)
-        if held is not None and held[0] > self.clock():
-            return held[1]
+        held = self._kept(self._by_id, key_id)
+        if held is not None:
+            return held
+        generation = self._generation
         found = self._guarded("read", lambda: self.backend.by_id(key_id))
         if found is None:
             return None
-        return self._remember(None, DataKey(key_id, unwrap(self.site, found, self.keyring))).secret
+        return self._remember(
+            generation, None, DataKey(key_id, unwrap(self.site, found, self.keyring))
+        ).secret
 
     def has_key(self, subject: str) -> bool:
         """Return whether ``subject`` has a data key in the store (reads only)."""
@@ -361,8 +454,9 @@ class KeyStore:
         return self._guarded("read", lambda: self.backend.by_subject(hashed)) is not None
 
     def erase(self, subject: str) -> list[str]:
-        """Delete ``subject``'s data key; return the ids deleted (none when it had none). Every
-        row sealed under it, in this database and in every copy of it, is unreadable from now on."""
+        """Delete ``subject``'s data key, raising the store's generation with it; return the ids
+        deleted (none when it had none). Every row sealed under it, in this database and in every
+        copy of it, is unreadable from now on, in every process at its next read."""
         hashed = subject_hash(self.site, subject)
         erased = self._guarded("erase", lambda: self.backend.delete_subject(hashed))
         self._by_subject.pop(subject, None)

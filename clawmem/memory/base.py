@@ -218,7 +218,8 @@ class BaseMemory(SearchableMemory):
 
     def _call(self, operation: str, function: Any, *args: Any) -> Any:
         try:
-            return function(*args)
+            with self.values.cipher.reading():  # an erasure is asked about once, not once a value
+                return function(*args)
         except StorageError:
             raise
         except self.backend_errors as exc:

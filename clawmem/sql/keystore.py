@@ -1,13 +1,17 @@
-"""Every statement on the key store's table, ``{prefix}clawmem_subject_keys``, in the key store's
-own database (``CLAW_KEYSTORE_URL``), never the database of the three tables.
+"""Every statement on the key store's tables, ``{prefix}clawmem_subject_keys`` and
+``{prefix}clawmem_key_generation``, in the key store's own database (``CLAW_KEYSTORE_URL``), never
+the database of the three tables.
 
 One row per subject of the site: the subject's hash, the data key's id, the id of the master key
-that wraps it and the wrapped key. A data key is never stored unwrapped.
+that wraps it and the wrapped key. A data key is never stored unwrapped. The generation table has
+one row, the number of keys ever deleted, raised in the transaction that deletes one, so a
+process that kept keys learns of an erasure with one read by primary key.
 """
 
 from __future__ import annotations
 
 import functools
+import secrets
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -23,14 +27,21 @@ from clawmem.sql.engine import describe_error, engine_for, write_transaction
 from clawmem.sql.schema import ExactString
 
 KEY_TABLE_SUFFIX = "clawmem_subject_keys"
+GENERATION_TABLE_SUFFIX = "clawmem_key_generation"
+_GENERATION_ROW = 1
 _T = TypeVar("_T")
+
+
+@functools.cache
+def _metadata(prefix: str) -> sa.MetaData:
+    return sa.MetaData()
 
 
 @functools.cache
 def key_table(prefix: str = "") -> sa.Table:
     """Return the key store table of the site whose table prefix is ``prefix``."""
     validate_prefix(prefix)
-    metadata = sa.MetaData()
+    metadata = _metadata(prefix)
     return sa.Table(
         f"{prefix}{KEY_TABLE_SUFFIX}",
         metadata,
@@ -41,6 +52,20 @@ def key_table(prefix: str = "") -> sa.Table:
         sa.Column("created_at", sa.DateTime, nullable=False),
         sa.UniqueConstraint("subject", name=f"{prefix}clawmem_keys_subject"),
         sa.Index(f"{prefix}clawmem_keys_master", "master_id"),
+        mysql_charset="utf8mb4",
+        mysql_engine="InnoDB",
+    )
+
+
+@functools.cache
+def generation_table(prefix: str = "") -> sa.Table:
+    """Return the key store's generation table (one row) of the site of ``prefix``."""
+    validate_prefix(prefix)
+    return sa.Table(
+        f"{prefix}{GENERATION_TABLE_SUFFIX}",
+        _metadata(prefix),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("generation", sa.BigInteger, nullable=False),
         mysql_charset="utf8mb4",
         mysql_engine="InnoDB",
     )
@@ -59,9 +84,38 @@ def key_table_exists(engine: Engine, prefix: str) -> bool:
     return sa.inspect(engine).has_table(key_table(prefix).name)
 
 
+def generation_table_exists(engine: Engine, prefix: str) -> bool:
+    """Return whether the generation table of ``prefix`` exists (a store made before it had none)."""
+    return sa.inspect(engine).has_table(generation_table(prefix).name)
+
+
 def create_key_table(engine: Engine, prefix: str) -> None:
-    """Create the key store table of ``prefix`` if it does not exist (idempotent)."""
-    key_table(prefix).metadata.create_all(engine, checkfirst=True)
+    """Create the key store tables of ``prefix`` where they do not exist, with the generation's
+    one row (idempotent: two processes may do it at once)."""
+    tables = [key_table(prefix), generation_table(prefix)]
+    tables[0].metadata.create_all(engine, tables=tables, checkfirst=True)
+    generation = generation_table(prefix)
+    try:
+        with write_transaction(engine) as conn:
+            found = conn.execute(sa.select(generation.c.id).where(generation.c.id == _GENERATION_ROW)).first()
+            if found is None:
+                conn.execute(sa.insert(generation).values(id=_GENERATION_ROW, generation=0))
+    except sa.exc.IntegrityError:
+        pass  # another process inserted the row first
+
+
+@functools.cache
+def _generation_select(prefix: str) -> sa.Select[tuple[int]]:
+    # Built once: a process reads the generation at every turn.
+    table = generation_table(prefix)
+    return sa.select(table.c.generation).where(table.c.id == _GENERATION_ROW)
+
+
+def read_generation(engine: Engine, prefix: str) -> int:
+    """Return the store's generation: how many keys were ever deleted (0 without the row)."""
+    with engine.connect() as conn:
+        found = conn.execute(_generation_select(prefix)).scalar()
+    return 0 if found is None else int(found)
 
 
 def key_of_subject(engine: Engine, prefix: str, subject: str) -> WrappedKey | None:
@@ -104,12 +158,24 @@ def add_key(engine: Engine, prefix: str, key: WrappedKey) -> WrappedKey:
 
 
 def delete_subject_key(engine: Engine, prefix: str, subject: str) -> list[str]:
-    """Delete the subject hash's data key; return the ids deleted (none when it had no key)."""
-    table = key_table(prefix)
+    """Delete the subject hash's data key and raise the generation in the same transaction;
+    return the ids deleted (none when it had no key). The generation's row must exist
+    (:func:`create_key_table`)."""
+    table, generation = key_table(prefix), generation_table(prefix)
     with write_transaction(engine) as conn:
         ids = list(conn.execute(sa.select(table.c.key_id).where(table.c.subject == subject)).scalars())
         if ids:
             conn.execute(sa.delete(table).where(table.c.subject == subject))
+            raised = conn.execute(
+                sa.update(generation)
+                .where(generation.c.id == _GENERATION_ROW)
+                .values(generation=generation.c.generation + 1)
+            )
+            if not raised.rowcount:
+                # The row went missing (deleted by hand): it starts again at a number no process
+                # can hold already, so every one of them sees this erasure.
+                restart = secrets.randbelow(2**62) + 1
+                conn.execute(sa.insert(generation).values(id=_GENERATION_ROW, generation=restart))
     return ids
 
 
@@ -161,6 +227,8 @@ class SqlKeyBackend:
         self.prefix = prefix
         self.where = where
         self._ready = False
+        self._generation_ready = False  # the generation table is known to exist
+        self._generation_row = False  # and its row, made by this process
 
     @classmethod
     def from_url(cls, url: str, prefix: str, where: str) -> SqlKeyBackend:
@@ -209,14 +277,31 @@ class SqlKeyBackend:
         """Store ``key`` unless its subject has one; return the subject's key."""
         if not self._exists():
             self._run("store", lambda: create_key_table(self.engine, self.prefix))
-            self._ready = True
+            self._ready = self._generation_ready = self._generation_row = True
         return self._run("store", lambda: add_key(self.engine, self.prefix, key))
 
     def delete_subject(self, subject: str) -> list[str]:
-        """Delete the subject hash's key; return the ids deleted."""
+        """Delete the subject hash's key and raise the generation; return the ids deleted."""
         if not self._exists():
             return []
+        if not self._generation_row:
+            # A store made before the generation table gets it here, before its first deletion.
+            self._run("erase", lambda: create_key_table(self.engine, self.prefix))
+            self._generation_ready = self._generation_row = True
         return self._run("erase", lambda: delete_subject_key(self.engine, self.prefix, subject))
+
+    def generation(self) -> int:
+        """Return how many keys were ever deleted from this store: one read by primary key (0
+        for a store with no table yet, whose keys none was ever deleted)."""
+        if not self._generation_ready:
+            if not self._exists():
+                return 0
+            self._generation_ready = self._run(
+                "read", lambda: generation_table_exists(self.engine, self.prefix)
+            )
+            if not self._generation_ready:
+                return 0
+        return self._run("read", lambda: read_generation(self.engine, self.prefix))
 
     def count_by_master(self) -> dict[str, int]:
         """Return how many data keys each master key id wraps."""

@@ -142,6 +142,11 @@ def open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: boo
         )
     ):
         return messages
+    with cipher.reading():  # the key source checks for an erasure once, not once a row
+        return _open_messages(cipher, prefix, messages, raising)
+
+
+def _open_messages(cipher: Cipher, prefix: str, messages: list[Any], raising: bool) -> list[Any]:
     if cipher.strict:
         return [open_message(cipher, prefix, message, raising) for message in messages]
     opened = []
@@ -177,6 +182,11 @@ def open_fields(cipher: Cipher, prefix: str, fields: dict[str, Any], raising: bo
     with title and metadata opened (or marked unreadable)."""
     if not needs_opening(cipher, fields["title"], fields["metadata"]):
         return fields
+    with cipher.reading():
+        return _open_fields(cipher, prefix, fields, raising)
+
+
+def _open_fields(cipher: Cipher, prefix: str, fields: dict[str, Any], raising: bool) -> dict[str, Any]:
     problems: list[str] = []
     title = fields["title"]
     if title is not None and (cipher.strict or is_sealed(title)):
