@@ -347,7 +347,7 @@ def test_eval_prints_hand_computed_numbers(tmp_path):
     result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "clawmem", "--top-k", "2"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "4 questions, 3 entries"
+    assert lines[0] == "4 questions, 3 entries, stemming off"
     assert lines[1].split() == ["scoring", "recall@1", "recall@2", "recall@3", "MRR"]
     # recall@1 2/4, recall@2 and @3 3/4, MRR (1 + 1 + 1/2 + 0) / 4
     assert lines[2].split() == ["clawmem", "0.500", "0.750", "0.750", "0.625"]

@@ -241,7 +241,7 @@ def injection_survey(count: int, namespace: str) -> InjectionSurvey:
         namespace,
         settings.recall_top_k,
         now_seconds(state.clock()),
-        ranker_for(settings.recall_scoring),
+        ranker_for(settings.recall_scoring, settings.recall_embedder, settings.recall_stemming),
     )
 
 
@@ -305,7 +305,8 @@ def unmatched() -> str:
     cursor = text_arg("cursor", 500)
     after = decode_cursor(cursor, 1)[0] if cursor else None
     now = now_seconds(state.clock())
-    ranker = ranker_for(state.settings().recall_scoring)
+    settings = state.settings()
+    ranker = ranker_for(settings.recall_scoring, settings.recall_embedder, settings.recall_stemming)
     count, found = unmatched_entries(
         state.memory(), message, namespace, now, after, UNMATCHED_PAGE_SIZE + 1, ranker
     )
