@@ -118,7 +118,8 @@ def warm(memory: Listing, namespaces: Sequence[str] | None = None, stemming: str
     lists, by default) up to date, and return how many entries they hold. Called before
     gunicorn forks its workers (``--preload``), it builds one index that every worker shares:
     a worker starts with it and its cursor, and catches up from there on its first turn.
-    Namespaces served by a driver without a feed are skipped (recall scans them). Raises what the drivers raise."""
+    Namespaces served by a driver without a feed are skipped (recall scans them). Raises what
+    the drivers raise."""
     held = 0
     for namespace in memory.namespaces() if namespaces is None else namespaces:
         driver = serving_driver(memory, namespace)[0]
