@@ -179,6 +179,7 @@ class MessageAugmenter:
             bytes_used=block_bytes,
             error=error,
             spans=tuple(spans),
+            stemming=unstemmed(self.ranker)[1],
         )
 
     def _emit(self, ranking: Ranking, lines: list[tuple[str, str]], block_bytes: int) -> None:
