@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clawmem.cli import main
 from clawmem.errors import ConfigError
 from clawmem.memory.array import ArrayMemory
 from clawmem.recall import MessageAugmenter
@@ -238,3 +240,26 @@ def test_the_preview_shows_the_stem_that_matched(
         assert "CLAW_RECALL_STEMMING=english" in body
         assert '<td class="matched">parcel, shipped → ship</td>' in body
         assert '<td class="matched">parcel</td>' in body  # "parcels" is held as its stem
+
+
+# -- clawmem eval ------------------------------------------------------------------------------
+
+
+def test_eval_measures_with_the_stemming_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [
+        {"namespace": "n", "key": "order", "value": "the parcel shipped on Monday"},
+        {"namespace": "n", "key": "tea", "value": "green tea at noon"},
+        {"namespace": "n", "message": "when is it shipping", "keys": ["order"]},
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+    def recall_at_1(*options: str) -> tuple[str, str]:
+        done = CliRunner().invoke(main, ["eval", str(path), "--scoring", "weighted", *options])
+        assert done.exit_code == 0, done.output
+        header, _, row = done.stdout.splitlines()
+        return header, row.split()[1]
+
+    monkeypatch.setenv("CLAW_RECALL_STEMMING", "english")  # the default, unless asked otherwise
+    assert recall_at_1() == ("1 questions, 2 entries, stemming english", "1.000")
+    assert recall_at_1("--stemming", "off") == ("1 questions, 2 entries, stemming off", "0.000")
