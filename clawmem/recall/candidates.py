@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from clawmem.recall.words import NO_STEMMING
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -59,4 +61,4 @@ def unstemmed(ranker: Ranker) -> tuple[Callable[..., Ranking], str]:
     not :class:`Stemmed`)."""
     if isinstance(ranker, Stemmed):
         return ranker.ranker, ranker.stemming
-    return ranker, "off"
+    return ranker, NO_STEMMING

@@ -4,11 +4,12 @@ Each entry gets a *slot*. The index keeps, per slot, the key and a key order (a 
 as the keys do, by code point) packed in a :class:`~clawmem.recall.keys.KeyTable`, and the
 expiry, the size of the entry's injection line and a fingerprint of its value as arrays; and per
 word (casefolded, at least three characters; with stemming, its stem) the slots whose key or
-value holds it. An index is built under one stemming (:attr:`WordIndex.stemming`) and holds its
-words only, never a mix: another stemming is another index. A query
-costs the postings of the message's words: one indexed add per posting (a vector add for a word
-most slots hold) gives every slot's score, and a partial sort on (score descending, key order)
-gives the first candidates in the exact order a full scan gives.
+value holds it. A query costs the postings of the message's words: one indexed add per posting
+(a vector add for a word most slots hold) gives every slot's score, and a partial sort on (score
+descending, key order) gives the first candidates in the exact order a full scan gives.
+
+An index is built under one stemming (:attr:`WordIndex.stemming`) and holds the words of that
+stemming only, never a mix: another stemming is another index.
 
 An index holds no values and does no I/O. :mod:`clawmem.recall.feeds` keeps it in step with
 a driver's change feed (:meth:`put`, :meth:`remove`, :meth:`clear`, :meth:`drop_expired`);

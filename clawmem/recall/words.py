@@ -54,7 +54,8 @@ def _stem_many(stemming: str) -> Callable[[list[str]], list[str]] | None:
         try:  # PyStemmer: Snowball compiled to C
             import Stemmer
 
-            stem = Stemmer.Stemmer(stemming).stemWords
+            # No cache: PyStemmer's own slows a large vocabulary's stemming several times.
+            stem = Stemmer.Stemmer(stemming, 0).stemWords
         except ModuleNotFoundError:  # the same Snowball algorithms in pure Python
             import snowballstemmer
 
