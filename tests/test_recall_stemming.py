@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.cli import main
-from clawmem.errors import ConfigError
+from clawmem.errors import ConfigError, StaleIndex
 from clawmem.memory.array import ArrayMemory
 from clawmem.recall import MessageAugmenter
 from clawmem.recall.candidates import Stemmed
@@ -263,3 +263,29 @@ def test_eval_measures_with_the_stemming_asked(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("CLAW_RECALL_STEMMING", "english")  # the default, unless asked otherwise
     assert recall_at_1() == ("1 questions, 2 entries, stemming english", "1.000")
     assert recall_at_1("--stemming", "off") == ("1 questions, 2 entries, stemming off", "0.000")
+
+
+def test_a_turn_that_falls_back_to_the_scan_keeps_the_stems() -> None:
+    """After an index found stale again and again, a turn is answered by the reference scan:
+    with the stems the ranker takes, not the words as written."""
+    memory = ArrayMemory()
+    memory.set("order", "the parcel shipped on Monday")
+
+    class Stale:
+        candidate_count, zero_overlap = 1, 0
+
+        def first(self, count: int) -> list[Any]:
+            return word_overlap(memory, "shipping", ["default"], 0, stemming="english").first(count)
+
+        def matched(self, candidates: Any) -> list[tuple[str, ...]]:
+            return [("ship",)]
+
+        def texts(self, candidates: Any) -> list[str]:
+            raise StaleIndex()
+
+    def always_stale(memory: Any, message: str, namespaces: Any, now: int, stemming: str) -> Any:
+        return Stale()
+
+    result = MessageAugmenter(memory, ranker=Stemmed(always_stale, "english")).augment("shipping")
+    assert result.injected_keys == ["order"]
+    assert [d.matched for d in result.decisions] == [("ship",)]
