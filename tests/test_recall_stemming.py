@@ -150,9 +150,9 @@ def test_the_survey_and_the_unmatched_list_count_with_the_stems() -> None:
 
 
 def test_each_stemming_has_its_own_index_built_once_and_never_mixed(
-    make_driver: Callable[[str], Any],
+    make_driver: Callable[[str], Any], driver_name: str
 ) -> None:
-    driver = make_driver("sql-sqlite")
+    driver = make_driver(driver_name)
     driver.set("order", "the parcel shipped")
     plain = fresh_index(driver, "default")
     stemmed = fresh_index(driver, "default", stemming="english")
