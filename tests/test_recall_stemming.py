@@ -22,7 +22,7 @@ from clawmem.errors import ConfigError, StaleIndex
 from clawmem.memory.array import ArrayMemory
 from clawmem.recall import MessageAugmenter
 from clawmem.recall.candidates import Stemmed
-from clawmem.recall.feeds import fresh_index
+from clawmem.recall.feeds import fresh_index, warm
 from clawmem.recall.phpclaw import phpclaw_overlap, ranker_for
 from clawmem.recall.rankings import scan_ranking, word_overlap
 from clawmem.recall.survey import injection_counts, unmatched_entries
@@ -289,3 +289,22 @@ def test_a_turn_that_falls_back_to_the_scan_keeps_the_stems() -> None:
     result = MessageAugmenter(memory, ranker=Stemmed(always_stale, "english")).augment("shipping")
     assert result.injected_keys == ["order"]
     assert [d.matched for d in result.decisions] == [("ship",)]
+
+
+def test_warm_builds_the_index_of_the_stemming_asked() -> None:
+    """A preloading master (gunicorn ``--preload``) builds the index its workers' turns ask."""
+    memory = ArrayMemory(clock=lambda: 0)
+    memory.set("order", "the parcel shipped")
+    asked: list[Any] = []
+    changes = memory.changes
+
+    def recorded(namespace: str, cursor: Any = None, held: Any = None) -> Any:
+        asked.append(cursor)
+        return changes(namespace, cursor, held)
+
+    memory.changes = recorded  # type: ignore[method-assign]
+    assert warm(memory, ["default"], stemming="english") == 1
+    assert asked == [None]  # read whole once
+    ranking = word_overlap(memory, "shipping", ["default"], 0, stemming="english")
+    assert [candidate.key for candidate in ranking.first(3)] == ["order"]
+    assert len(asked) == 2 and asked[1] is not None  # the turn only caught up
