@@ -48,19 +48,13 @@ def _stem_many(stemming: str) -> Callable[[list[str]], list[str]] | None:
     Snowball stemmer), or ``None`` for ``off``."""
     if check_stemming(stemming) == NO_STEMMING:
         return None
-    stemmers = _STEMMERS.__dict__
-    stem = stemmers.get(stemming)
+    stem = getattr(_STEMMERS, stemming, None)
     if stem is None:
-        try:  # PyStemmer: Snowball compiled to C
-            import Stemmer
+        import Stemmer  # PyStemmer: Snowball compiled to C, imported only when words are stemmed
 
-            # No cache: PyStemmer's own slows a large vocabulary's stemming several times.
-            stem = Stemmer.Stemmer(stemming, 0).stemWords
-        except ModuleNotFoundError:  # the same Snowball algorithms in pure Python
-            import snowballstemmer
-
-            stem = snowballstemmer.stemmer(stemming).stemWords
-        stemmers[stemming] = stem
+        # No cache: PyStemmer's own slows a large vocabulary's stemming several times.
+        stem = Stemmer.Stemmer(stemming, 0).stemWords
+        setattr(_STEMMERS, stemming, stem)
     return stem
 
 
