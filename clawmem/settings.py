@@ -12,6 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from clawmem.errors import ConfigError
+from clawmem.recall.words import RECALL_STEMMINGS
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 
@@ -162,6 +163,7 @@ class Settings:
     pii_allow_keys: str = ""
     schema: str = ""  # unset: the existing tables' shape, or clawmem for a new database
     recall_scoring: str = "clawmem"
+    recall_stemming: str = "off"  # "english": Snowball stems in every scoring but phpclaw
     recall_min_score: float | None = None  # off: every candidate may be injected
     recall_embedder: str = ""  # module:callable of a local Embedder; "": the bundled encoder
     sites: str = ""
@@ -192,6 +194,11 @@ class Settings:
             raise ConfigError(
                 f"{ENV_PREFIX}RECALL_SCORING must be one of {', '.join(RECALL_SCORINGS)}, "
                 f"got {self.recall_scoring!r}"
+            )
+        if self.recall_stemming not in RECALL_STEMMINGS:
+            raise ConfigError(
+                f"{ENV_PREFIX}RECALL_STEMMING must be one of {', '.join(RECALL_STEMMINGS)}, "
+                f"got {self.recall_stemming!r}"
             )
         display_zone(self.display_tz)
         check_url("DATABASE_URL", self.database_url)
@@ -259,7 +266,7 @@ class Settings:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:
                 parsed[attribute] = str(raw)
-        for attribute in ("memory_driver", "pii_guard", "schema", "recall_scoring"):
+        for attribute in ("memory_driver", "pii_guard", "schema", "recall_scoring", "recall_stemming"):
             if attribute in parsed:
                 parsed[attribute] = parsed[attribute].strip().lower()
         return cls(**parsed)

@@ -33,6 +33,6 @@ def when_ready(server: Any) -> None:
 
     app = server.app.wsgi()
     started = time.perf_counter()
-    held = sum(warm(site.memory) for site in sites_of(app).values())
+    held = sum(warm(site.memory, stemming=site.settings.recall_stemming) for site in sites_of(app).values())
     gc.freeze()  # what the master holds now is shared: keep the collector off its pages
     log.info("recall indexes built before forking: %d entries in %.1f s", held, time.perf_counter() - started)

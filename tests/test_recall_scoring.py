@@ -25,9 +25,9 @@ from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.scoring import weighted_scan
 from clawmem.recall.weighted_index import weighted
-from clawmem.recall.words import entry_words, keywords
 from clawmem.settings import Settings
 from tests.embedders import HashedWords
+from tests.stemming import STEMMINGS, reference_entry_words, reference_keywords
 
 
 def _memory(entries: dict[str, dict[str, str]]) -> ArrayMemory:
@@ -41,10 +41,12 @@ def _memory(entries: dict[str, dict[str, str]]) -> ArrayMemory:
 # -- weighted against an independent reference -------------------------------------------------
 
 
-def reference_weighted(message: str, corpus: list[tuple[str, str, str]]) -> list[tuple[str, str, float]]:
+def reference_weighted(
+    message: str, corpus: list[tuple[str, str, str]], stemming: str = "off"
+) -> list[tuple[str, str, float]]:
     """BM25, binary tf, b = 0, over every entry of ``corpus`` (namespace, key, text), by brute force."""
-    words = keywords(message)
-    held = [entry_words(key, text) for _, key, text in corpus]
+    words = reference_keywords(message, stemming)
+    held = [reference_entry_words(key, text, stemming) for _, key, text in corpus]
     total = len(corpus)
     out = []
     for (namespace, key, _), own in zip(corpus, held, strict=True):
@@ -63,6 +65,7 @@ def reference_weighted(message: str, corpus: list[tuple[str, str, str]]) -> list
 
 VOCABULARY = st.sampled_from(
     ["apple", "pie", "banana", "toronto", "what", "did", "the", "car", "auto", "red"]
+    + ["apples", "shipped", "shipping", "ship", "cars", "running", "runs"]  # stem together
 )
 TEXTS = st.lists(VOCABULARY, min_size=1, max_size=6).map(" ".join)
 CORPORA = st.lists(
@@ -71,24 +74,29 @@ CORPORA = st.lists(
 )
 
 
+@pytest.mark.parametrize("stemming", STEMMINGS)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpus=CORPORA, message=TEXTS)
-def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corpus, message):
+def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(stemming, corpus, message):
     memory = ArrayMemory()
     for namespace, key, text in corpus:
         memory.set(key, text, namespace=namespace)
     stored = [
         (ns, key, memory.get(key, namespace=ns)) for ns in ("sub", "main") for key in sorted(memory.all(ns))
     ]
-    expected = reference_weighted(message, stored)
+    expected = reference_weighted(message, stored, stemming)
     for ranker in (weighted, weighted_scan):  # from the word indexes, and from a full read
-        ranking = ranker(memory, message, ["sub", "main"], 0)
+        ranking = ranker(memory, message, ["sub", "main"], 0, stemming=stemming)
         got = [(c.namespace, c.key, c.score) for c in ranking.first(100)]
         assert [(ns, key) for ns, key, _ in got] == [(ns, key) for ns, key, _ in expected]
         assert [s for _, _, s in got] == pytest.approx([s for _, _, s in expected])
         assert ranking.zero_overlap == len(stored) - len(expected)
         assert ranking.matched(ranking.first(100)) == [
-            tuple(w for w in keywords(message) if w in entry_words(key, memory.get(key, namespace=ns)))
+            tuple(
+                w
+                for w in reference_keywords(message, stemming)
+                if w in reference_entry_words(key, memory.get(key, namespace=ns), stemming)
+            )
             for ns, key, _ in got
         ]
 
@@ -101,22 +109,25 @@ def test_weighted_equals_a_reference_scan_over_the_namespaces_read_together(corp
     dense=st.booleans(),
     marks=st.booleans(),
     batch=st.sampled_from([0, 1024]),
+    stemming=st.sampled_from(STEMMINGS),
 )
-def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, count, dense, marks, batch):
+def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(
+    sizes, seed, count, dense, marks, batch, stemming
+):
     """The index answers the first ``count`` from the holders of the rarest words, or by one
     dense pass, and a partial selection: many entries tie (a few words, the same sets), and the
     cut must fall among them exactly as the full sort does. ``marks``: common words are looked
     up in the byte per slot the query keeps for them (at any namespace size, not only past
     65,536 slots). ``batch`` 0 tries a cut after each word taken."""
     rng = np.random.default_rng(seed)
-    words = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
+    words = ["amber", "birch", "cedar", "delta", "ember", "fjord", "fjords", "embers", "cedars"]
     memory = ArrayMemory()
     for namespace, size in zip(("sub", "main"), sizes, strict=True):
         for _ in range(size):
             text = " ".join(rng.choice(words, size=int(rng.integers(1, 4))))
             memory.set(f"k{int(rng.integers(0, 400)):03d}", text, namespace=namespace)
     message = " ".join(rng.choice(words, size=3))
-    expected = weighted_scan(memory, message, ["sub", "main"], 0).first(count)
+    expected = weighted_scan(memory, message, ["sub", "main"], 0, stemming).first(count)
     with pytest.MonkeyPatch.context() as patch:
         if marks:
             patch.setattr(index_module, "_DENSE_FROM", 0)
@@ -124,7 +135,7 @@ def test_the_first_weighted_candidates_equal_the_scans_at_any_cut(sizes, seed, c
         if dense:  # the holders of any word are too many to be read first
             patch.setattr(weighted_index, "_PRUNE_FROM", 0)
             patch.setattr(weighted_index, "_PRUNE_SHARE", 10**9)
-        got = weighted(memory, message, ["sub", "main"], 0).first(count)
+        got = weighted(memory, message, ["sub", "main"], 0, stemming).first(count)
     assert [(c.namespace, c.key) for c in got] == [(c.namespace, c.key) for c in expected]
     assert [c.score for c in got] == pytest.approx([c.score for c in expected])
     assert [c.bytes for c in got] == [c.bytes for c in expected]
@@ -155,9 +166,10 @@ def _cosines(embedder, message, texts):
     return out
 
 
+@pytest.mark.parametrize("stemming", STEMMINGS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpus=CORPORA, message=TEXTS, depth=st.sampled_from([2, 5, 100]), held=st.booleans())
-def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message, depth, held):
+def test_semantic_and_hybrid_equal_their_brute_force_definitions(stemming, corpus, message, depth, held):
     """``held``: the vectors are kept for the scorer and hybrid is answered from the word
     indexes and one product over them; else every entry is read and embedded as it is read."""
     memory = ArrayMemory()
@@ -178,10 +190,12 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message
         key=lambda item: (-round(item[2], 5), item[1], order[item[0]]),
     )
     if not held:
-        got = [(c.namespace, c.key) for c in scorer.semantic(memory, message, ["sub", "main"], 0).first(100)]
-        assert got == [(ns, key) for ns, key, _ in semantic_order]
+        semantic = scorer.semantic(memory, message, ["sub", "main"], 0, stemming)
+        assert [(c.namespace, c.key) for c in semantic.first(100)] == [
+            (ns, key) for ns, key, _ in semantic_order
+        ]
     # hybrid: weighted reciprocal ranks over weighted's and semantic's first DEPTH
-    keyword = reference_weighted(message, stored)
+    keyword = reference_weighted(message, stored, stemming)
     fused: dict[tuple[str, str], float] = {}
     share, k = fusion_module.WEIGHTED_SHARE, fusion_module.RRF_K
     for rank, (ns, key, _) in enumerate(keyword[:depth], 1):
@@ -191,16 +205,17 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(corpus, message
     expected = sorted(fused, key=lambda nk: (-round(fused[nk], 9), nk[1], order[nk[0]]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fusion_module, "DEPTH", depth)
-        hybrid = scorer.hybrid(memory, message, ["sub", "main"], 0)
+        hybrid = scorer.hybrid(memory, message, ["sub", "main"], 0, stemming)
     assert [(c.namespace, c.key) for c in hybrid.first(100)] == expected
     assert [c.score for c in hybrid.first(100)] == pytest.approx([fused[nk] for nk in expected])
     assert hybrid.candidate_count + hybrid.zero_overlap == len(stored)
     texts = dict(((ns, key), text) for ns, key, text in stored)
     first = hybrid.first(100)
     assert [c.bytes for c in first] == [len(f"- {c.key}: {texts[c.namespace, c.key]}\n") for c in first]
-    held_words = {nk: entry_words(nk[1], text) for nk, text in texts.items()}
+    held_words = {nk: reference_entry_words(nk[1], text, stemming) for nk, text in texts.items()}
     assert hybrid.matched(first) == [
-        tuple(w for w in keywords(message) if w in held_words[c.namespace, c.key]) for c in first
+        tuple(w for w in reference_keywords(message, stemming) if w in held_words[c.namespace, c.key])
+        for c in first
     ]
 
 
@@ -347,7 +362,7 @@ def test_eval_prints_hand_computed_numbers(tmp_path):
     result = CliRunner().invoke(main, ["eval", str(path), "--scoring", "clawmem", "--top-k", "2"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "4 questions, 3 entries"
+    assert lines[0] == "4 questions, 3 entries, stemming off"
     assert lines[1].split() == ["scoring", "recall@1", "recall@2", "recall@3", "MRR"]
     # recall@1 2/4, recall@2 and @3 3/4, MRR (1 + 1 + 1/2 + 0) / 4
     assert lines[2].split() == ["clawmem", "0.500", "0.750", "0.750", "0.625"]

@@ -10,7 +10,8 @@ import click
 
 from clawmem.errors import EmbedderUnavailable, EvalFileError
 from clawmem.recall.eval import embed_entries, evaluate, parse, table
-from clawmem.recall.phpclaw import RANKERS
+from clawmem.recall.phpclaw import ranker_for
+from clawmem.recall.words import RECALL_STEMMINGS
 from clawmem.settings import RECALL_SCORINGS
 from clawmem.vector_writes import SEMANTIC_SCORINGS
 
@@ -27,7 +28,13 @@ from clawmem.vector_writes import SEMANTIC_SCORINGS
 @click.option(
     "--top-k", type=click.IntRange(1, 100), default=None, help="k of recall@k (default CLAW_RECALL_TOP_K)."
 )
-def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None) -> None:
+@click.option(
+    "--stemming",
+    type=click.Choice(RECALL_STEMMINGS),
+    default=None,
+    help="Words as written (off) or Snowball stems (english); default CLAW_RECALL_STEMMING.",
+)
+def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, stemming: str | None) -> None:
     """Print recall@1, recall@3, recall@k and MRR per scoring for the questions of FILE.
 
     FILE holds JSON lines: questions {"message", "keys", "namespace"?, "subject"?} and, to be
@@ -56,18 +63,30 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None) -
         site = current_site()
         memory = site.memory
         k, default_namespace = top_k or site.settings.recall_top_k, site.settings.recall_namespace
+    if stemming is None:
+        stemming = current_site().settings.recall_stemming
     results = []
     for scoring in scorings or RECALL_SCORINGS:
         with click.progressbar(length=len(questions), label=scoring, file=sys.stderr) as bar:
             try:
                 results.append(
-                    evaluate(memory, questions, scoring, RANKERS[scoring], k, default_namespace, bar.update)
+                    evaluate(
+                        memory,
+                        questions,
+                        scoring,
+                        ranker_for(scoring, stemming=stemming),
+                        k,
+                        default_namespace,
+                        bar.update,
+                    )
                 )
             except EmbedderUnavailable as exc:
                 if scorings:
                     raise click.ClickException(str(exc)) from None
                 click.echo(f"{scoring}: skipped, {exc}", err=True)
-    click.echo(f"{len(questions)} questions, {len(entries) or 'the site memory'} entries")
+    click.echo(
+        f"{len(questions)} questions, {len(entries) or 'the site memory'} entries, stemming {stemming}"
+    )
     click.echo(table(results, k))
 
 

@@ -16,6 +16,7 @@ from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited, one_line_errors
 from clawmem.cli.common import confirm_deletion, deleting_options, plural
 from clawmem.errors import redact
+from clawmem.settings import Settings
 from clawmem.sql.sizes import sqlite_file_bytes
 
 
@@ -64,9 +65,11 @@ def human_bytes(size: int | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @one_line_errors
 def stats(as_json: bool) -> None:
-    """Show rows and size of the three tables.
+    """Show rows and size of the three tables, and how recall scores.
 
-    The inspection query, for the tables of the configured prefix only.
+    The inspection query, for the tables of the configured prefix only. The recall line names
+    the scoring (CLAW_RECALL_SCORING) and the stemming its words are taken with
+    (CLAW_RECALL_STEMMING; phpclaw never stems).
 
     Rows are exact counts. Sizes come from information_schema (data + index length) on
     MariaDB/MySQL, pg_total_relation_size on PostgreSQL and the dbstat table on SQLite. InnoDB
@@ -92,6 +95,7 @@ def stats(as_json: bool) -> None:
             ],
             "messages_by_role": roles,
             "change_log": None if log is None else {"on": log.on, "recall": log.line},
+            "recall": {"scoring": settings.recall_scoring, "stemming": recall_stemming(settings)},
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -110,6 +114,15 @@ def stats(as_json: bool) -> None:
     file_bytes = sqlite_file_bytes(engine)
     if file_bytes is not None:
         click.echo(f"database file: {human_bytes(file_bytes)} (page_count x page_size, all tables)")
+    stemming = recall_stemming(settings)
+    unused = "" if stemming == settings.recall_stemming else " (phpclaw never stems)"
+    click.echo(f"recall: scoring {settings.recall_scoring}, stemming {stemming}{unused}")
+
+
+def recall_stemming(settings: Settings) -> str:
+    """Return the stemming recall's words are taken with: ``CLAW_RECALL_STEMMING``, or ``off``
+    under the ``phpclaw`` scoring, which never stems."""
+    return "off" if settings.recall_scoring == "phpclaw" else settings.recall_stemming
 
 
 # -- uninstall --------------------------------------------------------------------------------

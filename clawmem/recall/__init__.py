@@ -1,6 +1,7 @@
 """Recall: what memory reaches the model each turn (SPEC 5), all of it in this package.
 
-- :mod:`~clawmem.recall.words`: the one tokeniser and the word-overlap score's definition;
+- :mod:`~clawmem.recall.words`: the one tokeniser (and its stemming, ``CLAW_RECALL_STEMMING``)
+  and the word-overlap score's definition;
 - :mod:`~clawmem.recall.index`: the word index a turn is answered from, packed by
   :mod:`~clawmem.recall.keys` and :mod:`~clawmem.recall.postings`;
 - :mod:`~clawmem.recall.feeds`: the indexes kept fresh by the drivers' change feeds;

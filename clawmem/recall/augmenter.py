@@ -15,7 +15,7 @@ from clawmem import events
 from clawmem.clock import Clock, now_seconds
 from clawmem.errors import StaleIndex
 from clawmem.prompt import SkillDecision, Span
-from clawmem.recall.candidates import Ranker, Ranking
+from clawmem.recall.candidates import Ranker, Ranking, unstemmed
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, MEMORY_HEADER, plan_lines, render_memory_text
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.rankings import ATTEMPTS, ScanRanking, scan_ranking, word_overlap
@@ -86,13 +86,18 @@ class MessageAugmenter:
         """Return the augmenter a turn runs with under ``settings``: its top-k, recall namespace
         (unless ``namespace`` is given), scoring (``CLAW_RECALL_SCORING``) and floor
         (``CLAW_RECALL_MIN_SCORE``), with the embedder of ``CLAW_RECALL_EMBEDDER`` for
-        ``semantic`` and ``hybrid``. Raises ``ValueError`` for an unknown scoring."""
+        ``semantic`` and ``hybrid``, and the words of ``CLAW_RECALL_STEMMING``. Raises
+        ``ValueError`` for an unknown scoring or stemming."""
         return cls(
             memory,
             settings.recall_top_k,
             settings.recall_namespace if namespace is None else namespace,
             announce=announce,
-            ranker=ranker_for(settings.recall_scoring, getattr(settings, "recall_embedder", "")),
+            ranker=ranker_for(
+                settings.recall_scoring,
+                getattr(settings, "recall_embedder", ""),
+                getattr(settings, "recall_stemming", "off"),
+            ),
             min_score=settings.recall_min_score,
         )
 
@@ -119,7 +124,9 @@ class MessageAugmenter:
             except StaleIndex:
                 continue  # the index corrected itself; rank again
             return ranking, lines, decide
-        ranking = scan_ranking(self.memory, message, namespaces, self._now(namespaces[-1]))
+        # The reference scan, with the words the ranker takes (stems, when it stems).
+        stemming = unstemmed(self.ranker)[1]
+        ranking = scan_ranking(self.memory, message, namespaces, self._now(namespaces[-1]), stemming)
         lines, decide = plan_lines(ranking, self.top_k, self.max_recall_bytes, self.min_score)
         return ranking, lines, decide
 
@@ -172,6 +179,7 @@ class MessageAugmenter:
             bytes_used=block_bytes,
             error=error,
             spans=tuple(spans),
+            stemming=unstemmed(self.ranker)[1],
         )
 
     def _emit(self, ranking: Ranking, lines: list[tuple[str, str]], block_bytes: int) -> None:

@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from clawmem.recall.words import NO_STEMMING
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -40,3 +42,23 @@ class Ranking(Protocol):
 
 # ranker(memory, message, namespaces, now) -> Ranking
 Ranker = Callable[[Any, str, Sequence[str], int], Ranking]
+
+
+@dataclass(frozen=True)
+class Stemmed:
+    """A ranker run with stemmed words (``CLAW_RECALL_STEMMING``): calls
+    ``ranker(memory, message, namespaces, now, stemming=stemming)``."""
+
+    ranker: Callable[..., Ranking]
+    stemming: str
+
+    def __call__(self, memory: Any, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+        return self.ranker(memory, message, namespaces, now, stemming=self.stemming)
+
+
+def unstemmed(ranker: Ranker) -> tuple[Callable[..., Ranking], str]:
+    """Return the ranker behind ``ranker`` and the stemming it runs with (``off`` when it is
+    not :class:`Stemmed`)."""
+    if isinstance(ranker, Stemmed):
+        return ranker.ranker, ranker.stemming
+    return ranker, NO_STEMMING

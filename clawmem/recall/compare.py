@@ -80,9 +80,10 @@ def compare(
     results = []
     for scoring in scorings:
         ranker_for(scoring)  # refuses an unknown name before any turn runs
+    stemming = getattr(settings, "recall_stemming", "off")
     for scoring in scorings:
         augmenter = MessageAugmenter.from_settings(memory, settings, announce=False, namespace=namespace)
-        augmenter.ranker = ranker_for(scoring)
+        augmenter.ranker = ranker_for(scoring, getattr(settings, "recall_embedder", ""), stemming)
         if scoring != settings.recall_scoring:
             augmenter.min_score = None
         results.append((scoring, augmenter.augment(message, subject_namespace)))

@@ -3,8 +3,11 @@
 A driver with a feed implements ``changes(namespace, cursor) -> Changes`` (see
 :class:`clawmem.records.Changes`): given the cursor of its last answer it returns what changed
 since, in step with everything any process has committed. :func:`fresh_index` keeps one
-:class:`~clawmem.recall.index.WordIndex` per driver and namespace, and applies the batch on each
-call. A driver without a feed is not indexed: recall scans it (:class:`ChangeFeed` says which).
+:class:`~clawmem.recall.index.WordIndex` per driver, namespace and stemming
+(``CLAW_RECALL_STEMMING``), and applies the batch on each call: an index built under one stemming
+is never asked under another, so a process started with another setting builds its index anew,
+once, from the backend. A driver without a feed is not indexed: recall scans it
+(:class:`ChangeFeed` says which).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from clawmem.recall.index import WordIndex
 from clawmem.recall.sources import Listing, conforms, serving_driver
+from clawmem.recall.words import NO_STEMMING
 from clawmem.records import Changes, MemoryRow
 
 
@@ -34,16 +38,16 @@ class ChangeFeed(Protocol):
 
 
 class _Followed:
-    """A namespace's index and the cursor of the last batch applied to it."""
+    """A namespace's index under one stemming and the cursor of the last batch applied to it."""
 
-    def __init__(self, namespace: str) -> None:
-        self.index = WordIndex(namespace)
+    def __init__(self, namespace: str, stemming: str) -> None:
+        self.index = WordIndex(namespace, stemming)
         self.cursor: Any = None
         self.lock = threading.Lock()
 
 
-# Per driver (gone with it) and namespace.
-_FOLLOWED: weakref.WeakKeyDictionary[Any, dict[str, _Followed]] = weakref.WeakKeyDictionary()
+# Per driver (gone with it), namespace and stemming.
+_FOLLOWED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], _Followed]] = weakref.WeakKeyDictionary()
 _FOLLOWED_LOCK = threading.Lock()
 
 
@@ -81,18 +85,22 @@ def apply(index: WordIndex, batch: Changes) -> None:
 
 
 def fresh_index(
-    driver: ChangeFeed, namespace: str, changes: Callable[[str, Any, Collection[str]], Changes] | None = None
+    driver: ChangeFeed,
+    namespace: str,
+    changes: Callable[[str, Any, Collection[str]], Changes] | None = None,
+    stemming: str = NO_STEMMING,
 ) -> WordIndex:
-    """Return the index of ``namespace`` on ``driver``, in step with everything any process has
-    committed to the backend so far. Raises what the driver's ``changes`` raises; a driver
+    """Return the index of ``namespace`` on ``driver`` whose words are stemmed by ``stemming``,
+    in step with everything any process has committed to the backend so far (built from the
+    whole namespace on the first call). Raises what the driver's ``changes`` raises; a driver
     answering its own search passes its unwrapped feed as ``changes``."""
     with _FOLLOWED_LOCK:
         of_driver = _FOLLOWED.get(driver)
         if of_driver is None:
             of_driver = _FOLLOWED[driver] = {}
-        followed = of_driver.get(namespace)
+        followed = of_driver.get((namespace, stemming))
         if followed is None:
-            followed = of_driver[namespace] = _Followed(namespace)
+            followed = of_driver[namespace, stemming] = _Followed(namespace, stemming)
     with followed.lock:
         # The index says which keys it holds: a driver need not keep a set of them per cursor.
         batch = (changes or driver.changes)(namespace, followed.cursor, followed.index)
@@ -105,15 +113,16 @@ def fresh_index(
         return followed.index
 
 
-def warm(memory: Listing, namespaces: Sequence[str] | None = None) -> int:
-    """Bring the index of each of ``namespaces`` (every namespace ``memory`` lists, by default)
-    up to date, and return how many entries they hold. Called before gunicorn forks its workers
-    (``--preload``), it builds one index that every worker shares: a worker starts with it and
-    its cursor, and catches up from there on its first turn. Namespaces served by a driver
-    without a feed are skipped (recall scans them). Raises what the drivers raise."""
+def warm(memory: Listing, namespaces: Sequence[str] | None = None, stemming: str = NO_STEMMING) -> int:
+    """Bring the index under ``stemming`` of each of ``namespaces`` (every namespace ``memory``
+    lists, by default) up to date, and return how many entries they hold. Called before
+    gunicorn forks its workers (``--preload``), it builds one index that every worker shares:
+    a worker starts with it and its cursor, and catches up from there on its first turn.
+    Namespaces served by a driver without a feed are skipped (recall scans them). Raises what
+    the drivers raise."""
     held = 0
     for namespace in memory.namespaces() if namespaces is None else namespaces:
         driver = serving_driver(memory, namespace)[0]
         if conforms(driver, ChangeFeed):
-            held += len(fresh_index(driver, namespace))
+            held += len(fresh_index(driver, namespace, stemming=stemming))
     return held

@@ -40,7 +40,7 @@ from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
 from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.weighted_index import IndexedWeighted
-from clawmem.recall.words import entry_words, keywords, text_of
+from clawmem.recall.words import NO_STEMMING, entry_words, keywords, text_of
 from clawmem.rules import is_expired
 
 DEPTH = 100  # each list's first entries that hybrid fuses (on LoCoMo's dev split 50 fused as well as all)
@@ -124,10 +124,13 @@ class SemanticScorer:
             item.score = round(item.score, COSINE_DIGITS)
         return scored
 
-    def semantic(self, memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
-        """Rank the embedded entries by cosine to the message."""
-        entries = read_entries(memory, namespaces)
-        words = keywords(message)
+    def semantic(
+        self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+    ) -> Ranking:
+        """Rank the embedded entries by cosine to the message (the words each matched are taken
+        under ``stemming``; the vectors are of the texts as written)."""
+        entries = read_entries(memory, namespaces, stemming)
+        words = keywords(message, stemming)
         scored = self._semantic(memory, message, entries, namespaces, now)
         held = {(entry.namespace, entry.key): entry.words for entry in entries}
         for item in scored:
@@ -136,14 +139,17 @@ class SemanticScorer:
         ranking.embedded = len(scored)  # type: ignore[attr-defined]
         return ranking
 
-    def hybrid(self, memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
-        """Rank the union of ``weighted``'s and ``semantic``'s first :data:`DEPTH` candidates."""
-        words = keywords(message)
+    def hybrid(
+        self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+    ) -> Ranking:
+        """Rank the union of ``weighted``'s (its words under ``stemming``) and ``semantic``'s
+        first :data:`DEPTH` candidates."""
+        words = keywords(message, stemming)
         if not self.embed_on_read:
-            sources = indexed_sources(memory, namespaces)
+            sources = indexed_sources(memory, namespaces, stemming)
             if sources is not None:
-                return self._indexed_hybrid(words, message, sources, now)
-        entries = read_entries(memory, namespaces)
+                return self._indexed_hybrid(words, message, sources, now, stemming)
+        entries = read_entries(memory, namespaces, stemming)
         keyword = _order(weighted_scores(words, entries))[:DEPTH]
         meaning = _order(self._semantic(memory, message, entries, namespaces, now), COSINE_DIGITS)
         embedded = len(meaning)
@@ -156,7 +162,12 @@ class SemanticScorer:
         return ranking
 
     def _indexed_hybrid(
-        self, words: list[str], message: str, sources: Sequence[tuple[str, ChangeFeed, WordIndex]], now: int
+        self,
+        words: list[str],
+        message: str,
+        sources: Sequence[tuple[str, ChangeFeed, WordIndex]],
+        now: int,
+        stemming: str,
     ) -> Ranking:
         query = self.store.query(message)
         keyword_ranking = IndexedWeighted(words, sources, now)
@@ -192,7 +203,7 @@ class SemanticScorer:
                 item.signals["cosine"] = cosine
                 nearest.append(item)
         meaning = _order(nearest, COSINE_DIGITS)[:DEPTH]
-        return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, embedded, sizes)
+        return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, embedded, sizes, stemming)
 
 
 def fuse(keyword: Sequence[Scored], meaning: Sequence[Scored]) -> list[Scored]:
@@ -235,8 +246,10 @@ class FusedRanking(ScoredRanking):
         keyword: IndexedWeighted,
         embedded: int,
         sizes: dict[tuple[str, str], int],
+        stemming: str = NO_STEMMING,
     ) -> None:
         super().__init__(words, scored, keyword.total - len(scored), keyword.total)
+        self.stemming = stemming
         self._keyword = keyword
         self._sizes = sizes
         self.embedded = embedded
@@ -256,7 +269,7 @@ class FusedRanking(ScoredRanking):
             item = self.explain(candidate)
             if "weighted_rank" not in item.signals and not item.matched:
                 # meaning-only: the message words its text holds (past weighted's first DEPTH)
-                held = entry_words(item.key, item.text)
+                held = entry_words(item.key, item.text, self.stemming)
                 item.matched = tuple(word for word in self.words if word in held)
             out.append(item.matched)
         return out
@@ -283,11 +296,15 @@ def default_scorer(embedder: str = "") -> SemanticScorer:
         return scorer
 
 
-def semantic(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+def semantic(
+    memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+) -> Ranking:
     """The ``semantic`` ranker of the process's scorer."""
-    return default_scorer().semantic(memory, message, namespaces, now)
+    return default_scorer().semantic(memory, message, namespaces, now, stemming)
 
 
-def hybrid(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+def hybrid(
+    memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+) -> Ranking:
     """The ``hybrid`` ranker of the process's scorer."""
-    return default_scorer().hybrid(memory, message, namespaces, now)
+    return default_scorer().hybrid(memory, message, namespaces, now, stemming)

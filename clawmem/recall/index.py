@@ -3,10 +3,13 @@
 Each entry gets a *slot*. The index keeps, per slot, the key and a key order (a float that sorts
 as the keys do, by code point) packed in a :class:`~clawmem.recall.keys.KeyTable`, and the
 expiry, the size of the entry's injection line and a fingerprint of its value as arrays; and per
-word (casefolded, at least three characters) the slots whose key or value holds it. A query
-costs the postings of the message's words: one indexed add per posting (a vector add for a word
-most slots hold) gives every slot's score, and a partial sort on (score descending, key order)
-gives the first candidates in the exact order a full scan gives.
+word (casefolded, at least three characters; with stemming, its stem) the slots whose key or
+value holds it. A query costs the postings of the message's words: one indexed add per posting
+(a vector add for a word most slots hold) gives every slot's score, and a partial sort on (score
+descending, key order) gives the first candidates in the exact order a full scan gives.
+
+An index is built under one stemming (:attr:`WordIndex.stemming`) and holds the words of that
+stemming only, never a mix: another stemming is another index.
 
 An index holds no values and does no I/O. :mod:`clawmem.recall.feeds` keeps it in step with
 a driver's change feed (:meth:`put`, :meth:`remove`, :meth:`clear`, :meth:`drop_expired`);
@@ -26,7 +29,7 @@ import numpy as np
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.keys import KeyTable, PackedKeys, with_room
 from clawmem.recall.postings import FrozenPostings
-from clawmem.recall.words import entry_words, text_of
+from clawmem.recall.words import NO_STEMMING, check_stemming, entry_words, text_of
 
 NEVER = np.iinfo(np.int64).max  # the expiry of an entry without a TTL
 _GROWTH = 2
@@ -157,10 +160,12 @@ class Candidates:
 
 
 class WordIndex:
-    """The inverted index of one namespace. Thread-safe: every method takes :attr:`lock`."""
+    """The inverted index of one namespace, its words those of :func:`~clawmem.recall.words.entry_words`
+    under ``stemming``. Thread-safe: every method takes :attr:`lock`."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, stemming: str = NO_STEMMING) -> None:
         self.namespace = namespace
+        self.stemming = check_stemming(stemming)
         self.lock = threading.RLock()
         self.clear()
 
@@ -266,7 +271,7 @@ class WordIndex:
                 prints.append(_fingerprint(value, text, expires_at))
                 expires.append(NEVER if expires_at is None else expires_at)
                 sizes.append(line_bytes(key, text))
-                words = entry_words(key, text)
+                words = entry_words(key, text, self.stemming)
                 word_counts.append(len(words))
                 word_ids.fromlist(list(map(vocabulary.__getitem__, words)))  # faster than extend(map)
             del seen
@@ -303,7 +308,7 @@ class WordIndex:
         self.expires[slot] = NEVER if expires_at is None else expires_at
         self.line_size[slot] = line_bytes(key, text)
         self._changed()
-        for word in entry_words(key, text):
+        for word in entry_words(key, text, self.stemming):
             waiting = self.pending.setdefault(word, [])
             waiting.append(slot)
             if len(waiting) >= _MERGE_AT:

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawmem import php
-from clawmem.recall.candidates import Candidate, Ranker, Ranking
+from clawmem.recall.candidates import Candidate, Ranker, Ranking, Stemmed
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.rankings import word_overlap
 from clawmem.recall.sources import InsertionOrdered, Readable, serving_driver
+from clawmem.recall.words import NO_STEMMING, check_stemming
 
 
 def phpclaw_keywords(text: str) -> list[str]:
@@ -111,16 +112,21 @@ def _rankers() -> dict[str, Ranker]:
 RANKERS: dict[str, Ranker] = _rankers()
 
 
-def ranker_for(scoring: str, embedder: str = "") -> Ranker:
+def ranker_for(scoring: str, embedder: str = "", stemming: str = NO_STEMMING) -> Ranker:
     """Return the ranker of ``CLAW_RECALL_SCORING``: ``clawmem`` (SPEC 5), ``phpclaw``, ``weighted``,
     ``semantic`` or ``hybrid``; the last two with the process's scorer of ``embedder``
-    (``CLAW_RECALL_EMBEDDER``, see :func:`clawmem.recall.fusion.default_scorer`)."""
+    (``CLAW_RECALL_EMBEDDER``, see :func:`clawmem.recall.fusion.default_scorer`); each but
+    ``phpclaw`` (phpClaw's words, never stemmed) with the words of ``stemming``
+    (``CLAW_RECALL_STEMMING``). Raises ``ValueError`` for an unknown scoring or stemming."""
     try:
         ranker = RANKERS[scoring]
     except KeyError:
         raise ValueError(f"recall scoring must be one of {', '.join(RANKERS)}, got {scoring!r}") from None
+    check_stemming(stemming)
     if embedder.strip() and scoring in ("semantic", "hybrid"):
         from clawmem.recall.fusion import default_scorer
 
-        return getattr(default_scorer(embedder), scoring)
-    return ranker
+        ranker = getattr(default_scorer(embedder), scoring)
+    if stemming == NO_STEMMING or ranker is phpclaw_overlap:
+        return ranker
+    return Stemmed(ranker, stemming)

@@ -12,6 +12,10 @@ few that are injected. Two rankings give the same answers:
 
 :func:`word_overlap` picks between them. It is the default ranker; another (a semantic one)
 plugs in as any callable ``ranker(memory, message, namespaces, now) -> Ranking``.
+
+Each takes ``stemming`` (``CLAW_RECALL_STEMMING``): the query's words, the entries' and the
+index's are then all stems (:mod:`clawmem.recall.words`), and the index asked is the one built
+under that stemming.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from clawmem.errors import StaleIndex
-from clawmem.recall.candidates import Candidate, Ranker, Ranking
+from clawmem.recall.candidates import Candidate, Ranker, Ranking, unstemmed
 from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import Candidates, WordIndex
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.sources import Readable, conforms, serving_driver
-from clawmem.recall.words import DEFAULT_TOP_K, entry_words, keywords, text_of
+from clawmem.recall.words import DEFAULT_TOP_K, NO_STEMMING, entry_words, keywords, text_of
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +49,15 @@ def _merge(lists: Sequence[list[Candidate]], count: int) -> list[Candidate]:
 
 
 class ScanRanking:
-    """A ranking computed from every entry of the namespaces, read in full."""
+    """A ranking computed from every entry of the namespaces, read in full; ``words`` are the
+    message's :func:`keywords` under ``stemming``, which the entries' words are taken with."""
 
-    def __init__(self, words: Sequence[str], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    def __init__(
+        self,
+        words: Sequence[str],
+        sources: Sequence[tuple[str, Mapping[str, Any]]],
+        stemming: str = NO_STEMMING,
+    ) -> None:
         self.words = list(words)
         wanted = set(words)
         self._texts: dict[tuple[str, str], str] = {}
@@ -57,7 +67,7 @@ class ScanRanking:
         for order, (namespace, entries) in enumerate(sources):
             for key, value in entries.items():
                 text = text_of(value)
-                held = wanted.intersection(entry_words(key, text))
+                held = wanted.intersection(entry_words(key, text, stemming))
                 if not held:
                     self.zero_overlap += 1
                     continue
@@ -91,6 +101,7 @@ class IndexRanking:
         self.words = list(words)
         self.now = now
         self._drivers = {namespace: driver for namespace, driver, _ in sources}
+        self._stemming = {namespace: index.stemming for namespace, _, index in sources}
         self._candidates: dict[str, Candidates] = {
             namespace: index.query(self.words, now) for namespace, _, index in sources
         }
@@ -135,32 +146,42 @@ class IndexRanking:
                 raise StaleIndex()
             for key in keys:
                 text = texts[namespace, key] = text_of(rows[key].value)
-                self._held[namespace, key] = entry_words(key, text)
+                self._held[namespace, key] = entry_words(key, text, self._stemming[namespace])
         return [texts[c.namespace, c.key] for c in candidates]
 
 
 def indexed_sources(
-    memory: Readable, namespaces: Sequence[str]
+    memory: Readable, namespaces: Sequence[str], stemming: str = NO_STEMMING
 ) -> list[tuple[str, ChangeFeed, WordIndex]] | None:
-    """Return ``(namespace, driver, index)`` for each namespace, each index up to date with its
-    driver, or ``None`` when a namespace's driver publishes no change feed (recall then scans)."""
+    """Return ``(namespace, driver, index)`` for each namespace, each index (built under
+    ``stemming``) up to date with its driver, or ``None`` when a namespace's driver publishes no
+    change feed (recall then scans)."""
     drivers = [serving_driver(memory, namespace)[0] for namespace in namespaces]
     if not all(conforms(driver, ChangeFeed) for driver in drivers):
         return None
     return [
-        (namespace, driver, fresh_index(driver, namespace))  # type: ignore[arg-type]
+        (namespace, driver, fresh_index(driver, namespace, stemming=stemming))  # type: ignore[arg-type]
         for namespace, driver in zip(namespaces, drivers, strict=True)
     ]
 
 
-def word_overlap(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+def word_overlap(
+    memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+) -> Ranking:
     """Rank by word overlap (SPEC 5): from the word indexes when every namespace is served by a
     driver that keeps one, else from a full read of the namespaces."""
-    words = keywords(message)
-    sources = indexed_sources(memory, namespaces)
+    words = keywords(message, stemming)
+    sources = indexed_sources(memory, namespaces, stemming)
     if sources is not None:
         return IndexRanking(words, sources, now)
-    return ScanRanking(words, [(namespace, memory.all(namespace)) for namespace in namespaces])
+    return ScanRanking(words, [(namespace, memory.all(namespace)) for namespace in namespaces], stemming)
+
+
+def overlap_stemming(ranker: Ranker) -> str | None:
+    """Return the stemming ``ranker`` ranks with when it is word overlap (stemmed or not), else
+    ``None``."""
+    base, stemming = unstemmed(ranker)
+    return stemming if base is word_overlap else None
 
 
 def rank_each(
@@ -174,18 +195,28 @@ def rank_each(
     """Rank each of ``messages`` over ``namespace``. With word overlap from an index, the index
     is brought up to date once for them all (as the backend stands at this call), not once a
     message: a survey of a thousand messages costs one catch-up, not a thousand. ``index`` is
-    the namespace's index already brought up to date by the caller, if it has one."""
+    the namespace's index already brought up to date by the caller, if it has one (used only
+    when it was built under the ranker's stemming)."""
     driver = serving_driver(memory, namespace)[0]
-    if ranker is not word_overlap or not conforms(driver, ChangeFeed):
+    stemming = overlap_stemming(ranker)
+    if stemming is None or not conforms(driver, ChangeFeed):
         return (ranker(memory, message, [namespace], now) for message in messages)
-    source = [(namespace, driver, index if index is not None else fresh_index(driver, namespace))]
-    return (IndexRanking(keywords(message), source, now) for message in messages)
+    if index is None or index.stemming != stemming:
+        index = fresh_index(driver, namespace, stemming=stemming)
+    source = [(namespace, driver, index)]
+    return (IndexRanking(keywords(message, stemming), source, now) for message in messages)
 
 
-def scan_ranking(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+def scan_ranking(
+    memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+) -> Ranking:
     """Rank by word overlap from a full read of the namespaces (the reference, and the ranker
     of drivers without an index)."""
-    return ScanRanking(keywords(message), [(namespace, memory.all(namespace)) for namespace in namespaces])
+    return ScanRanking(
+        keywords(message, stemming),
+        [(namespace, memory.all(namespace)) for namespace in namespaces],
+        stemming,
+    )
 
 
 def rank(query: str, entries: Mapping[str, Any], limit: int = DEFAULT_TOP_K) -> list[tuple[str, Any, int]]:

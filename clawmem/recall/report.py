@@ -8,6 +8,7 @@ from typing import Any
 
 from clawmem.prompt import CUT_TOP_K, INJECTED, TRUNCATED, GuardFinding, SkillDecision, Span
 from clawmem.recall.candidates import Candidate, Ranking
+from clawmem.recall.words import NO_STEMMING, shown_matches, stems_of
 
 
 def explain(ranking: Ranking, candidate: Candidate) -> tuple[tuple[str, str], ...]:
@@ -68,7 +69,8 @@ class AugmentResult:
     ``zero_overlap`` counts the live entries that share none; ``bytes_used`` is the size of the
     memory block (0 when nothing was injected); ``error`` is the exception class name when the
     memory backend failed and recall was skipped; ``findings`` are attached by the turn pipeline
-    or the preview after the guards ran.
+    or the preview after the guards ran; ``stemming`` is what the words were stemmed by
+    (``CLAW_RECALL_STEMMING``; ``off`` for ``phpclaw``), so each decision's ``matched`` holds stems.
     """
 
     text: str
@@ -84,6 +86,7 @@ class AugmentResult:
     error: str | None = None
     spans: tuple[Span, ...] = ()
     findings: tuple[GuardFinding, ...] = ()
+    stemming: str = NO_STEMMING
 
     @property
     def injected_keys(self) -> list[str]:
@@ -99,6 +102,13 @@ class AugmentResult:
         if embedded is None:
             return None
         return f"semantic: {embedded:,} of {ranking.total:,} entries embedded"  # type: ignore[union-attr]
+
+    def matched_words(self, decision: EntryDecision) -> tuple[str, ...]:
+        """Return the words ``decision`` matched as a report shows them: each stem the message
+        wrote otherwise as ``shipped → ship``, every other word as it is."""
+        if self.stemming == NO_STEMMING:
+            return decision.matched
+        return shown_matches(decision.matched, stems_of(self.message, self.stemming))
 
     @property
     def changed(self) -> bool:

@@ -7,7 +7,8 @@ the namespaces a turn reads together (``N`` live entries, ``n(w)`` of them holdi
     idf(w)   = ln(1 + (N - n(w) + 0.5) / (n(w) + 0.5))
     score(e) = the sum of idf(w) over the message's words w held by e
 
-Words are :func:`clawmem.recall.words.entry_words`'s, summed in the message's order; a candidate
+Words are :func:`clawmem.recall.words.entry_words`'s (stems, with ``CLAW_RECALL_STEMMING``, and
+then ``n(w)`` counts the entries holding the stem), summed in the message's order; a candidate
 is an entry holding at least one message word. Ties go as in every ranking: key, then the
 namespaces' order. (On LoCoMo's development split, length normalisation changed recall@3 by
 less than 0.01.)
@@ -23,7 +24,7 @@ from typing import Any
 from clawmem.recall.candidates import Candidate, Ranking
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.sources import Readable
-from clawmem.recall.words import entry_words, keywords, text_of
+from clawmem.recall.words import NO_STEMMING, entry_words, keywords, text_of
 
 SCORE_DIGITS = 9  # scores are compared rounded, so equal sums in any order tie
 
@@ -82,13 +83,13 @@ class Entry:
     words: frozenset[str]
 
 
-def read_entries(memory: Readable, namespaces: Sequence[str]) -> list[Entry]:
-    """Read every live entry of ``namespaces`` (in their order), with its words."""
+def read_entries(memory: Readable, namespaces: Sequence[str], stemming: str = NO_STEMMING) -> list[Entry]:
+    """Read every live entry of ``namespaces`` (in their order), with its words under ``stemming``."""
     entries = []
     for order, namespace in enumerate(namespaces):
         for key, value in memory.all(namespace).items():
             text = text_of(value)
-            entries.append(Entry(namespace, key, text, order, frozenset(entry_words(key, text))))
+            entries.append(Entry(namespace, key, text, order, frozenset(entry_words(key, text, stemming))))
     return entries
 
 
@@ -120,10 +121,12 @@ def weighted_scores(words: Sequence[str], entries: Sequence[Entry]) -> list[Scor
     return scored
 
 
-def weighted_scan(memory: Readable, message: str, namespaces: Sequence[str], now: int) -> Ranking:
+def weighted_scan(
+    memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+) -> Ranking:
     """Rank by ``weighted`` from a full read of the namespaces (the reference)."""
-    words = keywords(message)
-    entries = read_entries(memory, namespaces)
+    words = keywords(message, stemming)
+    entries = read_entries(memory, namespaces, stemming)
     scored = weighted_scores(words, entries)
     for position, item in enumerate(
         sorted(scored, key=lambda s: (-round(s.score, SCORE_DIGITS), s.key, s.order))

@@ -17,9 +17,9 @@ from clawmem.recall.candidates import Ranker, Ranking
 from clawmem.recall.feeds import ChangeFeed, fresh_index
 from clawmem.recall.index import WordIndex
 from clawmem.recall.injection import DEFAULT_MAX_RECALL_BYTES, fit, line_bytes
-from clawmem.recall.rankings import rank_each, word_overlap
+from clawmem.recall.rankings import overlap_stemming, rank_each, word_overlap
 from clawmem.recall.sources import Readable, conforms, serving_driver
-from clawmem.recall.words import keywords, text_of
+from clawmem.recall.words import NO_STEMMING, keywords, text_of
 
 # Per namespace index: the keys each message text injects, for one state of the index (see
 # WordIndex.answers_as_of) and one top_k and byte cap. An Overview asks the same fifty messages
@@ -50,9 +50,10 @@ def injection_counts(
     counts: Counter[str] = Counter()
     if top_k <= 0:
         return counts
-    if ranker is word_overlap and index is None:
-        index = _index_of(memory, namespace)
-    if ranker is not word_overlap or index is None:
+    stemming = overlap_stemming(ranker)
+    if stemming is not None and (index is None or index.stemming != stemming):
+        index = _index_of(memory, namespace, stemming)
+    if stemming is None or index is None:
         for ranking in rank_each(memory, messages, namespace, now, ranker, index):
             counts.update(_injected(ranking, top_k, max_bytes))
         return counts
@@ -84,9 +85,9 @@ def _injected(ranking: Ranking, top_k: int, max_bytes: int) -> tuple[str, ...]:
     )
 
 
-def _index_of(memory: Readable, namespace: str) -> WordIndex | None:
+def _index_of(memory: Readable, namespace: str, stemming: str = NO_STEMMING) -> WordIndex | None:
     driver = serving_driver(memory, namespace)[0]
-    return fresh_index(driver, namespace) if conforms(driver, ChangeFeed) else None
+    return fresh_index(driver, namespace, stemming=stemming) if conforms(driver, ChangeFeed) else None
 
 
 def live_sizes(memory: Readable, namespace: str, now: int) -> dict[str, int]:
@@ -131,7 +132,7 @@ def survey(
 ) -> InjectionSurvey:
     """Return the :class:`InjectionSurvey` of ``messages`` over ``namespace`` as turns would see
     it, the index (if the driver keeps one) brought up to date once for the counts and sizes."""
-    index = _index_of(memory, namespace)
+    index = _index_of(memory, namespace, overlap_stemming(ranker) or NO_STEMMING)
     injections = injection_counts(memory, messages, namespace, top_k, now, ranker=ranker, index=index)
     sizes = index.live_sizes(now) if index is not None else live_sizes(memory, namespace, now)
     return InjectionSurvey(len(messages), injections, sizes)
@@ -149,9 +150,10 @@ def unmatched_entries(
     """Return how many live entries of ``namespace`` share no word with ``message`` under
     ``ranker``'s scoring, and up to ``limit`` of them after key ``after`` in key order, as
     ``(key, line bytes, expires_at)``. Word overlap over an index reads the index alone."""
-    index = _index_of(memory, namespace)
-    if ranker is word_overlap and index is not None:
-        words = keywords(message)
+    stemming = overlap_stemming(ranker)
+    index = _index_of(memory, namespace, stemming or NO_STEMMING)
+    if stemming is not None and index is not None:
+        words = keywords(message, stemming)
         return index.query(words, now).zero_overlap, index.without_words(words, now, after, limit)
     ranking = ranker(memory, message, [namespace], now)
     matched = {candidate.key for candidate in ranking.first(ranking.candidate_count)}

@@ -137,7 +137,7 @@ def preview() -> str:
                 "status_words": STATUS_WORDS.get(d.status, d.status),
                 "reason": d.reason,
                 "injected": d.injected,
-                "matched": ", ".join(d.matched),
+                "matched": ", ".join(result.matched_words(d)),
                 "url": url_for("memory.entry", namespace=d.namespace or namespace, key=d.key),
             }
             for d in shown
@@ -164,6 +164,7 @@ def preview() -> str:
             "semantic": result.semantic_coverage,
             "guard": guard,
             "scoring": {"name": settings.recall_scoring, "words": SCORING_WORDS[settings.recall_scoring]},
+            "stemming": result.stemming,
         }
     comparison, compare_error = _comparison(message, namespace, subject)
     return render_page(
@@ -187,13 +188,13 @@ def preview() -> str:
     )
 
 
-def _decision_row(decision: EntryDecision, namespace: str) -> dict[str, Any]:
+def _decision_row(decision: EntryDecision, namespace: str, result: AugmentResult) -> dict[str, Any]:
     return {
         "key": decision.key,
         "namespace": decision.namespace or namespace,
         "score": round(decision.score, 4) if isinstance(decision.score, float) else decision.score,
         "signals": "; ".join(f"{name}: {value}" for name, value in decision.signals),
-        "matched": ", ".join(decision.matched),
+        "matched": ", ".join(result.matched_words(decision)),
         "url": url_for("memory.entry", namespace=decision.namespace or namespace, key=decision.key),
     }
 
@@ -215,7 +216,7 @@ def _comparison(
         return {
             "scoring": shown.scoring,
             "words": SCORING_WORDS[shown.scoring],
-            "injected": [_decision_row(d, namespace) for d in shown.injected],
+            "injected": [_decision_row(d, namespace, shown.result) for d in shown.injected],
             "bytes_used": shown.result.bytes_used,
             "error": shown.result.error,
         }
@@ -223,9 +224,9 @@ def _comparison(
     return {
         "first": side(found.first),
         "second": side(found.second),
-        "gained": [_decision_row(d, namespace) for d in found.gained],
-        "lost": [_decision_row(d, namespace) for d in found.lost],
-        "kept": [_decision_row(d, namespace) for d in found.kept],
+        "gained": [_decision_row(d, namespace, found.second.result) for d in found.gained],
+        "lost": [_decision_row(d, namespace, found.first.result) for d in found.lost],
+        "kept": [_decision_row(d, namespace, found.second.result) for d in found.kept],
         "same": found.same,
     }, None
 
@@ -241,7 +242,7 @@ def injection_survey(count: int, namespace: str) -> InjectionSurvey:
         namespace,
         settings.recall_top_k,
         now_seconds(state.clock()),
-        ranker_for(settings.recall_scoring),
+        ranker_for(settings.recall_scoring, settings.recall_embedder, settings.recall_stemming),
     )
 
 
@@ -305,7 +306,8 @@ def unmatched() -> str:
     cursor = text_arg("cursor", 500)
     after = decode_cursor(cursor, 1)[0] if cursor else None
     now = now_seconds(state.clock())
-    ranker = ranker_for(state.settings().recall_scoring)
+    settings = state.settings()
+    ranker = ranker_for(settings.recall_scoring, settings.recall_embedder, settings.recall_stemming)
     count, found = unmatched_entries(
         state.memory(), message, namespace, now, after, UNMATCHED_PAGE_SIZE + 1, ranker
     )

@@ -36,6 +36,7 @@ MEANINGS = {
     "PII_ALLOW_KEYS": "memory keys whose contact details never block or redact (comma-separated)",
     "SCHEMA": "shape of the three tables: clawmem, or phpclaw-wordpress (phpClaw's own tables)",
     "RECALL_SCORING": "how recall scores: clawmem, or phpclaw (phpClaw's own scoring, byte for byte)",
+    "RECALL_STEMMING": "off, or english: recall matches words by their Snowball stems (never under phpclaw)",
     "RECALL_EMBEDDER": "module:callable of the local model semantic and hybrid embed with (unset: bundled)",
     "SITES": "dashboard only: label=prefix pairs offered by the site switcher (unset: the TABLE_PREFIX site)",
     "QUEUE_URL": "the background queue (Huey): a SQLite file on one machine, or redis:// for many hosts",
