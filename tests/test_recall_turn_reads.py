@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock
-from clawmem.recall import MessageAugmenter
+from clawmem.recall import MessageAugmenter, fusion
 from clawmem.recall.candidates import Ranker
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import phpclaw_overlap
@@ -287,11 +287,13 @@ class _Table:
         return np.array([self.rows[text] for text in texts], dtype=np.float32)
 
 
-def test_a_cut_of_the_nearest_vectors_never_drops_a_candidate_pythons_rounding_puts_first() -> None:
+def test_a_cut_of_the_nearest_vectors_never_drops_a_candidate_pythons_rounding_puts_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """float32's rounding puts 0.613894999 at 0.61390 and 0.613894939 at 0.61389, Python's both
     at 0.61389, where the key decides: the vectors' first 30 are all of the higher one, yet the
-    first candidate is the other, of the lowest key. (Ties at a cut are all taken; a cut by
-    another rounding may still fall between two that tie.)"""
+    first candidate is the other, of the lowest key, in ``semantic`` and in ``hybrid``. (Ties at
+    a cut are all taken; a cut by another rounding may still fall between two that tie.)"""
     from clawmem.memory.array import ArrayMemory
 
     memory = ArrayMemory()
@@ -306,3 +308,9 @@ def test_a_cut_of_the_nearest_vectors_never_drops_a_candidate_pythons_rounding_p
     got = scorer.semantic(memory, "q", ["n"], 0).first(3)
     assert got == scorer.semantic_scan(memory, "q", ["n"], 0).first(3)
     assert [candidate.key for candidate in got] == ["a", "c00", "c01"]
+    monkeypatch.setattr(fusion, "DEPTH", 3)  # hybrid fuses semantic's first 3 (the message has no word)
+    assert [candidate.key for candidate in scorer.hybrid(memory, "q", ["n"], 0).first(3)] == [
+        "a",
+        "c00",
+        "c01",
+    ]

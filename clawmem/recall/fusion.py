@@ -40,7 +40,7 @@ from clawmem.recall.injection import line_bytes
 from clawmem.recall.persisted import Stores
 from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
-from clawmem.recall.semantic_index import IndexedSemantic, Source, verified
+from clawmem.recall.semantic_index import IndexedSemantic, Source
 from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.weighted_index import IndexedWeighted
 from clawmem.recall.words import entry_words, keywords
@@ -196,19 +196,10 @@ class SemanticScorer:
             score = float(candidate.score)
             keyword.append(Scored(namespace, key, "", score, order_of[namespace], matched, weights))
             sizes[namespace, key] = candidate.bytes
-        nearest = []
-        embedded = 0
-        for namespace, driver, _, store in self._followed(sources, now):
-            embedded += store.count(namespace)
-            found = store.nearest(namespace, query, DEPTH, COSINE_DIGITS)
-            # A vector counts only while its entry is live and holds the text it was made from.
-            for key, text, cosine in verified(driver, namespace, found, now):
-                cosine = round(cosine, COSINE_DIGITS)
-                item = Scored(namespace, key, text, cosine, order_of[namespace])
-                item.signals["cosine"] = cosine
-                nearest.append(item)
-        meaning = _order(nearest, COSINE_DIGITS)[:DEPTH]
-        return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, embedded, sizes)
+        # semantic's first DEPTH, each read back and checked as a semantic turn's are
+        semantic = IndexedSemantic(words, query, self._followed(sources, now), now, COSINE_DIGITS)
+        meaning = [semantic.explain(candidate) for candidate in semantic.first(DEPTH)]
+        return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, semantic.embedded, sizes)
 
 
 def fuse(keyword: Sequence[Scored], meaning: Sequence[Scored]) -> list[Scored]:
