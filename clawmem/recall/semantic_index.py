@@ -92,8 +92,11 @@ class _Nearest:
 class IndexedSemantic:
     """The ``semantic`` ranking of one message from the vectors held (module docstring):
     ``sources`` are each namespace's driver, word index and vectors, all up to date with the
-    driver. ``total`` is the live entries (counted by the word indexes), ``embedded`` those
-    with a vector held; the entries without one are its ``zero_overlap``."""
+    driver. ``total`` is the live entries (counted by the word indexes), ``embedded`` the
+    vectors held (at most one per live entry), and ``zero_overlap`` the rest. Following the
+    change feed keeps each vector held of a live entry's current text, so these are the full
+    read's counts; a stale vector the feed could not show (another process's, read back late)
+    is still counted until it is passed over, but never ranked."""
 
     def __init__(
         self, words: Sequence[str], query: np.ndarray, sources: Sequence[Source], now: int, digits: int
