@@ -96,7 +96,7 @@ class IndexedSemantic:
     vectors held (at most one per live entry), and ``zero_overlap`` the rest. Following the
     change feed keeps each vector held of a live entry's current text, so these are the full
     read's counts; a stale vector the feed could not show (another process's, read back late)
-    is still counted until it is passed over, but never ranked."""
+    is still counted, but never ranked."""
 
     def __init__(
         self, words: Sequence[str], query: np.ndarray, sources: Sequence[Source], now: int, digits: int
