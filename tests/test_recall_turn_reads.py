@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock
-from clawmem.recall import MessageAugmenter, fusion
+from clawmem.recall import MessageAugmenter, fusion, semantic_index
 from clawmem.recall.candidates import Ranker
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import phpclaw_overlap
@@ -142,11 +142,13 @@ def test_no_scoring_reads_a_namespace_whole_after_its_first_turn(
 
 
 def test_semantic_passes_over_a_vector_of_an_old_text_or_of_no_entry(
-    driver_name: str, make_driver: Any
+    driver_name: str, make_driver: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Vectors the change feed never showed to be stale (another process's, read back late):
     the nearest two are of no entry and of a text its entry does not hold, and neither may be
-    injected; the turn injects what the full read does."""
+    injected; the turn injects what the full read does, and so does the report read to its
+    end (its candidates read back a few keys a call)."""
+    monkeypatch.setattr(semantic_index, "FETCH_BATCH", 5)
     driver = make_driver(driver_name)
     namespace = f"notes{next(_namespaces)}"
     for number in range(30):
@@ -168,6 +170,8 @@ def test_semantic_passes_over_a_vector_of_an_old_text_or_of_no_entry(
     result, expected = turn(scorer.semantic), turn(scorer.semantic_scan)
     assert result.injected_keys == ["bread", "split"]
     assert result.text == expected.text
+    assert list(result.decisions) == list(expected.decisions)
+    assert result.semantic_coverage == expected.semantic_coverage == "semantic: 31 of 32 entries embedded"
 
 
 WORDS = st.sampled_from(["apple", "pie", "banana", "toronto", "car", "auto", "red", "green", "tea"])

@@ -28,6 +28,7 @@ from clawmem.recall.words import entry_words, text_of
 from clawmem.rules import is_expired
 
 MARGIN = 16  # vectors taken past the candidates asked for, so the cut above is certain at once
+FETCH_BATCH = 1000  # keys read back in one call: a report read to its end may ask for every one
 
 Source = tuple[str, ChangeFeed, WordIndex, VectorStore]  # a namespace, its driver, index and vectors
 
@@ -37,7 +38,10 @@ def verified(
 ) -> list[tuple[str, str, float]]:
     """Return ``(key, text, cosine)`` of each ``(key, text print, cosine)`` of ``found`` whose
     entry is live and holds the text its vector was made from, read back by key, in their order."""
-    rows = driver.fetch(namespace, [key for key, _, _ in found])
+    keys = [key for key, _, _ in found]
+    rows = {}
+    for start in range(0, len(keys), FETCH_BATCH):  # SQLite binds at most 32,766 values a statement
+        rows.update(driver.fetch(namespace, keys[start : start + FETCH_BATCH]))
     out = []
     for key, printed, cosine in found:
         row = rows.get(key)
@@ -92,28 +96,40 @@ class _Nearest:
 class IndexedSemantic:
     """The ``semantic`` ranking of one message from the vectors held (module docstring):
     ``sources`` are each namespace's driver, word index and vectors, all up to date with the
-    driver. ``total`` is the live entries (counted by the word indexes), ``embedded`` the
-    vectors held (at most one per live entry), and ``zero_overlap`` the rest. Following the
-    change feed keeps each vector held of a live entry's current text, so these are the full
-    read's counts; a stale vector the feed could not show (another process's, read back late)
-    is still counted, but never ranked."""
+    driver. ``total`` is the live entries (counted by the word indexes), ``embedded`` (and
+    ``candidate_count``) the vectors held less those passed over so far (at most one per live
+    entry), and ``zero_overlap`` the rest. Following the change feed keeps each vector held of
+    a live entry's current text, so these are the full read's counts; a stale vector the feed
+    could not show (another process's, read back late) is counted until it is passed over, and
+    is never ranked."""
 
     def __init__(
         self, words: Sequence[str], query: np.ndarray, sources: Sequence[Source], now: int, digits: int
     ) -> None:
         self.words = list(words)
         self._nearest = [_Nearest(source, order, query, now, digits) for order, source in enumerate(sources)]
-        live = [index.live_count(now) for _, _, index, _ in sources]
-        held = [
-            min(store.count(namespace), count)
-            for (namespace, _, _, store), count in zip(sources, live, strict=True)
-        ]
-        self.total = sum(live)
-        self.embedded = sum(held)
-        self.candidate_count = self.embedded
-        self.zero_overlap = self.total - self.embedded
+        self._live = [index.live_count(now) for _, _, index, _ in sources]
+        self._held = [store.count(namespace) for namespace, _, _, store in sources]
+        self.total = sum(self._live)
         self._ranked: list[Scored] = []
         self._by: dict[tuple[str, str], Scored] = {}
+
+    @property
+    def embedded(self) -> int:
+        """Return how many live entries have a vector of their text, as far as is known."""
+        counts = zip(self._nearest, self._held, self._live, strict=True)
+        return sum(
+            max(min(held - (len(nearest.seen) - len(nearest.kept)), live), 0)
+            for nearest, held, live in counts
+        )
+
+    @property
+    def candidate_count(self) -> int:
+        return self.embedded
+
+    @property
+    def zero_overlap(self) -> int:
+        return self.total - self.embedded
 
     def _ranks(self, count: int) -> list[Scored]:
         if count > len(self._ranked):
