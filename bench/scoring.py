@@ -5,10 +5,11 @@ It loads N entries of 12 words into one namespace, the words drawn from a Zipf v
 vector of 512 float32 (embedding 100,000 real entries takes hours on a small machine; the cosine
 pass costs the same for any vector). It then times ``MessageAugmenter.augment()`` on messages of
 8 words from the same vocabulary under ``clawmem`` (word overlap, from the index), ``weighted``
-and ``hybrid``, taking turns so that a change of load hits each alike. Every hybrid message is
-new, so its embedding by the bundled encoder is part of each timed turn (the vectors are held
-for the scorer, ``SemanticScorer(embed_on_read=False)``, so a hybrid turn is answered from the
-word index and one float32 product over the vectors).
+and ``hybrid`` (or the scorings ``--scoring`` names, ``semantic`` among them), taking turns so
+that a change of load hits each alike. Every semantic and hybrid message is new, so its
+embedding by the bundled encoder is part of each timed turn (the vectors are held for the
+scorer, ``SemanticScorer(embed_on_read=False)``, so such a turn is answered from the word index
+and one float32 product over the vectors).
 
 It prints, per scoring, the median wall-clock and CPU time of a turn; the weighted/overlap
 ratios of both; the RSS growth per entry over filling the vector store; and the load average.
@@ -16,7 +17,7 @@ On a shared machine the CPU medians are the ones to compare with a target: a tur
 waits for the CPU several times when the load is above the core count, which a wall-clock
 median counts. Never part of the test suite.
 
-    .venv/bin/python -m bench.scoring [--size 100000] [--turns 20]
+    .venv/bin/python -m bench.scoring [--size 100000] [--turns 20] [--scoring semantic ...]
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument(
+        "--scoring",
+        action="append",
+        choices=["clawmem", "weighted", "semantic", "hybrid"],
+        help="a scoring to time (repeatable; default clawmem, weighted and hybrid)",
+    )
     options = parser.parse_args()
     started_load = os.getloadavg()[0]
     rng = np.random.default_rng(7)
@@ -90,13 +97,16 @@ def main() -> None:
     gc.collect()
     per_entry = (rss_bytes() - before) / options.size
     del stored
+    rankers = {
+        "clawmem": RANKERS["clawmem"],
+        "weighted": RANKERS["weighted"],
+        "semantic": scorer.semantic,
+        "hybrid": scorer.hybrid,
+    }
+    timed = options.scoring or ["clawmem", "weighted", "hybrid"]
     augmenters = {
-        name: MessageAugmenter(memory, namespace="bench", ranker=ranker, announce=False)
-        for name, ranker in (
-            ("clawmem", RANKERS["clawmem"]),
-            ("weighted", RANKERS["weighted"]),
-            ("hybrid", scorer.hybrid),
-        )
+        name: MessageAugmenter(memory, namespace="bench", ranker=rankers[name], announce=False)
+        for name in dict.fromkeys(timed)
     }
     for augmenter in augmenters.values():
         augmenter.augment(messages[0])  # warm-up (builds the word index)
@@ -123,13 +133,18 @@ def main() -> None:
     print(f"  {'turn':<9} {'wall ms':>9} {'CPU ms':>9}")
     for name in augmenters:
         print(f"  {name:<9} {median[name]:9.2f} {median_cpu[name]:9.2f}")
-    hybrid, hybrid_cpu = median["hybrid"], median_cpu["hybrid"]
-    print(f"  hybrid, query embedding included: {hybrid:.1f} ms wall, {hybrid_cpu:.1f} ms CPU")
+    for name in ("semantic", "hybrid"):
+        if name in median:
+            print(
+                f"  {name}, query embedding included: {median[name]:.1f} ms wall, "
+                f"{median_cpu[name]:.1f} ms CPU"
+            )
     print(f"  query embedding alone {statistics.median(query_cpu) * 1000:.1f} ms CPU")
-    print(
-        f"  weighted / overlap   {median['weighted'] / median['clawmem']:.2f}x wall, "
-        f"{median_cpu['weighted'] / median_cpu['clawmem']:.2f}x CPU"
-    )
+    if "weighted" in median and "clawmem" in median:
+        print(
+            f"  weighted / overlap   {median['weighted'] / median['clawmem']:.2f}x wall, "
+            f"{median_cpu['weighted'] / median_cpu['clawmem']:.2f}x CPU"
+        )
     print(f"  vectors: {per_entry / 1024:.2f} KB RSS per entry (512 float32 = 2.0 KB)")
 
 

@@ -13,8 +13,11 @@ or no vector yet) gets no term for it. An entry without a vector is thus scored 
 alone, and the report says how many entries are embedded.
 
 When every namespace is served by a driver with a word index and the vectors are kept for the
-scorer (not embedded as a turn reads them), a ``hybrid`` turn reads no value but its finalists':
-``weighted`` from the word indexes, ``semantic`` by one float32 product over the vectors held.
+scorer (not embedded as a turn reads them), neither reads a namespace whole: a ``semantic`` turn
+reads back its first entries only (:mod:`clawmem.recall.semantic_index`), and a ``hybrid`` turn
+its finalists, ``weighted`` from the word indexes and ``semantic`` by one float32 product over
+the vectors held. Else they read the namespaces whole, as :meth:`SemanticScorer.semantic_scan`
+(the reference) does.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from clawmem.recall.embeddings import (
     UniversalSentenceEncoder,
     VectorStore,
     load_embedder,
-    text_print,
 )
 from clawmem.recall.feeds import ChangeFeed
 from clawmem.recall.index import WordIndex
@@ -38,10 +40,10 @@ from clawmem.recall.injection import line_bytes
 from clawmem.recall.persisted import Stores
 from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
+from clawmem.recall.semantic_index import IndexedSemantic, Source
 from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.weighted_index import IndexedWeighted
-from clawmem.recall.words import NO_STEMMING, entry_words, keywords, text_of
-from clawmem.rules import is_expired
+from clawmem.recall.words import NO_STEMMING, entry_words, keywords
 
 DEPTH = 100  # each list's first entries that hybrid fuses (on LoCoMo's dev split 50 fused as well as all)
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
@@ -128,7 +130,22 @@ class SemanticScorer:
         self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
     ) -> Ranking:
         """Rank the embedded entries by cosine to the message (the words each matched are taken
-        under ``stemming``; the vectors are of the texts as written)."""
+        under ``stemming``; the vectors are of the texts as written): from the vectors held when
+        every namespace is served by a driver with a word index and no turn embeds, else as
+        :meth:`semantic_scan` does (the two rank alike)."""
+        if not self.embed_on_read:
+            sources = indexed_sources(memory, namespaces, stemming)
+            if sources is not None:
+                query = self.store.query(message)
+                held = self._followed(sources, now)
+                return IndexedSemantic(keywords(message, stemming), query, held, now, COSINE_DIGITS, stemming)
+        return self.semantic_scan(memory, message, namespaces, now, stemming)
+
+    def semantic_scan(
+        self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
+    ) -> Ranking:
+        """Rank the embedded entries by cosine to the message from a full read of the namespaces
+        (the reference; with ``embed_on_read``, the entries read without a vector are embedded)."""
         entries = read_entries(memory, namespaces, stemming)
         words = keywords(message, stemming)
         scored = self._semantic(memory, message, entries, namespaces, now)
@@ -161,6 +178,17 @@ class SemanticScorer:
         ranking.embedded = embedded  # type: ignore[attr-defined]
         return ranking
 
+    def _followed(self, sources: Sequence[tuple[str, ChangeFeed, WordIndex]], now: int) -> list[Source]:
+        """Return each source with its store of vectors, in step with the driver's change feed
+        and with what other processes stored."""
+        held = []
+        for namespace, driver, index in sources:
+            store = self.store_for(driver)
+            store.follow(driver.changes, namespace, now)
+            store.refresh(namespace, len(index))
+            held.append((namespace, driver, index, store))
+        return held
+
     def _indexed_hybrid(
         self,
         words: list[str],
@@ -181,29 +209,12 @@ class SemanticScorer:
             score = float(candidate.score)
             keyword.append(Scored(namespace, key, "", score, order_of[namespace], matched, weights))
             sizes[namespace, key] = candidate.bytes
-        nearest = []
-        embedded = 0
-        for namespace, driver, index in sources:
-            store = self.store_for(driver)
-            store.follow(driver.changes, namespace, now)
-            store.refresh(namespace, len(index))
-            embedded += store.count(namespace)
-            found = store.nearest(namespace, query, DEPTH, COSINE_DIGITS)
-            # A vector counts only while its entry is live and holds the text it was made from.
-            rows = driver.fetch(namespace, [key for key, _, _ in found])
-            for key, printed, cosine in found:
-                row = rows.get(key)
-                if row is None or getattr(row, "raw_value", False) or is_expired(row.expires_at, now):
-                    continue
-                text = text_of(row.value)
-                if text_print(text) != printed:
-                    continue
-                cosine = round(cosine, COSINE_DIGITS)
-                item = Scored(namespace, key, text, cosine, order_of[namespace])
-                item.signals["cosine"] = cosine
-                nearest.append(item)
-        meaning = _order(nearest, COSINE_DIGITS)[:DEPTH]
-        return FusedRanking(words, fuse(keyword, meaning), keyword_ranking, embedded, sizes, stemming)
+        # semantic's first DEPTH, each read back and checked as a semantic turn's are
+        semantic = IndexedSemantic(words, query, self._followed(sources, now), now, COSINE_DIGITS, stemming)
+        meaning = [semantic.explain(candidate) for candidate in semantic.first(DEPTH)]
+        return FusedRanking(
+            words, fuse(keyword, meaning), keyword_ranking, semantic.embedded, sizes, stemming
+        )
 
 
 def fuse(keyword: Sequence[Scored], meaning: Sequence[Scored]) -> list[Scored]:

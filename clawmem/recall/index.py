@@ -392,6 +392,11 @@ class WordIndex:
         with self.lock:
             return self._live(now)[0].copy()
 
+    def live_count(self, now: int) -> int:
+        """Return how many entries the index holds that are live at ``now``."""
+        with self.lock:
+            return self._live(now)[1]
+
     def _live(self, now: int) -> tuple[np.ndarray, int]:
         """Return the live mask at ``now`` (not to be written) and how many slots are live:
         computed again only after a change, or once ``now`` reaches the next expiry."""
