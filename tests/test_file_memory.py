@@ -130,12 +130,9 @@ CORRUPT = [
     b"\xff\xfe{}",
     b"[1, 2]",
     b"null",
-    b'{"k": 1}',
-    b'{"k": {"expires_at": null}}',
-    b'{"k": {"value": 1, "expires_at": "soon"}}',
-    b'{"k": {"value": 1, "expires_at": true}}',
-    b'{"k": {"value": NaN, "expires_at": null}}',
     b'{"k": {"value": 1, "expires_at": null}',
+    b'{"k": {"value": "\xff"}}',
+    b"[" * 990 + b"]" * 990,
 ]
 
 
