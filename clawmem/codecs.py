@@ -20,6 +20,7 @@ from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import UndecodableValue, Undecryptable
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
+from clawmem.sql.lenient import problem_in
 
 
 def _encode_php(key: str, value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
@@ -41,12 +42,17 @@ class ValueCodec:
     decode: Callable[[str], Any]
 
     def read(self, namespace: str, key: str, text: str) -> Any:
-        """Return the value stored as ``text``; raise :class:`UndecodableValue` naming the key."""
+        """Return the value stored as ``text``; raise :class:`UndecodableValue` naming the key,
+        also for a value no page or prompt can hold (a lone surrogate, nesting past the limit)."""
         try:
-            return self.decode(text)
+            value = self.decode(text)
         except (ValueError, RecursionError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
             raise UndecodableValue(namespace, key, self.name, reason) from None
+        problem = problem_in(value, text)
+        if problem is not None:
+            raise UndecodableValue(namespace, key, self.name, f"the value {problem}")
+        return value
 
 
 def _finite_float(text: str) -> float:
