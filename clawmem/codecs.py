@@ -42,13 +42,18 @@ class ValueCodec:
     decode: Callable[[str], Any]
 
     def read(self, namespace: str, key: str, text: str) -> Any:
-        """Return the value stored as ``text``; raise :class:`UndecodableValue` naming the key,
-        also for a value no page or prompt can hold (a lone surrogate, nesting past the limit)."""
+        """Return the value stored as ``text``; raise :class:`UndecodableValue` naming the key."""
         try:
-            value = self.decode(text)
+            return self.decode(text)
         except (ValueError, RecursionError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
             raise UndecodableValue(namespace, key, self.name, reason) from None
+
+    def recallable(self, namespace: str, key: str, text: str) -> Any:
+        """Return the value stored as ``text`` as :meth:`read` does, and raise
+        :class:`UndecodableValue` too for one no page or prompt can hold (a lone surrogate,
+        nesting past the limit: see :func:`~clawmem.sql.lenient.problem_in`)."""
+        value = self.read(namespace, key, text)
         problem = problem_in(value, text)
         if problem is not None:
             raise UndecodableValue(namespace, key, self.name, f"the value {problem}")
@@ -104,7 +109,7 @@ def readable_entries(
     that does not is skipped with :func:`warn_unreadable`, so one bad row never stops recall."""
     for key, text in rows:
         try:
-            yield key, codec.read(namespace, key, text)
+            yield key, codec.recallable(namespace, key, text)
         except UndecodableValue:
             warn_unreadable(namespace, key)
 
@@ -160,7 +165,7 @@ class StoredValues:
         others are skipped with a warning naming the key (see :func:`readable_entries`)."""
         for key, text in rows:
             try:
-                yield key, self.read(namespace, key, text)
+                yield key, self.codec.recallable(namespace, key, self.open(namespace, key, text))
             except UndecodableValue:
                 warn_unreadable(namespace, key)
             except Undecryptable as exc:
