@@ -328,3 +328,72 @@ def test_export_lists_what_it_cannot_read_and_erase_deletes_it(
         assert state.driver().stored_records("default") == []
     if isinstance(memory, FileMemory):
         assert not memory.path_for("user:raw-user").exists()
+
+
+# -- a namespace file that is no store at all -----------------------------------------------------
+
+# A value that is no JSON inside the file, and files that are no object of entries.
+NO_STORE = [
+    *(
+        f'{{"k": {{"value": {HOSTILE_VALUES[name]}, "expires_at": null}}}}'.encode()
+        for name in ("empty", "not_json", "marked_text")
+    ),
+    b"[1, 2]",
+    b"\xff\xfe{}",
+]
+
+
+@pytest.mark.parametrize("content", NO_STORE, ids=[repr(c)[:24] for c in NO_STORE])
+@pytest.mark.parametrize("driver", ["file"])
+def test_a_namespace_file_that_is_no_store_is_unreadable_named_and_left_as_it_was(
+    driver_app: Flask,
+    make_claw: Callable[..., Claw],
+    tmp_path: Path,
+    prefix: str,
+    driver: str,
+    content: bytes,
+    caplog: Any,
+) -> None:
+    memory = _driver(driver_app)
+    memory.set("fine", "abc other words", "other")
+    plant(memory, "user:raw-user", {"note": '"abc about raw-user"'}, tmp_path, prefix, layout=False)
+    conversation = conversation_row(1, user_id="raw-user")
+    write_rows(
+        "sqlite",
+        tmp_path,
+        prefix,
+        conversations=[conversation],
+        messages=[message_row(1, conversation["id"])],
+    )
+    path = memory.path_for("default")
+    path.write_bytes(content)
+    subject_path = memory.path_for("user:raw-user")
+    subject_file = subject_path.read_bytes()
+
+    # A turn answers without recall from the namespace, and says so.
+    claw = make_claw(driver)
+    with caplog.at_level(logging.WARNING):
+        reply = claw.send("abc other words")
+    assert reply.text and reply.augment.error == "StorageError"
+    assert "memory recall skipped for namespaces default" in caplog.text
+
+    # The site's pages answer and name the file; the namespace's own pages say why they cannot.
+    client = signed_in_client(driver_app)
+    for url in ["/", "/memory/", "/memory/other/", "/conversations/"]:
+        body = assert_answered(client.get(url), url)
+        if url in ("/", "/memory/"):
+            assert str(path) in body, url
+    for url in ["/memory/default/", "/memory/default/entry?key=k"]:
+        body = assert_answered(client.get(url), url, allowed=(503,))
+        assert str(path) in body and "repair the file or move it away; nothing was changed" in body
+
+    # An export or an erasure that would have to read it stops before anything, naming the file.
+    path.rename(subject_path.with_name("held.json"))
+    subject_path.write_bytes(content)
+    for args in (["export", "--user-id", "raw-user"], ["erase", "--user-id", "raw-user", "--yes"]):
+        result = _claw_command(driver_app, *args)
+        assert result.exit_code != 0 and TRACEBACK not in result.output, (args, result.output)
+        assert str(subject_path) in result.output, (args, result.output)
+    assert subject_path.read_bytes() == content and subject_file  # nothing written over
+    with driver_app.app_context():
+        assert conversation["id"] in [c.id for c in state.conversations().list().items]  # not erased

@@ -35,7 +35,7 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.codecs import warn_undecryptable, warn_unreadable
-from clawmem.errors import CorruptStoreError, InvalidNamespace, Undecryptable
+from clawmem.errors import CorruptStoreError, InvalidNamespace, StorageError, Undecryptable
 from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
 from clawmem.memory.file_vectors import (
     FILE_MODE,
@@ -45,7 +45,7 @@ from clawmem.memory.file_vectors import (
     drop_vectors,
     replace_file,
 )
-from clawmem.records import Changes, MemoryRow
+from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     Ttl,
@@ -504,6 +504,17 @@ class FileMemory(FeedingMemory):
             if namespace is not None and entry.is_file():
                 namespaces.append(namespace)
         return namespaces
+
+    def _namespace_count(self, namespace: str, now: int) -> NamespaceCount:
+        # A file that is no store leaves its namespace listed, saying why, and never the list
+        # of the others blank; every read of the namespace itself still raises naming the file.
+        try:
+            return super()._namespace_count(namespace, now)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, CorruptStoreError):
+                raise
+            log.warning("namespace %r cannot be read: %s", namespace, exc.__cause__)
+            return NamespaceCount(namespace, 0, 0, 0, 0, unreadable=str(exc.__cause__))
 
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
         counts: dict[str, int] = {}
