@@ -157,7 +157,7 @@ def entry_problem(entry: Any) -> str | None:
     if not (expires_at is None or type(expires_at) is int):
         return "expires_at is not a whole number of seconds"
     value = entry["value"]
-    if value is None or type(value) in (bool, int) or (type(value) is str and value.isascii()):
+    if value is None or type(value) in (bool, int) or (type(value) is str and _is_text(value)):
         return None  # most entries: nothing in them can be a problem, so nothing to walk
     problem = problem_in(value)
     return None if problem is None else f"value {problem}"
