@@ -397,3 +397,22 @@ def test_a_namespace_file_that_is_no_store_is_unreadable_named_and_left_as_it_wa
     assert subject_path.read_bytes() == content and subject_file  # nothing written over
     with driver_app.app_context():
         assert conversation["id"] in [c.id for c in state.conversations().list().items]  # not erased
+
+
+def test_a_key_that_is_no_text_is_left_out_and_kept(tmp_path: Path, clock: FakeClock, caplog: Any) -> None:
+    memory = FileMemory(tmp_path / "memory", clock=clock)
+    memory.directory.mkdir(parents=True)
+    path = memory.path_for("default")
+    path.write_text(
+        '{"\\ud800": {"value": "abc hidden", "expires_at": null}, "k": {"value": 1, "expires_at": null}}'
+    )
+    with caplog.at_level(logging.WARNING):
+        assert [row.key for row in memory.records()] == ["k"]
+        assert memory.all() == {"k": 1}
+    assert f"a key in {path} is not text" in caplog.text
+    memory.set("new", "abc")
+    assert json.loads(path.read_text(encoding="utf-8"))["\ud800"] == {
+        "value": "abc hidden",
+        "expires_at": None,
+    }
+    assert [row.key for row in memory.records()] == ["k", "new"]
