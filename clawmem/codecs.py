@@ -18,9 +18,8 @@ from typing import Any
 from clawmem import php
 from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import UndecodableValue, Undecryptable
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value, problem_in
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
-from clawmem.sql.lenient import problem_in
 
 
 def _encode_php(key: str, value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
@@ -52,7 +51,7 @@ class ValueCodec:
     def recallable(self, namespace: str, key: str, text: str) -> Any:
         """Return the value stored as ``text`` as :meth:`read` does, and raise
         :class:`UndecodableValue` too for one no page or prompt can hold (a lone surrogate,
-        nesting past the limit: see :func:`~clawmem.sql.lenient.problem_in`)."""
+        nesting past the limit: see :func:`~clawmem.rules.problem_in`)."""
         value = self.read(namespace, key, text)
         problem = problem_in(value, text)
         if problem is not None:

@@ -51,10 +51,10 @@ from clawmem.rules import (
     Ttl,
     decode_value,
     is_expired,
+    problem_in,
     validate_namespace,
     validate_prefix,
 )
-from clawmem.sql.lenient import problem_in
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,7 @@ from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
 from clawmem.memory.base import FeedingMemory
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
-from clawmem.sql.lenient import problem_in
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired, problem_in
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
@@ -101,7 +100,7 @@ def decode_entry(
     """Return ``(expires_at, value)`` of a stored entry. Raises :class:`UnreadableEntry` (a
     :class:`CorruptEntryError`) naming the key when it is not strict JSON (``NaN``, ``1e999``
     and text that is not UTF-8 are not), not in the layout, or its value cannot be shown safely
-    (see :func:`~clawmem.sql.lenient.problem_in`); and :class:`~clawmem.errors.Undecryptable`
+    (see :func:`~clawmem.rules.problem_in`); and :class:`~clawmem.errors.Undecryptable`
     when a sealed one (or, in strict mode, a plain one) cannot be opened with ``values``' cipher
     for ``place`` (namespace, key)."""
     data = _layout(raw)
