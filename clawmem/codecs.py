@@ -18,7 +18,7 @@ from typing import Any
 from clawmem import php
 from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import UndecodableValue, Undecryptable
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_size, check_value, encode_value, problem_in
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA
 
 
@@ -47,6 +47,16 @@ class ValueCodec:
         except (ValueError, RecursionError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
             raise UndecodableValue(namespace, key, self.name, reason) from None
+
+    def recallable(self, namespace: str, key: str, text: str) -> Any:
+        """Return the value stored as ``text`` as :meth:`read` does, and raise
+        :class:`UndecodableValue` too for one no page or prompt can hold (a lone surrogate,
+        nesting past the limit: see :func:`~clawmem.rules.problem_in`)."""
+        value = self.read(namespace, key, text)
+        problem = problem_in(value, text)
+        if problem is not None:
+            raise UndecodableValue(namespace, key, self.name, f"the value {problem}")
+        return value
 
 
 def _finite_float(text: str) -> float:
@@ -98,7 +108,7 @@ def readable_entries(
     that does not is skipped with :func:`warn_unreadable`, so one bad row never stops recall."""
     for key, text in rows:
         try:
-            yield key, codec.read(namespace, key, text)
+            yield key, codec.recallable(namespace, key, text)
         except UndecodableValue:
             warn_unreadable(namespace, key)
 
@@ -154,7 +164,7 @@ class StoredValues:
         others are skipped with a warning naming the key (see :func:`readable_entries`)."""
         for key, text in rows:
             try:
-                yield key, self.read(namespace, key, text)
+                yield key, self.codec.recallable(namespace, key, self.open(namespace, key, text))
             except UndecodableValue:
                 warn_unreadable(namespace, key)
             except Undecryptable as exc:

@@ -37,13 +37,16 @@ class MemoryRow:
 @dataclass(frozen=True)
 class NamespaceCount:
     """Entries of one namespace: all of them, the live ones, the expired-but-unswept ones, and
-    ``expiring``: the live ones that carry an expiry (``live - expiring`` never expire)."""
+    ``expiring``: the live ones that carry an expiry (``live - expiring`` never expire).
+    ``unreadable`` says why a namespace could not be read at all (a namespace file that is no
+    JSON object), and then every count is 0."""
 
     namespace: str
     total: int
     live: int
     expired: int
     expiring: int
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

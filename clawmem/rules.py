@@ -188,3 +188,51 @@ def ttl_state(expires_at: int | None, now: int) -> tuple[str, int | None]:
     if not is_expired(expires_at, now):
         return ("expiring", expires_at - now)
     return ("expired", now - expires_at)
+
+
+def problem_in(value: Any, raw: str | None = None) -> str | None:
+    """Return why a decoded value cannot be shown or exported safely (nested more than
+    :data:`~clawmem.rules.MAX_NESTING` levels, a NaN or infinity, a lone surrogate), or
+    ``None``. Walks the value without recursion, so any depth is safe to check; given the
+    ``raw`` text it was decoded from, most values are cleared without a walk."""
+    if raw is not None and not _suspect(raw):
+        return None
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return "holds a lone surrogate, which is not text"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "holds NaN or infinity"
+        elif isinstance(item, (list, dict)):
+            if depth >= MAX_NESTING:
+                return f"is nested more than {MAX_NESTING} levels deep"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+            if isinstance(item, dict):
+                stack.extend((key, depth + 1) for key in item)
+    return None
+
+
+def _suspect(raw: str) -> bool:
+    # What the text of a value holds when its decoded value may hold a problem: a \\u escape (a
+    # lone surrogate is one), NaN or infinity as JSON or PHP writes them, or more openings than
+    # MAX_NESTING. Most values hold none, and are cleared without a walk.
+    return (
+        "\\u" in raw
+        or "NaN" in raw
+        or "Inf" in raw
+        or "NAN" in raw
+        or "INF" in raw
+        or raw.count("[") + raw.count("{") > MAX_NESTING
+    )
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

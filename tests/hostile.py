@@ -18,6 +18,25 @@ from tests.conftest import sql_url
 MARK = "<hostile-mark>"
 TRACEBACK = "Traceback (most recent call last)"
 DATETIME_COLUMNS = {"created_at", "updated_at"}
+DEEP = "[" * 990 + "]" * 990
+
+# What another program may leave as a stored value's text, by a name for each (the value column
+# of a SQL table, the value inside a Redis entry, a namespace file's "value"): JSON that clawmem
+# never writes or reads, text that is not JSON, nesting past the limit, and readable values that
+# must reach a page escaped. Every driver takes the same set.
+HOSTILE_VALUES = {
+    "nan": "NaN",
+    "surrogate": '"\\ud800"',
+    "infinity": '{"a": Infinity}',
+    "overflow": "1e999",
+    "nested": "[" * 70 + "]" * 70,
+    "deep": DEEP,
+    "empty": "",
+    "not_json": "order shipped {not json",
+    "marked_text": MARK + " {not json",
+    "bell": '"abc ring \\u0007 twice"',
+    "markup": f'"{MARK}"',
+}
 
 
 def dialect_of(backend: str) -> str:

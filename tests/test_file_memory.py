@@ -130,12 +130,9 @@ CORRUPT = [
     b"\xff\xfe{}",
     b"[1, 2]",
     b"null",
-    b'{"k": 1}',
-    b'{"k": {"expires_at": null}}',
-    b'{"k": {"value": 1, "expires_at": "soon"}}',
-    b'{"k": {"value": 1, "expires_at": true}}',
-    b'{"k": {"value": NaN, "expires_at": null}}',
     b'{"k": {"value": 1, "expires_at": null}',
+    b'{"k": {"value": "\xff"}}',
+    b"[" * 990 + b"]" * 990,
 ]
 
 
@@ -163,6 +160,38 @@ def test_corrupt_file_raises_naming_the_file_and_is_left_alone(memory: FileMemor
         assert path.read_bytes() == content
     memory.set("k", "fine", namespace="other")
     assert memory.get("k", "other") == "fine"
+
+
+UNREADABLE_ENTRIES = [
+    b'{"k": 1, "ok": {"value": 2, "expires_at": null}}',
+    b'{"k": {"expires_at": null}, "ok": {"value": 2, "expires_at": null}}',
+    b'{"k": {"value": 1, "expires_at": "soon"}, "ok": {"value": 2, "expires_at": null}}',
+    b'{"k": {"value": NaN, "expires_at": null}, "ok": {"value": 2, "expires_at": null}}',
+    b'{"k": {"value": [1e999], "expires_at": null}, "ok": {"value": 2, "expires_at": null}}',
+]
+
+
+@pytest.mark.parametrize("content", UNREADABLE_ENTRIES, ids=[repr(c)[:32] for c in UNREADABLE_ENTRIES])
+def test_an_unreadable_entry_fails_only_its_own_reads_and_is_kept(memory: FileMemory, content: bytes) -> None:
+    memory.set("seed", 0)
+    path = memory.path_for("default")
+    path.write_bytes(content)
+    for operation, call in {
+        "get": lambda: memory.get("k"),
+        "has": lambda: memory.has("k"),
+        "update": lambda: memory.update("k", lambda current: "after"),
+    }.items():
+        with pytest.raises(clawmem.StorageError) as raised:
+            call()
+        assert (raised.value.driver, raised.value.operation) == ("file", operation)
+        assert str(path) in str(raised.value) and "'k'" in str(raised.value)
+        assert path.read_bytes() == content
+    assert memory.all() == {"ok": 2} and memory.search("k") == []
+    memory.set("new", 3)
+    assert memory.all() == {"new": 3, "ok": 2}
+    assert [row.key for row in memory.records() if row.unreadable] == ["k"]
+    memory.set("k", "replaced")
+    assert memory.get("k") == "replaced"
 
 
 # -- permissions -------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from dashboard import accounts, state
 from tests.conftest import sql_url
 from tests.dashboard_helpers import ADMIN, PASSWORD
 from tests.hostile import (
+    DEEP,
+    HOSTILE_VALUES,
     MARK,
     STAMP,
     TRACEBACK,
@@ -49,7 +51,6 @@ ABSURD_TIMES = {
     "mysql": ["0000-00-00 00:00:00", "2024-00-00 00:00:00"],
     "postgres": ["infinity", "-infinity", "294276-01-01 00:00:00", "0044-03-15 00:00:00 BC"],
 }
-DEEP = "[" * 990 + "]" * 990
 
 
 def _claw(app: Flask, *args: str) -> Any:
@@ -314,19 +315,7 @@ def _text(backend: str, max_size: int = 40) -> st.SearchStrategy[Any]:
 def _json_column(backend: str) -> st.SearchStrategy[Any]:
     """What another program may leave in a JSON column: JSON, anything else, deep nesting."""
     valid = _JSON.map(lambda value: json.dumps(value, ensure_ascii=False))
-    special = st.sampled_from(
-        [
-            "NaN",
-            '"\\ud800"',
-            '{"a": Infinity}',
-            "[" * 70 + "]" * 70,
-            DEEP,
-            "",
-            "null",
-            *CHECKPOINT_RECORDS,
-            *RECALL_RECORDS,
-        ]
-    )
+    special = st.sampled_from(["null", *HOSTILE_VALUES.values(), *CHECKPOINT_RECORDS, *RECALL_RECORDS])
     return st.none() | valid | special | _text(backend, 30)
 
 

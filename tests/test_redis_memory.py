@@ -3,6 +3,7 @@ boundary, sweeping, and failures that must not leak the URL's password."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -249,16 +250,24 @@ def test_several_dropped_entries_are_unindexed_together(memory: RedisMemory) -> 
     assert memory.namespaces() == ["default"]
 
 
-@pytest.mark.parametrize("stored", ["garbage", '{"value": 1}', "[1, 2, 3]", '["soon", 1]'])
-def test_corrupt_entry_raises_naming_the_redis_key(memory: RedisMemory, stored: str) -> None:
+@pytest.mark.parametrize("stored", ["garbage", '{"value": 1}', "[1, 2, 3]", '["soon", 1]', "[null, NaN]"])
+def test_corrupt_entry_raises_on_get_and_is_skipped_by_all(
+    memory: RedisMemory, stored: str, caplog: Any
+) -> None:
     memory.set("k", "good")
+    memory.set("other", "kept")
     redis_key = memory.entry_key("k", "default")
     memory.client.set(redis_key, stored)
-    for operation, call in {"get": lambda: memory.get("k"), "all": lambda: memory.all()}.items():
+    for operation, call in {"get": lambda: memory.get("k"), "has": lambda: memory.has("k")}.items():
         with pytest.raises(clawmem.StorageError) as raised:
             call()
         assert (raised.value.driver, raised.value.operation) == ("redis", operation)
         assert redis_key in str(raised.value)
+    with caplog.at_level(logging.WARNING, logger="clawmem.recall"):
+        assert memory.all() == {"other": "kept"}
+    assert "recall skips key 'k' in namespace 'default'" in caplog.text
+    (row,) = [row for row in memory.records() if row.key == "k"]
+    assert (row.value, row.unreadable, row.raw_value) == (stored, "value cannot be decoded", True)
     assert memory.client.get(redis_key) == stored.encode()
 
 

@@ -313,13 +313,13 @@ class BaseMemory(SearchableMemory):
     def namespace_counts(self) -> list[NamespaceCount]:
         """Return every namespace with its total, live and expired counts, sorted by name."""
         now = self._now()
-        found = []
-        for namespace in self.namespaces():
-            rows = self.stored_records(namespace)
-            expired = sum(1 for row in rows if is_expired(row.expires_at, now))
-            expiring = sum(1 for row in rows if row.expires_at is not None) - expired
-            found.append(NamespaceCount(namespace, len(rows), len(rows) - expired, expired, expiring))
-        return found
+        return [self._namespace_count(namespace, now) for namespace in self.namespaces()]
+
+    def _namespace_count(self, namespace: str, now: int) -> NamespaceCount:
+        rows = self.stored_records(namespace)
+        expired = sum(1 for row in rows if is_expired(row.expires_at, now))
+        expiring = sum(1 for row in rows if row.expires_at is not None) - expired
+        return NamespaceCount(namespace, len(rows), len(rows) - expired, expired, expiring)
 
     def rows_per_day(self, edges: Sequence[datetime]) -> list[int] | None:
         """Return how many entries were first written in each interval of ``edges`` (UTC

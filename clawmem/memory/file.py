@@ -8,6 +8,13 @@ serialises writers. The stem encodes the namespace injectively (see :func:`names
 ``<stem>.vectors`` holds the entries' vectors, derived (see :mod:`clawmem.memory.file_vectors`).
 With encryption on (SPEC 13) an entry is ``{"value": null, "sealed": <envelope>, "expires_at": …}``,
 the envelope holding the value's JSON.
+
+Another program may edit a file. An entry it left that cannot be read (not of that shape, an
+expiry that is not a whole number, a value holding NaN, infinity or a lone surrogate, or nested
+too deep) is skipped by recall with a warning naming the key, shown marked unreadable, and kept
+as it is when the file is written again. A file that is not a JSON object at all makes its
+namespace unreadable: every operation on it raises ``StorageError`` naming the file, and the
+file is never written over.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.codecs import warn_undecryptable
-from clawmem.errors import CorruptStoreError, InvalidNamespace, Undecryptable
+from clawmem.codecs import warn_undecryptable, warn_unreadable
+from clawmem.errors import CorruptStoreError, InvalidNamespace, StorageError, Undecryptable
 from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
 from clawmem.memory.file_vectors import (
     FILE_MODE,
@@ -38,12 +45,13 @@ from clawmem.memory.file_vectors import (
     drop_vectors,
     replace_file,
 )
-from clawmem.records import Changes, MemoryRow
+from clawmem.records import Changes, MemoryRow, NamespaceCount
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
     Ttl,
     decode_value,
     is_expired,
+    problem_in,
     validate_namespace,
     validate_prefix,
 )
@@ -118,41 +126,78 @@ def _stored_bytes(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+ADVICE = "repair the file or move it away; nothing was changed"
 
 
 def parse_store(raw: bytes, path: Path) -> Store:
-    """Return the store held in ``raw``; raise :class:`CorruptStoreError` naming ``path`` otherwise."""
-    advice = "repair the file or move it away; nothing was changed"
+    """Return the store held in ``raw``, entries another program left unreadable included (see
+    :func:`entry_problem`); raise :class:`CorruptStoreError` naming ``path`` when it is not UTF-8
+    JSON holding an object."""
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        # NaN and Infinity as another program may write them: the entries holding them are
+        # unreadable, not the whole file.
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CorruptStoreError(f"{path} is not valid UTF-8 JSON ({exc}); {advice}") from None
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise CorruptStoreError(f"{path} is not valid UTF-8 JSON ({reason}); {ADVICE}") from None
     if not isinstance(data, dict):
         raise CorruptStoreError(
-            f"{path} holds a JSON {type(data).__name__}, not an object of entries; {advice}"
+            f"{path} holds a JSON {type(data).__name__}, not an object of entries; {ADVICE}"
         )
-    for key, entry in data.items():
-        expires_at = entry.get("expires_at", False) if isinstance(entry, dict) else False
-        valid_expiry = expires_at is None or type(expires_at) is int
-        sealed_ok = not isinstance(entry, dict) or isinstance(entry.get("sealed", ""), str)
-        if not isinstance(entry, dict) or "value" not in entry or not valid_expiry or not sealed_ok:
-            raise CorruptStoreError(
-                f"{path} has a malformed entry for key {key!r} "
-                f'(expected {{"value": ..., "expires_at": int or null}}); {advice}'
-            )
     return data
 
 
+def entry_problem(entry: Any) -> str | None:
+    """Return why a stored entry cannot be read (one another program wrote), in the words the
+    operator's pages use, or ``None`` for an entry of the shape ``{"value": …, "expires_at": …}``
+    whose value can be recalled and shown."""
+    if not isinstance(entry, dict) or "value" not in entry or not isinstance(entry.get("sealed", ""), str):
+        return "value cannot be decoded"
+    expires_at = entry.get("expires_at", False)
+    if not (expires_at is None or type(expires_at) is int):
+        return "expires_at is not a whole number of seconds"
+    value = entry["value"]
+    if value is None or type(value) in (bool, int) or (type(value) is str and _is_text(value)):
+        return None  # most entries: nothing in them can be a problem, so nothing to walk
+    problem = problem_in(value)
+    return None if problem is None else f"value {problem}"
+
+
+def _expiry(entry: Any) -> int | None:
+    """Return an entry's ``expires_at``, or ``None`` when it holds none that is readable."""
+    expires_at = entry.get("expires_at") if isinstance(entry, dict) else None
+    return expires_at if type(expires_at) is int else None
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, which JSON's \u escapes can write
+        return False
+    return True
+
+
+def entry_text(entry: Any) -> str:
+    """Return an unreadable entry as JSON text a page can show (ASCII, NaN as written)."""
+    try:
+        return json.dumps(entry, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return "(nested too deeply to show)"
+
+
 def dump_store(store: Store) -> bytes:
-    """Return the file content for ``store``: one entry per line, sorted by key."""
-    lines = [
-        json.dumps(key, ensure_ascii=False)
-        + ":"
-        + json.dumps(store[key], ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        for key in sorted(store)
-    ]
+    """Return the file content for ``store``: one entry per line, sorted by key. An entry (or key)
+    another program left unreadable is written as it was read, with ``\\u`` escapes and NaN."""
+    lines = []
+    for key in sorted(store):
+        entry = store[key]
+        if entry_problem(entry) is None and _is_text(key):
+            name = json.dumps(key, ensure_ascii=False)
+            lines.append(
+                name + ":" + json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            )
+        else:
+            lines.append(json.dumps(key) + ":" + json.dumps(entry, separators=(",", ":")))
     return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
 
 
@@ -297,7 +342,7 @@ class FileMemory(FeedingMemory):
             store = self._read(path)
             before = list(store)
             changed = edit(store)
-            expired = [key for key, entry in store.items() if is_expired(entry["expires_at"], now)]
+            expired = [key for key, entry in store.items() if is_expired(_expiry(entry), now)]
             for key in expired:
                 del store[key]
             if changed or expired:
@@ -329,12 +374,32 @@ class FileMemory(FeedingMemory):
             warn_undecryptable(exc)
             return _Unreadable(f"value cannot be decrypted ({exc.reason})")
 
-    def _opened_rows(self, namespace: str, store: Store, keys: Any = None) -> list[MemoryRow]:
+    def _opened_rows(
+        self, namespace: str, store: Store, keys: Any = None, recalling: bool = False
+    ) -> list[MemoryRow]:
+        """Return the rows of ``keys`` (every key by default) of ``store``; an entry another
+        program left unreadable is marked, its text as read for its value (with ``recalling``,
+        logged as skipped by recall). A key that is no text (a lone surrogate) is left out."""
         rows = []
         for key in store if keys is None else keys:
             if key not in store:
                 continue
+            if not _is_text(key):
+                log.warning(
+                    "a key in %s is not text (a lone surrogate); it is left out", self.path_for(namespace)
+                )
+                continue
             entry = store[key]
+            problem = entry_problem(entry)
+            if problem is not None:
+                if recalling:
+                    warn_unreadable(namespace, key)
+                shown = entry_text(entry)
+                size = len(shown.encode("utf-8"))
+                rows.append(
+                    MemoryRow(namespace, key, shown, _expiry(entry), size, unreadable=problem, raw_value=True)
+                )
+                continue
             value = self._opened(key, namespace, entry)
             if isinstance(value, _Unreadable):
                 size = len(entry.get("sealed") or "")
@@ -347,14 +412,23 @@ class FileMemory(FeedingMemory):
         return rows
 
     def _fed(self, namespace: str, store: Store) -> list[tuple[str, Any, int | None]]:
-        rows = self._opened_rows(namespace, store)
+        rows = self._opened_rows(namespace, store, recalling=True)
         return [(row.key, row.value, row.expires_at) for row in rows if not row.unreadable]
 
     def _get(self, key: str, namespace: str, now: int) -> tuple[bool, Any]:
-        entry = self._read(self.path_for(namespace)).get(key)
-        if entry is None or is_expired(entry["expires_at"], now):
+        path = self.path_for(namespace)
+        entry = self._read(path).get(key)
+        if entry is None or is_expired(_expiry(entry), now):
             return False, None
-        return True, self._opened(key, namespace, entry, raising=True)
+        return True, self._readable(path, key, namespace, entry)
+
+    def _readable(self, path: Path, key: str, namespace: str, entry: Any) -> Any:
+        """Return the value of an entry, or raise :class:`CorruptStoreError` naming the file and
+        the key (never the value) when another program left it unreadable."""
+        problem = entry_problem(entry)
+        if problem is not None:
+            raise CorruptStoreError(f"{path}: the entry of key {key!r} is unreadable ({problem}); {ADVICE}")
+        return self._opened(key, namespace, entry, raising=True)
 
     def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
         entry = self._stored_entry(key, namespace, encoded, expires_at)
@@ -382,8 +456,9 @@ class FileMemory(FeedingMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         store = self._read(self.path_for(namespace))
-        live = {key: entry for key, entry in store.items() if not is_expired(entry["expires_at"], now)}
-        return {row.key: row.value for row in self._opened_rows(namespace, live) if not row.unreadable}
+        live = {key: entry for key, entry in store.items() if not is_expired(_expiry(entry), now)}
+        rows = self._opened_rows(namespace, live, recalling=True)
+        return {row.key: row.value for row in rows if not row.unreadable}
 
     def _records(self, namespace: str) -> list[MemoryRow]:
         return self._opened_rows(namespace, self._read(self.path_for(namespace)))
@@ -430,12 +505,23 @@ class FileMemory(FeedingMemory):
                 namespaces.append(namespace)
         return namespaces
 
+    def _namespace_count(self, namespace: str, now: int) -> NamespaceCount:
+        # A file that is no store leaves its namespace listed, saying why, and never the list
+        # of the others blank; every read of the namespace itself still raises naming the file.
+        try:
+            return super()._namespace_count(namespace, now)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, CorruptStoreError):
+                raise
+            log.warning("namespace %r cannot be read: %s", namespace, exc.__cause__)
+            return NamespaceCount(namespace, 0, 0, 0, 0, unreadable=str(exc.__cause__))
+
     def _sweep(self, now: int, dry_run: bool) -> dict[str, int]:
         counts: dict[str, int] = {}
         for namespace in sorted(self._namespaces()):
             if dry_run:
                 store = self._read(self.path_for(namespace))
-                expired = sum(1 for entry in store.values() if is_expired(entry["expires_at"], now))
+                expired = sum(1 for entry in store.values() if is_expired(_expiry(entry), now))
             else:
                 expired = self._rewrite(namespace, now, lambda store: False)
             if expired:
@@ -462,8 +548,8 @@ class FileMemory(FeedingMemory):
         def apply(store: Store) -> bool:
             entry = store.get(key)
             current = (
-                self._opened(key, namespace, entry, raising=True)
-                if entry is not None and not is_expired(entry["expires_at"], now)
+                self._readable(self.path_for(namespace), key, namespace, entry)
+                if entry is not None and not is_expired(_expiry(entry), now)
                 else None
             )
             encoded = self._encode(key, function(current))
@@ -482,9 +568,11 @@ class FileMemory(FeedingMemory):
 
     def stored_texts(self, namespace: str) -> list[tuple[str, str, str]]:
         """Return ``(key, text, text)`` of every entry of ``namespace``, expired ones included:
-        ``text`` is a sealed entry's envelope, or a plain entry's value as JSON. Opens nothing."""
+        ``text`` is a sealed entry's envelope, or a plain entry's value as JSON. Opens nothing.
+        An entry another program left unreadable is left out: no key of the site sealed it."""
         store = self._read(self.path_for(namespace))
-        return [(key, _stored_text(entry), _stored_text(entry)) for key, entry in store.items()]
+        readable = ((key, entry) for key, entry in store.items() if entry_problem(entry) is None)
+        return [(key, _stored_text(entry), _stored_text(entry)) for key, entry in readable]
 
     def replace_texts(self, namespace: str, changes: list[tuple[str, str, str]]) -> int:
         """Store each ``(key, text read, new envelope)`` as the entry's sealed value, keeping its
@@ -496,7 +584,7 @@ class FileMemory(FeedingMemory):
             store = self._read(path)
             for key, text, sealed in changes:
                 entry = store.get(key)
-                if entry is not None and _stored_text(entry) == text:
+                if entry is not None and entry_problem(entry) is None and _stored_text(entry) == text:
                     store[key] = {"value": None, "sealed": sealed, "expires_at": entry["expires_at"]}
                     changed += 1
             if changed:

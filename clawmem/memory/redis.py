@@ -30,12 +30,12 @@ from typing import Any
 import redis
 
 from clawmem.clock import Clock
-from clawmem.codecs import StoredValues, warn_undecryptable
+from clawmem.codecs import StoredValues, decode_json_value, warn_undecryptable, warn_unreadable
 from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
 from clawmem.memory.base import FeedingMemory
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired, problem_in
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
@@ -47,6 +47,21 @@ LOG_LENGTH = 10_000  # changes kept per namespace; an index further behind reads
 def _text(raw: bytes | str) -> str:
     # A caller's client may or may not decode responses.
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+def _shown(raw: bytes | str) -> str:
+    """Return what a key holds as text a page can show: bytes that are not UTF-8 as U+FFFD."""
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+
+
+class UnreadableEntry(CorruptEntryError):
+    """An entry another program wrote that clawmem cannot read: not strict JSON, not in its
+    layout, or holding a value no page can show safely. The message names the Redis key, never
+    the value; ``reason`` is what the operator's pages and the export say of it."""
+
+    def __init__(self, message: str, reason: str = "value cannot be decoded") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def _batches(items: list[str]) -> Iterator[list[str]]:
@@ -65,29 +80,48 @@ def encode_sealed(sealed: str, expires_at: int | None) -> str:
     return f"[{'null' if expires_at is None else expires_at},null,{json.dumps(sealed)}]"
 
 
+def _layout(raw: bytes | str) -> list[Any] | None:
+    """Return the items of an entry in the layout (``[expires_at, value]`` or ``[expires_at,
+    null, envelope]``, strict JSON), or ``None`` for anything else."""
+    try:
+        data = decode_json_value(_text(raw))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not (isinstance(data, list) and len(data) in (2, 3) and (data[0] is None or type(data[0]) is int)):
+        return None
+    if len(data) == 3 and (data[1] is not None or not isinstance(data[2], str)):
+        return None
+    return data
+
+
 def decode_entry(
     raw: bytes | str, redis_key: str, values: StoredValues | None = None, place: tuple[str, str] = ("", "")
 ) -> tuple[int | None, Any]:
-    """Return ``(expires_at, value)`` of a stored entry; raise :class:`CorruptEntryError` if
-    malformed, and :class:`~clawmem.errors.Undecryptable` when a sealed one (or, in strict mode,
-    a plain one) cannot be opened with ``values``' cipher for ``place`` (namespace, key)."""
-    try:
-        data = json.loads(_text(raw))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CorruptEntryError(f"Redis key {redis_key!r} does not hold JSON ({exc})") from None
-    if not (isinstance(data, list) and len(data) in (2, 3) and (data[0] is None or type(data[0]) is int)):
-        raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, value]")
+    """Return ``(expires_at, value)`` of a stored entry. Raises :class:`UnreadableEntry` (a
+    :class:`CorruptEntryError`) naming the key when it is not strict JSON (``NaN``, ``1e999``
+    and text that is not UTF-8 are not), not in the layout, or its value cannot be shown safely
+    (see :func:`~clawmem.rules.problem_in`); and :class:`~clawmem.errors.Undecryptable`
+    when a sealed one (or, in strict mode, a plain one) cannot be opened with ``values``' cipher
+    for ``place`` (namespace, key)."""
+    data = _layout(raw)
+    if data is None:
+        raise UnreadableEntry(f"Redis key {redis_key!r} does not hold [expires_at, value] as JSON")
+    text = _text(raw)
     if len(data) == 3:
-        if data[1] is not None or not isinstance(data[2], str):
-            raise CorruptEntryError(f"Redis key {redis_key!r} does not hold [expires_at, null, envelope]")
         values = values or StoredValues()
+        text = values.open(*place, data[2])
         try:
-            return data[0], json.loads(values.open(*place, data[2]))
-        except ValueError as exc:
-            raise CorruptEntryError(f"Redis key {redis_key!r}: its sealed value is not JSON") from exc
-    if values is not None and values.cipher.strict:
-        values.open(*place, "")  # strict mode refuses plaintext: raises PlaintextRefused
-    return data[0], data[1]
+            value = decode_json_value(text)
+        except (ValueError, RecursionError):
+            raise UnreadableEntry(f"Redis key {redis_key!r}: its sealed value is not JSON") from None
+    else:
+        if values is not None and values.cipher.strict:
+            values.open(*place, "")  # strict mode refuses plaintext: raises PlaintextRefused
+        value = data[1]
+    problem = problem_in(value, text)
+    if problem is not None:
+        raise UnreadableEntry(f"the value of Redis key {redis_key!r} {problem}", f"value {problem}")
+    return data[0], value
 
 
 def _stream_id(raw: bytes | str) -> tuple[int, int]:
@@ -223,23 +257,34 @@ class RedisMemory(FeedingMemory):
         results = self.client.transaction(clear, index)
         return sum(results[:batches])
 
-    def _entry(self, raw: bytes | str, key: str, namespace: str) -> tuple[int, int | None, Any, str | None]:
+    def _entry(
+        self, raw: bytes | str, key: str, namespace: str, recalling: bool = False
+    ) -> tuple[int, int | None, Any, str | None]:
         """Return ``(value bytes, expires_at, value, unreadable)`` of a stored entry: one that
-        cannot be decrypted has the value ``None`` and says why, so a list shows it marked."""
+        cannot be decrypted has the value ``None`` and says why, and one another program wrote
+        that cannot be read has what the key holds as its value and says why, so a list shows
+        each marked. With ``recalling``, the latter is logged as skipped by recall (its key)."""
         redis_key = self.entry_key(key, namespace)
         try:
             expires_at, value = decode_entry(raw, redis_key, self.values, (namespace, key))
         except Undecryptable as exc:
             warn_undecryptable(exc)
             return len(_text(raw).encode("utf-8")), None, None, f"value cannot be decrypted ({exc.reason})"
+        except UnreadableEntry as exc:
+            if recalling:
+                warn_unreadable(namespace, key)
+            shown = _shown(raw)
+            return len(shown.encode("utf-8")), None, shown, exc.reason
         # The stored form wraps the value's JSON in "[expires_at," and "]".
         size = len(_text(raw).encode("utf-8")) - len(encode_entry("", expires_at))
         return size, expires_at, value, None
 
-    def _stored(self, namespace: str, low: str) -> list[tuple[str, int, int | None, Any, str | None]]:
+    def _stored(
+        self, namespace: str, low: str, recalling: bool = False
+    ) -> list[tuple[str, int, int | None, Any, str | None]]:
         """Return ``(key, value bytes, expires_at, value, unreadable)`` of the indexed entries
         scored above ``low`` that Redis still holds, dropping index members whose entry it
-        already expired."""
+        already expired (``recalling`` as :meth:`_entry` takes it)."""
         members = [
             _text(member) for member in self.client.zrangebyscore(self.index_key(namespace), low, "+inf")
         ]
@@ -253,7 +298,7 @@ class RedisMemory(FeedingMemory):
             if raw is None:
                 vanished.append(key)
                 continue
-            found.append((key, *self._entry(raw, key, namespace)))
+            found.append((key, *self._entry(raw, key, namespace, recalling)))
         if vanished:
             self._drop_vanished(namespace, vanished)
         return found
@@ -276,12 +321,12 @@ class RedisMemory(FeedingMemory):
 
     def _all(self, namespace: str, now: int) -> dict[str, Any]:
         # Scored by expires_at, so "score > now" is exactly the live members.
-        stored = self._stored(namespace, f"({now}")
+        stored = self._stored(namespace, f"({now}", recalling=True)
         live = (entry for entry in stored if not entry[4] and not is_expired(entry[2], now))
         return {key: value for key, _, _, value, _ in live}
 
-    def _records(self, namespace: str) -> list[MemoryRow]:
-        stored = self._stored(namespace, "-inf")
+    def _records(self, namespace: str, recalling: bool = False) -> list[MemoryRow]:
+        stored = self._stored(namespace, "-inf", recalling)
         timed = self._redis_expiries(namespace, [key for key, _, expiry, _, _ in stored if expiry is None])
         return [
             MemoryRow(
@@ -400,25 +445,26 @@ class RedisMemory(FeedingMemory):
             else:
                 changed.add(change["k"])
             cursor = _text(change_id)
-        found = {row.key: row for row in self._stored_keys(namespace, sorted(changed))}
+        found = {row.key: row for row in self._stored_keys(namespace, sorted(changed), recalling=True)}
         entries = [(row.key, row.value, row.expires_at) for row in found.values() if not row.unreadable]
-        gone = [key for key in changed if key not in found]
+        # A key another program overwrote with what recall cannot read leaves the copy too.
+        gone = [key for key in changed if key not in found or found[key].unreadable]
         return Changes(cursor, entries, gone, reset=reset, swept_at=None if reset else swept_at)
 
     def _everything(self, namespace: str) -> Changes:
         newest = self.client.xrevrange(self.log_key(namespace), "+", "-", count=1)
         cursor = _text(newest[0][0]) if newest else "0-0"
-        rows = self._records(namespace)
+        rows = self._records(namespace, recalling=True)
         entries = [(row.key, row.value, row.expires_at) for row in rows if not row.unreadable]
         return Changes(cursor, entries, reset=True)
 
-    def _stored_keys(self, namespace: str, keys: list[str]) -> list[MemoryRow]:
+    def _stored_keys(self, namespace: str, keys: list[str], recalling: bool = False) -> list[MemoryRow]:
         rows = []
         for batch in _batches(keys):
             raws = self.client.mget([self.entry_key(key, namespace) for key in batch])
             for key, raw in zip(batch, raws, strict=True):
                 if raw is not None:
-                    size, expires_at, value, bad = self._entry(raw, key, namespace)
+                    size, expires_at, value, bad = self._entry(raw, key, namespace, recalling)
                     unread = {"unreadable": bad, "raw_value": bad is not None}
                     rows.append(MemoryRow(namespace, key, value, expires_at, size, **unread))
         return rows
@@ -431,16 +477,17 @@ class RedisMemory(FeedingMemory):
     def stored_texts(self, namespace: str) -> list[tuple[str, str, str]]:
         """Return ``(key, text, raw)`` of every entry of ``namespace`` Redis holds, expired ones
         included: ``text`` is a sealed entry's envelope, or a plain entry's value as JSON; ``raw``
-        is what the key holds. Opens nothing. Raises :class:`CorruptEntryError` for a damaged entry."""
+        is what the key holds. Opens nothing. An entry another program wrote that is not in the
+        layout (see :func:`decode_entry`) is left out: no key of the site sealed it."""
         members = [_text(member) for member in self.client.zrange(self.index_key(namespace), 0, -1)]
         found = []
         for batch in _batches(members):
             for key, raw in zip(
                 batch, self.client.mget([self.entry_key(key, namespace) for key in batch]), strict=True
             ):
-                if raw is None:
+                data = None if raw is None else _layout(raw)
+                if data is None:
                     continue
-                data = json.loads(_text(raw))
                 text = data[2] if len(data) == 3 else json.dumps(data[1], ensure_ascii=False)
                 found.append((key, text, _text(raw)))
         return found

@@ -13,7 +13,6 @@ unreadable instead of failing on it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
@@ -24,7 +23,7 @@ from sqlalchemy.engine import Dialect
 
 from clawmem.crypto.envelope import is_sealed
 from clawmem.errors import Undecryptable
-from clawmem.rules import MAX_NESTING
+from clawmem.rules import problem_in
 
 # Unix seconds that datetime can show: 0001-01-01 to 9999-12-31 23:59:59 UTC.
 FIRST_SECOND = -62_135_596_800
@@ -94,54 +93,6 @@ def _refuse_constant(name: str) -> Any:
 # Made once: json.loads with an option builds a decoder on every call, and a page reads
 # every row's JSON columns.
 _JSON = json.JSONDecoder(parse_constant=_refuse_constant)
-
-
-def problem_in(value: Any, raw: str | None = None) -> str | None:
-    """Return why a decoded value cannot be shown or exported safely (nested more than
-    :data:`~clawmem.rules.MAX_NESTING` levels, a NaN or infinity, a lone surrogate), or
-    ``None``. Walks the value without recursion, so any depth is safe to check; given the
-    ``raw`` text it was decoded from, most values are cleared without a walk."""
-    if raw is not None and not _suspect(raw):
-        return None
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if _has_surrogate(item):
-                return "holds a lone surrogate, which is not text"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return "holds NaN or infinity"
-        elif isinstance(item, (list, dict)):
-            if depth >= MAX_NESTING:
-                return f"is nested more than {MAX_NESTING} levels deep"
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-            if isinstance(item, dict):
-                stack.extend((key, depth + 1) for key in item)
-    return None
-
-
-def _suspect(raw: str) -> bool:
-    # What the text of a value holds when its decoded value may hold a problem: a \\u escape (a
-    # lone surrogate is one), NaN or infinity as JSON or PHP writes them, or more openings than
-    # MAX_NESTING. Most values hold none, and are cleared without a walk.
-    return (
-        "\\u" in raw
-        or "NaN" in raw
-        or "Inf" in raw
-        or "NAN" in raw
-        or "INF" in raw
-        or raw.count("[") + raw.count("{") > MAX_NESTING
-    )
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def read_json(text: Any, column: str) -> tuple[Any, str | None]:

@@ -76,6 +76,7 @@ def index() -> str:
             "total": n.total,
             "live": n.live,
             "expired": n.expired,
+            "unreadable": n.unreadable,
             "subject": subject,
             "subject_url": _subject_url(subject),
         }

@@ -12,7 +12,7 @@ from flask import Blueprint, url_for
 from clawmem import operations
 from clawmem.clock import utc_datetime
 from clawmem.compaction import configured_thresholds
-from clawmem.errors import redact
+from clawmem.errors import CorruptStoreError, StorageError, redact
 from clawmem.jobs.status import retention_status
 from clawmem.records import NamespaceCount
 from clawmem.sql.activity import Activity, day_edges
@@ -116,7 +116,13 @@ def _ttl_chart(namespaces: list[NamespaceCount]) -> dict[str, Any]:
 
 
 def _injected_chart(namespace: str) -> dict[str, Any]:
-    found = injection_survey(COLD_MESSAGES, namespace)
+    try:
+        found = injection_survey(COLD_MESSAGES, namespace)
+    except StorageError as exc:
+        if not isinstance(exc.__cause__, CorruptStoreError):
+            raise
+        # The recall namespace's file is no store: said here, and the rest of the page answers.
+        return {"namespace": namespace, "unreadable": str(exc.__cause__)}
     read, injections, sizes = found.messages, found.injections, found.sizes
     times = {key: injections.get(key, 0) for key in sizes}
     # Ten of thousands of keys: pick them without sorting the rest.
