@@ -275,18 +275,16 @@ class SqlFeed:
         written since are those of transactions that committed between the two snapshots;
         elsewhere, the rows stamped within the overlap of the newest seen whose marks differ
         (and, through the row count, rows stamped far back)."""
-        # Followed, the log's triggers are checked every call; counted, a log added since is
-        # looked for once in a while.
-        counted_since = time.monotonic() - cursor.log_checked
-        armed = (cursor.log is not None or counted_since >= LOG_LOOK_AGAIN) and self._armed(cursor)
-        if armed and cursor.log is not None:
-            self._follow_log(cursor, marker)
-            return
-        if cursor.log is not None:  # the triggers went: what changed since cannot be told
-            cursor.log = None
+        # Followed, the log's triggers are checked with each read of it; counted, a log added
+        # since is looked for once in a while.
+        if cursor.log is not None:
+            if self._follow_log(cursor, marker):
+                return
+            cursor.log = None  # the triggers went: what changed since cannot be told
             self._read_all(cursor)
             return
-        if armed:  # the log is new: follow it from now, after catching up by counting
+        if time.monotonic() - cursor.log_checked >= LOG_LOOK_AGAIN and self._armed(cursor):
+            # the log is new: follow it from now, after catching up by counting
             cursor.log = self._start_log()
         if self._by_version() and isinstance(cursor.marker, str) and isinstance(marker, str):
             count, written = kv.versions_since(
@@ -333,11 +331,15 @@ class SqlFeed:
             missing = {seq: note for seq in range(low, high + 1) if seq not in held}
         return LogCursor(seen=high, pending=missing, floor=(low if rows else high + 1, note))
 
-    def _follow_log(self, cursor: SqlCursor, marker: Any) -> None:
+    def _follow_log(self, cursor: SqlCursor, marker: Any) -> bool:
+        """Read the log since ``cursor`` and the keys it names; return ``False``, reading
+        nothing more, when its triggers are no longer all in place."""
         log = cursor.log
         assert log is not None
         floor = log.floor[0] if log.floor else None
-        found = changes.read(self.conn, self.prefix, log.seen, sorted(log.pending), floor)
+        armed, found = changes.read(self.conn, self.prefix, log.seen, sorted(log.pending), floor)
+        if not armed:
+            return False
         keys: set[str] = set()
         came: set[int] = set()
         trimmed = False
@@ -359,7 +361,7 @@ class SqlFeed:
         if trimmed:  # rows this cursor had not read were trimmed: read the namespace again
             cursor.log = self._start_log()
             self._read_all(cursor)
-            return
+            return True
         for seq in came:
             log.pending.pop(seq, None)
         missed = [seq for seq in range(log.seen + 1, top) if seq not in came]
@@ -370,6 +372,7 @@ class SqlFeed:
         self._settle(log, marker, came)
         if keys:
             self._read_keys(cursor, sorted(keys))
+        return True
 
     def _settle(self, log: LogCursor, marker: Any, came: set[int]) -> None:
         """Forget the pending numbers that can no longer come, given what this call read

@@ -200,15 +200,15 @@ def _armed_select(dialect: str, prefix: str) -> sa.TextClause:
     names = ", ".join(f"'{name}'" for name in trigger_names(prefix))
     memory = f"{prefix}phpclaw_memory"
     if dialect == "sqlite":
-        sql = f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN ({names})"
+        sql = f"SELECT count(*) AS n FROM sqlite_master WHERE type = 'trigger' AND name IN ({names})"
     elif dialect == "postgresql":
         sql = (
-            f"SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass('\"{memory}\"') "
+            f"SELECT count(*) AS n FROM pg_trigger WHERE tgrelid = to_regclass('\"{memory}\"') "
             f"AND tgname IN ({names}) AND tgenabled <> 'D'"
         )
     else:
         sql = (
-            "SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() "
+            "SELECT count(*) AS n FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() "
             f"AND EVENT_OBJECT_TABLE = '{memory}' AND TRIGGER_NAME IN ({names})"
         )
     return sa.text(sql)
@@ -232,10 +232,11 @@ def seqs_between(conn: Connection, prefix: str, low: int, high: int) -> set[int]
 
 def read(
     conn: Connection, prefix: str, after: int, also: Sequence[int] = (), below: int | None = None
-) -> list[Change]:
-    """Return the log's rows after ``after``, those numbered ``also`` and those below ``below``,
-    in order of their numbers (one statement, each part a range of the primary key, so that a
-    log the planner has no statistics for yet is never read whole)."""
+) -> tuple[bool, list[Change]]:
+    """Return whether the log's triggers are all in place (as :func:`armed`) and the log's rows
+    after ``after``, those numbered ``also`` and those below ``below``, in order of their
+    numbers: one statement, so a turn pays one round trip for both, and each part a range of
+    the primary key, so that a log the planner has no statistics for yet is never read whole."""
     table = change_table(prefix)
     columns = (table.c.seq, table.c.namespace, table.c.lookup_key, table.c.through)
     parts = [sa.select(*columns).where(table.c.seq > after)]
@@ -244,10 +245,16 @@ def read(
         parts.append(sa.select(*columns).where(pending, table.c.seq <= after))
     if below is not None:
         parts.append(sa.select(*columns).where(table.c.seq < below))
-    select = parts[0] if len(parts) == 1 else sa.union_all(*parts)
-    found = conn.execute(select)
-    rows = {int(seq): Change(int(seq), namespace, key, through) for seq, namespace, key, through in found}
-    return [rows[seq] for seq in sorted(rows)]
+    rows = (parts[0] if len(parts) == 1 else sa.union_all(*parts)).subquery("logged")
+    triggers = _armed_select(conn.dialect.name, prefix).columns(sa.column("n", sa.Integer)).subquery("armed")
+    select = sa.select(triggers.c.n, rows.c.seq, rows.c.namespace, rows.c.lookup_key, rows.c.through)
+    found = conn.execute(select.select_from(triggers.outerjoin(rows, sa.true()))).all()
+    changed = {
+        int(seq): Change(int(seq), namespace, key, through)
+        for _, seq, namespace, key, through in found
+        if seq is not None
+    }
+    return int(found[0][0] or 0) == len(_EVENTS), [changed[seq] for seq in sorted(changed)]
 
 
 def in_flight(
