@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-RESPONSE_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"))  # TEMP
+from clawmem.integrations.mcp.http import RESPONSE_HEADERS
 from clawmem.sql import tokens as store
 from tests.hostile import TRACEBACK
 from tests.test_mcp_http import Served, _serve, _stop, call, tool_call
