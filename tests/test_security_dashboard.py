@@ -237,8 +237,9 @@ def test_every_kind_of_response_carries_the_security_headers(
 
 # -- open redirects --------------------------------------------------------------------------------
 
-# Each of these leaves the site in some browser, directly or once the browser has dropped the
-# tabs and newlines in it and read backslashes as slashes (as WHATWG URL parsing does).
+# Each of these leaves the site in some browser (directly, or once the browser has dropped the
+# tabs and newlines in it and read backslashes as slashes, as WHATWG URL parsing does), or holds
+# what no address of this site does (controls, spaces, no leading slash): all lead to the overview.
 OFF_SITE = [
     "//evil.example/",
     "///evil.example/",
