@@ -490,3 +490,53 @@ def test_the_error_pages_link_only_inside_the_site(failing: tuple[Flask, FlaskCl
         body = page_text(client.get(url))
         for link in re.findall(r'href="([^"]*)"', body):
             assert not browser_would_leave(link), (url, link)
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        "garbage",
+        "eyJzaWQiOiJ4In0",
+        "eyJzaWQiOiJ4In0.AAAAAA.forged-signature",
+        "eyJzaWQiOiJ4In0..",
+        "." * 3000,
+    ],
+    ids=["garbage", "unsigned", "forged-signature", "empty-signature", "dots"],
+)
+def test_a_tampered_session_cookie_is_a_visitor_not_an_error(
+    failing: tuple[Flask, FlaskClient], cookie: str
+) -> None:
+    app, _ = failing
+    visitor = app.test_client()
+    visitor.set_cookie(app.config["SESSION_COOKIE_NAME"], cookie)
+    response = visitor.get("/settings")
+    assert response.status_code == 302 and urlsplit(response.headers["Location"]).path == "/login"
+
+
+def test_hostile_sign_in_bodies_get_a_plain_answer_and_sign_no_one_in(
+    failing: tuple[Flask, FlaskClient],
+) -> None:
+    app, _ = failing
+    client = app.test_client()
+    token = csrf_from(client.get("/login"))
+    bodies = {
+        "broken multipart": (
+            b'--x\r\nContent-Disposition: form-data; name="a"\r\n\r\nzz',
+            "multipart/form-data; boundary=x",
+        ),
+        "multipart without a boundary": (b"abc", "multipart/form-data"),
+        "JSON": (b'{"csrf_token": "%s"}' % token.encode(), "application/json"),
+        "5000 fields": (
+            "&".join(f"f{i}=1" for i in range(5000)).encode(),
+            "application/x-www-form-urlencoded",
+        ),
+        "broken UTF-8": (
+            f"csrf_token={token}&username=%ff%fe&password=%ff".encode(),
+            "application/x-www-form-urlencoded",
+        ),
+    }
+    for name, (body, content_type) in bodies.items():
+        response = client.post("/login", data=body, content_type=content_type)
+        assert response.status_code in (200, 400), (name, response.status_code)
+        _assert_plain(response)
+        assert client.get("/settings").status_code == 302, name
