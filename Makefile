@@ -52,7 +52,7 @@ audit: venv
 # Two pytest runs: the main suite, then LangChain's standard tests in their own lane, whose
 # plugins and asyncio_mode = auto must not change how the main suite runs.
 test: lint
-	-@$(MAKE) --no-print-directory audit
+	-$(PYTHON) tools/audit_dependencies.py  # make audit, which never fails the build
 	$(PYTHON) -m pytest
 	$(PYTHON) -m pytest -c tests/langchain_standard/pytest.ini --rootdir=. tests/langchain_standard
 

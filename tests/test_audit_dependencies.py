@@ -102,9 +102,7 @@ def test_an_unreachable_index_is_one_line_and_exit_0_in_good_time(tmp_path: Path
 
 def test_make_audit_never_fails_the_build() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert (
-        "\taudit: venv" not in makefile
-        and "\naudit: venv\n\t-$(PYTHON) tools/audit_dependencies.py" in makefile
-    )
+    # The leading "-" lets make go on whatever the script exits with.
+    assert "\naudit: venv\n\t-$(PYTHON) tools/audit_dependencies.py" in makefile
     test_recipe = makefile.split("\ntest: lint\n", 1)[1].split("\n\n", 1)[0]
-    assert test_recipe.splitlines()[0] == "\t-@$(MAKE) --no-print-directory audit"
+    assert test_recipe.splitlines()[0].startswith("\t-$(PYTHON) tools/audit_dependencies.py")
