@@ -1,12 +1,13 @@
 # make run: the dashboard on demo data at http://127.0.0.1:5000 (make run PORT=5001: another port).
-# make test: the whole suite (installs the test toolchain of requirements-test.txt first).
+# make test: the whole suite (installs the test toolchain of requirements-test.txt first), after
+# make audit: the pinned dependencies against the package index, reported, never failing.
 # make test-fast: no browser, no slow tests, no MariaDB/PostgreSQL parametrisations, in parallel.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 FLASK := $(VENV)/bin/flask --app wsgi
 PORT ?= 5000
 
-.PHONY: run test test-fast lint venv test-venv htmx
+.PHONY: run test test-fast lint venv test-venv htmx audit
 
 # The runtime only (requirements.txt): what make run needs to serve the dashboard.
 venv: $(VENV)/.installed
@@ -42,9 +43,16 @@ lint: test-venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The pins of requirements*.txt against the installed versions and the package index (no
+# vulnerability database is reachable offline). It reports and never fails a build; when the
+# index does not answer within about 25 s it says so in one line.
+audit: venv
+	-$(PYTHON) tools/audit_dependencies.py
+
 # Two pytest runs: the main suite, then LangChain's standard tests in their own lane, whose
 # plugins and asyncio_mode = auto must not change how the main suite runs.
 test: lint
+	-$(PYTHON) tools/audit_dependencies.py  # make audit, which never fails the build
 	$(PYTHON) -m pytest
 	$(PYTHON) -m pytest -c tests/langchain_standard/pytest.ini --rootdir=. tests/langchain_standard
 

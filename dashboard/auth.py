@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from urllib.parse import urlsplit
+import re
+from urllib.parse import quote, urlsplit
 
 from flask import Blueprint, Flask, Response, g, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response as BaseResponse
@@ -17,19 +18,19 @@ bp = Blueprint("auth", __name__)
 PUBLIC_ENDPOINTS = frozenset({"auth.login", "health.healthz", "health.readyz", "static"})
 SESSION_TOKEN = "sid"
 LOGIN_ERROR = "Unknown username or wrong password."
+# C0 and C1 controls, DEL, any whitespace, and the backslash: never in an address we issue.
+_UNSAFE_IN_NEXT = re.compile(r"[\x00-\x20\x7f-\x9f\s\\]")
 
 
 def _safe_next(target: str | None) -> str:
-    # Only a path on this site: never another host, scheme or protocol-relative URL.
-    if target:
+    """Return ``target`` when it is a path on this site, else the overview's address."""
+    # Browsers drop tabs and newlines inside a URL and treat a backslash as a slash, so
+    # "/\t//evil.example" would leave the site: any control, space or backslash is refused
+    # outright (a newline would also fail the Location header), and the host part is judged
+    # only after that.
+    if target and not _UNSAFE_IN_NEXT.search(target):
         parts = urlsplit(target)
-        if (
-            not parts.scheme
-            and not parts.netloc
-            and target.startswith("/")
-            and not target.startswith("//")
-            and "\\" not in target
-        ):
+        if not parts.scheme and not parts.netloc and target.startswith("/") and not target.startswith("//"):
             return target
     return url_for("overview.index")
 
@@ -80,6 +81,13 @@ def logout() -> BaseResponse:
     return redirect(url_for("auth.login"))
 
 
+def _asked_for() -> str:
+    # The path percent-encoded, so a subject id with a space or a backslash comes back intact
+    # through the sign-in form instead of being refused by _safe_next.
+    query = request.query_string.decode("latin-1")
+    return quote(request.path, safe="/") + (f"?{query}" if query else "")
+
+
 def require_login() -> BaseResponse | None:
     """Send an anonymous request to the sign-in page; let a signed-in one through with ``g.admin`` set."""
     if request.endpoint is None or request.endpoint in PUBLIC_ENDPOINTS:
@@ -87,7 +95,7 @@ def require_login() -> BaseResponse | None:
     admin = accounts.session_admin(session.get(SESSION_TOKEN), _now())
     if admin is None:
         session.pop(SESSION_TOKEN, None)
-        login_url = url_for("auth.login", next=request.full_path.rstrip("?"))
+        login_url = url_for("auth.login", next=_asked_for())
         if request.headers.get("HX-Request") == "true":
             # htmx would swap a redirected login form into a fragment; make it load the page instead.
             response = Response("sign in required", status=401, mimetype="text/plain")

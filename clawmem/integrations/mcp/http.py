@@ -9,12 +9,14 @@ counts as a failed attempt). A tool call then runs in the token's scope, checked
 a namespace outside it, or ``remember`` on a read-only token, is a tool error and nothing is read
 or written. The transport answers a malformed JSON-RPC body with a JSON-RPC error, and a body
 over the limit with 413 before reading it whole. Sessions are stateless, so any worker serves
-any request.
+any request. Every answer carries ``Cache-Control: no-store``, ``nosniff`` and headers that
+forbid framing; a token store that cannot be read gets 503 in one line, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -22,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio.to_thread
+import sqlalchemy as sa
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -30,13 +33,30 @@ from clawmem.clock import Clock
 from clawmem.integrations.mcp import CALL_TOOLS, build_server, memory_tools
 from clawmem.integrations.mcp.tools import MemoryTools
 from clawmem.sql import tokens as store
-from clawmem.sql.engine import engine_for
+from clawmem.sql.engine import describe_error, engine_for
 
-__all__ = ["LOOPBACK_ORIGINS", "MAX_BODY_BYTES", "TOKEN_SCOPE", "asgi_app", "environment_app"]
+__all__ = [
+    "LOOPBACK_ORIGINS",
+    "MAX_BODY_BYTES",
+    "RESPONSE_HEADERS",
+    "TOKEN_SCOPE",
+    "asgi_app",
+    "environment_app",
+]
 
+_log = logging.getLogger(__name__)
 TOKEN_SCOPE = "clawmem.token"  # the ASGI scope key that carries the request's token record
 MAX_BODY_BYTES = 1024 * 1024
 LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+# On every answer: nothing here is a page to frame, sniff into HTML or keep in a cache (tool
+# results carry customer text), and no link leaves with the address it came from.
+RESPONSE_HEADERS = (
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+)
 _SCOPE_TEXT = (
     "Each request is served in the scope of its access token: a namespace, a subject and "
     "read-only are the token's, checked on the server."
@@ -131,6 +151,17 @@ class TokenGate:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+
+        async def send_guarded(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                given = {name.lower() for name, _ in message.get("headers", ())}
+                extra = [(name, value) for name, value in RESPONSE_HEADERS if name not in given]
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self._gate(scope, receive, send_guarded)
+
+    async def _gate(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = {
             name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
         }
@@ -142,7 +173,13 @@ class TokenGate:
         now = self.clock()
         scheme, _, token = headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
-        wait, record = await anyio.to_thread.run_sync(self._admit, address, token, now)
+        try:
+            wait, record = await anyio.to_thread.run_sync(self._admit, address, token, now)
+        except sa.exc.SQLAlchemyError as exc:
+            # Said in one line, without the statement or the token's hash the driver would quote.
+            _log.error("the token store could not be read: %s", describe_error(exc))
+            await _plain(send, 503, "the access tokens cannot be checked right now; try again later")
+            return
         if wait > 0:
             await _plain(
                 send,
