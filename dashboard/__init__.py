@@ -110,7 +110,8 @@ def create_app(test_config: dict[str, Any] | None = None, instance_path: str | N
     app.extensions["clawmem.settings"] = settings
     app.extensions["clawmem.sources"] = _setting_sources(from_file, set(test_config or {}))
 
-    from dashboard import auth, commands, extensions, security, sites, state, views
+    # Importing accounts registers the account models whose tables extensions.init_app makes.
+    from dashboard import accounts, auth, commands, extensions, security, sites, state, views  # noqa: F401
 
     # Any other method gets 405 instead of an automatic OPTIONS answer: GET, HEAD and the two
     # sign-in POSTs are all this app accepts. The static route is added here, after that

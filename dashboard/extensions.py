@@ -45,7 +45,7 @@ def init_app(app: Flask) -> None:
         app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", {"connect_args": {"timeout": 30}})
     db.init_app(app)
     htmx.init_app(app)
-    from dashboard import accounts  # noqa: F401  (registers the models on db.metadata)
-
+    # The models on db.metadata are registered by their modules, which import this one (the
+    # app factory imports them first), so the tables made here are theirs.
     with app.app_context():
         _create_own_tables()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 CORE = Path(__file__).resolve().parent.parent / "clawmem"
+DASHBOARD = CORE.parent / "dashboard"
 
 
 def module_name(path: Path) -> str:
@@ -41,8 +42,10 @@ def imported_modules(source: str, package: str, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = sorted(CORE.rglob("*.py"))
+def import_graph(root: Path = CORE) -> dict[str, set[str]]:
+    """Return, for each module under ``root`` (a package of the project), the modules of that
+    package it imports."""
+    paths = sorted(root.rglob("*.py"))
     known = {module_name(path) for path in paths}
     graph = {}
     for path in paths:
@@ -84,6 +87,13 @@ def find_cycle(graph: dict[str, set[str]], roots: set[str]) -> list[str] | None:
 
 def test_the_core_has_no_import_cycle() -> None:
     graph = import_graph()
+    roots = {name for name in graph if (CORE.parent / name.replace(".", "/") / "__init__.py").exists()}
+    cycle = find_cycle(graph, roots)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_dashboard_has_no_import_cycle() -> None:
+    graph = import_graph(DASHBOARD)
     roots = {name for name in graph if (CORE.parent / name.replace(".", "/") / "__init__.py").exists()}
     cycle = find_cycle(graph, roots)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
