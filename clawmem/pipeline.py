@@ -4,18 +4,22 @@
 2. Augment the message from the recall namespace and the subject's own namespace.
 3. Run the guards on the augmented text (a redacting guard redacts the earlier messages too).
 4. Compact the history plus the augmented message.
-5. Call the provider.
+5. Call the provider. With ``memory_writes="tool"`` and a subject, it is offered ``remember``:
+   each round of its calls is checked and answered, and it is called again for its reply (at
+   most :data:`~clawmem.writes.MAX_TOOL_ROUNDS` rounds; every call's tokens count for the turn).
 6. Append the turn's ``recall`` record (which entries it was given), the ORIGINAL user message,
    the reply, any tool rows and, when compaction fired, its summary as a checkpoint, in one
    :meth:`ConversationLog.append`, which the privacy switch gates.
 
 Stored messages are never rewritten: a checkpoint is a new ``summary`` row that the next turn
 loads in place of the messages it covers. The augmented text is never stored (recall happens
-afresh each turn). Nothing is stored when a guard blocks or the provider fails.
+afresh each turn). Nothing is stored when a guard blocks or the provider fails. The facts the
+model asked to remember are written after the append, each attributed to its ``tool`` row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,17 +37,21 @@ from clawmem.conversations import (
     wordpress_user_id,
 )
 from clawmem.encryption import check_keys
+from clawmem.errors import ConfigError
 from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
-from clawmem.providers.base import Provider, ToolCall
+from clawmem.memory.wrappers import set_any
+from clawmem.providers.base import ChatMessage, Provider, ProviderReply, ToolCall, takes_tools
 from clawmem.recall import AugmentResult, MessageAugmenter
-from clawmem.recall.sources import Readable
-from clawmem.settings import PHPCLAW_SCHEMA, Settings
+from clawmem.recall.sources import Readable, serving_driver
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES
+from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings, check_memory_writes
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
 from clawmem.vector_writes import embed_writes
+from clawmem.writes import MAX_TOOL_ROUNDS, REMEMBER, RememberCall, RememberTool, attribution
 
 TITLE_CHARS = 80
 
@@ -53,8 +61,11 @@ class Reply:
     """The outcome of one turn: the reply text, where it was saved, and how the prompt was built.
 
     ``augment`` is what was sent (redacted when a guard redacted it) and its ``findings`` what
-    non-blocking guards found; ``usage`` is the provider's token usage for the turn's call, when
-    it reports one (the compaction's own call is in ``compaction.usage``).
+    non-blocking guards found; ``usage`` is the provider's token usage for the turn's calls
+    (summed over its tool rounds), when it reports one (the compaction's own call is in
+    ``compaction.usage``). ``tool_calls`` are the calls left for the host to run; ``remembered``
+    the model's ``remember`` calls, each stored or refused, and ``provider_calls`` how many
+    calls the turn made.
     """
 
     text: str
@@ -64,6 +75,8 @@ class Reply:
     compaction: CompactionResult
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Mapping[str, int] | None = None
+    remembered: tuple[RememberCall, ...] = ()
+    provider_calls: int = 1
 
 
 def title_from(message: str) -> str | None:
@@ -84,6 +97,23 @@ def billed_tokens(usage: Mapping[str, Any] | None) -> int | None:
         return counted["total_tokens"]
     parts = [counted[name] for name in ("prompt_tokens", "completion_tokens") if name in counted]
     return sum(parts) if parts else None
+
+
+def summed_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int] | None:
+    """Return the usage of several provider calls added up field by field (whole counts only),
+    or ``None`` when none of them reported any."""
+    total: dict[str, int] = {}
+    for usage in usages:
+        for name, value in (usage or {}).items():
+            if type(value) is int and value >= 0:
+                total[name] = total.get(name, 0) + value
+    return total or None
+
+
+def remember_rows(remembered: Iterable[RememberCall]) -> list[Message]:
+    """Return the stored ``tool`` rows of a turn's ``remember`` calls: the key and the value as
+    stored, the result the model was told, and the call's record in the metadata."""
+    return [Message("tool", done.result, REMEMBER, done.tool_input, done.record) for done in remembered]
 
 
 def tool_rows(calls: Iterable[ToolCall]) -> list[Message]:
@@ -168,6 +198,11 @@ class Claw:
     the next turn starts from it and no message is summarised twice; without, compaction is
     transient and summarises again on every turn. A log on phpClaw's WordPress tables stores
     neither (phpClaw could not read the conversation back), so there both are off.
+
+    ``memory_writes`` is ``off`` (only code writes memory) or ``tool``: a turn with a subject
+    offers the model ``remember`` into the subject's namespace (values up to
+    ``max_value_bytes``), which needs a provider whose ``complete`` takes ``tools``; raises
+    :class:`ConfigError` otherwise.
     """
 
     def __init__(
@@ -182,6 +217,8 @@ class Claw:
         subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
         checkpoints: bool = True,
         record_recall: bool = True,
+        memory_writes: str = "off",
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         self.memory = memory
         self.conversations = conversations
@@ -194,6 +231,13 @@ class Claw:
         # phpClaw's tables hold only the roles phpClaw reads (see ConversationLog.roles).
         self.checkpoints = checkpoints and "summary" in conversations.roles
         self.record_recall = record_recall and "recall" in conversations.roles
+        self.memory_writes = check_memory_writes(memory_writes)
+        self.max_value_bytes = max_value_bytes
+        if memory_writes == "tool" and not takes_tools(provider):
+            raise ConfigError(
+                f"{ENV_PREFIX}MEMORY_WRITES=tool needs a provider that offers tools (complete(messages, "
+                f"tools=...)); {type(provider).__name__} does not"
+            )
 
     @classmethod
     def from_settings(
@@ -227,7 +271,82 @@ class Claw:
             subject_template=settings.subject_namespace,
             checkpoints=settings.compact_persist,
             record_recall=settings.record_recall,
+            memory_writes=settings.memory_writes,
+            max_value_bytes=settings.max_value_bytes,
         )
+
+    def remember_tool(self, subject: str | None) -> RememberTool | None:
+        """Return the ``remember`` tool a turn for ``subject`` (its namespace) offers, or ``None``
+        when memory writes are not ``tool`` or the turn is anonymous."""
+        if self.memory_writes != "tool" or subject is None:
+            return None
+        _, reaches = serving_driver(self.memory, subject)
+        guard = next((guard for guard in self.guards if isinstance(guard, PiiGuard)), None)
+        return RememberTool(subject, reaches, guard, self.max_value_bytes)
+
+    def converse(
+        self, history: Sequence[ChatMessage], tool: RememberTool | None
+    ) -> tuple[ProviderReply, list[RememberCall], int]:
+        """Call the provider on ``history`` and return its final reply, the ``remember`` calls
+        it made (each checked, none written yet) and how many calls it took.
+
+        With a ``tool``, a reply whose calls are all ``remember`` is answered with their results
+        and the provider is called again, at most :data:`MAX_TOOL_ROUNDS` times. Calls of other
+        tools are the host's: they end the rounds, and the ``remember`` calls beside them are
+        checked without another call. The final reply's ``usage`` is every call's, summed.
+        """
+        if tool is None:
+            return self.provider.complete(list(history)), [], 1
+        sent = list(history)
+        remembered: list[RememberCall] = []
+        usages: list[Mapping[str, Any] | None] = []
+        rounds = 0
+        while True:
+            answer = self.provider.complete(sent, tools=[tool.spec])  # type: ignore[call-arg]
+            usages.append(answer.usage)
+            asked = [call for call in answer.tool_calls if call.name == REMEMBER]
+            if not asked:
+                break
+            done = [tool.check(call, call.id or f"{REMEMBER}-{rounds}-{n}") for n, call in enumerate(asked)]
+            if rounds == MAX_TOOL_ROUNDS:
+                # One round more than a turn may run: the calls are refused, and nothing is written.
+                done = [
+                    dataclasses.replace(item, error=BOUND, result=BOUND_RESULT, value=None) for item in done
+                ]
+            remembered.extend(done)
+            if rounds == MAX_TOOL_ROUNDS or len(asked) < len(answer.tool_calls):
+                break
+            rounds += 1
+            request = [
+                dataclasses.replace(call, id=item.call_id) for call, item in zip(asked, done, strict=True)
+            ]
+            sent.append({"role": "assistant", "content": answer.text, "tool_calls": tuple(request)})
+            sent.extend(
+                {"role": "tool", "tool_call_id": item.call_id, "tool_name": REMEMBER, "content": item.result}
+                for item in done
+            )
+        others = tuple(call for call in answer.tool_calls if call.name != REMEMBER)
+        final = ProviderReply(answer.text, others, summed_usage(usages))
+        return final, remembered, len(usages)
+
+    def write_remembered(
+        self,
+        remembered: Sequence[RememberCall],
+        conversation_id: str,
+        message_ids: Sequence[str | None],
+        run_id: str,
+    ) -> None:
+        """Write each stored ``remember`` call's fact into its namespace, attributed to the
+        conversation, its ``tool`` row (``message_ids``, one per call) and the run."""
+        for done, message_id in zip(remembered, message_ids, strict=True):
+            if done.gated:  # held back by the privacy switch, which counts it (SPEC 4.6)
+                set_any(self.memory, done.key or "", done.call.input["value"], done.namespace, None, None)
+            if not done.stores:
+                continue
+            origin = attribution(
+                "tool", self.clock, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+            )
+            set_any(self.memory, done.key or "", done.value, done.namespace, None, origin)
 
     def send(
         self,
@@ -267,17 +386,22 @@ class Claw:
                 if isinstance(guard, RedactingGuard):
                     earlier = guard.redact_history(earlier)
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
-            answer = self.provider.complete(list(compaction.history))
-            # The turn's own call is billed on its assistant row; a compaction's call stays with
+            answer, remembered, calls = self.converse(compaction.history, self.remember_tool(subject))
+            # The turn's own calls are billed on its assistant row; a compaction's call stays with
             # its checkpoint's record, so neither is counted twice.
             usage = dict(answer.usage) if answer.usage else None
             tokens = billed_tokens(usage)
+            billed: dict[str, Any] = {"usage": usage} if usage else {}
+            if calls > 1:
+                billed["provider_calls"] = calls
             added = [
                 *([recall_record(augment)] if self.record_recall else []),
                 Message("user", message, metadata={"job_id": job_id, "run_id": run_id} if job_id else None),
-                Message("assistant", answer.text, metadata={"usage": usage} if usage else None),
+                Message("assistant", answer.text, metadata=billed or None),
+                *remember_rows(remembered),
                 *tool_rows(answer.tool_calls),
             ]
+            first_remembered = len(added) - len(answer.tool_calls) - len(remembered)
             append_options: dict[str, Any] = {}
             if self.checkpoints and compaction.fired and compaction.error is None:
                 added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
@@ -287,7 +411,7 @@ class Claw:
                 append_options["checkpoint_after"] = loaded[-1] if loaded else None
             if job_id:
                 append_options["job_id"] = job_id
-            self.conversations.append(
+            ids = self.conversations.append(
                 conversation_id,
                 added,
                 user_id=user_id,
@@ -295,6 +419,27 @@ class Claw:
                 tokens=tokens,
                 **append_options,
             )
+            if remembered:
+                # An append the privacy switch held back returns no ids: the entries say so.
+                rows = ids[first_remembered : first_remembered + len(remembered)]
+                self.write_remembered(remembered, conversation_id, _padded(rows, len(remembered)), run_id)
         return Reply(
-            answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage
+            answer.text,
+            conversation_id,
+            run_id,
+            augment,
+            compaction,
+            answer.tool_calls,
+            answer.usage,
+            tuple(remembered),
+            calls,
         )
+
+
+# What a remember call past the turn's bound of tool rounds is told (it is never run).
+BOUND = f"not stored: a turn runs at most {MAX_TOOL_ROUNDS} rounds of tool calls"
+BOUND_RESULT = json.dumps({"stored": False, "error": f"{BOUND}; nothing was written"})
+
+
+def _padded(ids: Sequence[str], count: int) -> list[str | None]:
+    return [*ids, *[None] * (count - len(ids))][:count]
