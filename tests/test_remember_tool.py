@@ -6,7 +6,7 @@ privacy switch and bad arguments all hold."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from clawmem.providers.base import ProviderReply
 from clawmem.recall.sources import serving_driver
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
-from clawmem.sql.schema import create_tables
+from clawmem.sql.schema import create_tables, tables
 from clawmem.writes import MAX_TOOL_ROUNDS
 
 if TYPE_CHECKING:
@@ -420,3 +420,36 @@ def test_events_of_a_remembered_write_carry_the_turns_run(
         events.off("memory.write", seen.append)
     assert [(e["key"], e["run_id"], e["gated"]) for e in seen] == [("favourite_colour", reply.run_id, False)]
     assert all("teal" not in json.dumps(e) for e in seen)
+
+
+def test_every_driver_takes_metadata_and_the_sql_driver_keeps_it(
+    driver_name: str, make_driver: Callable[[str], Any]
+) -> None:
+    driver = make_driver(driver_name)
+    origin = {"origin": "tool", "conversation_id": "c1", "message_id": "m1"}
+    driver.set("city", "Lisbon", SUBJECT, metadata=origin)
+    assert driver.get("city", SUBJECT) == "Lisbon"
+    assert driver.entry(SUBJECT, "city").metadata == (origin if driver.name == "sql" else None)
+    with pytest.raises(TypeError, match="metadata of key 'town' must be a dict"):
+        driver.set("town", "Porto", SUBJECT, metadata=["tool"])
+    assert not driver.has("town", SUBJECT)
+
+
+def test_an_entrys_attribution_is_sealed_at_rest_like_its_value(
+    tmp_path: Path, prefix: str, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from clawmem.crypto import generate_key
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'sealed.db'}")
+    create_tables(engine, prefix)
+    claw = make_claw(engine, prefix, tmp_path, clock, loopback, encryption_keys=generate_key("k1"))
+    loopback.script(remember("favourite_colour", "teal"), "Noted.")
+    reply = claw.send("My favourite colour is teal.", user_id=USER)
+
+    table = tables(prefix).memory
+    with engine.connect() as conn:
+        value, metadata = conn.execute(sa.select(table.c.value, table.c.metadata)).one()
+    assert "teal" not in value and reply.conversation_id not in metadata and "origin" not in metadata
+    row = driver_of(claw).entry(SUBJECT, "favourite_colour")
+    assert row.value == "teal" and row.metadata["conversation_id"] == reply.conversation_id
+    engine.dispose()
