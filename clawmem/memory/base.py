@@ -107,8 +107,18 @@ class MemoryInterface(abc.ABC):
         """Return the value, or ``None`` when the key is missing or expired."""
 
     @abc.abstractmethod
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
-        """Create or replace the entry; ``ttl=None`` clears any earlier TTL."""
+    def set(
+        self,
+        key: str,
+        value: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create or replace the entry; ``ttl=None`` clears any earlier TTL. ``metadata`` (a
+        JSON object saying where the entry came from) is kept by drivers that keep metadata and
+        replaces what the entry held; others keep none."""
 
     @abc.abstractmethod
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
