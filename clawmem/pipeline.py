@@ -5,8 +5,8 @@
 3. Run the guards on the augmented text (a redacting guard redacts the earlier messages too).
 4. Compact the history plus the augmented message.
 5. Call the provider. With ``memory_writes="tool"`` and a subject, it is offered ``remember``:
-   each round of its calls is checked and answered, and it is called again for its reply (at
-   most :data:`~clawmem.writes.MAX_TOOL_ROUNDS` rounds; every call's tokens count for the turn).
+   each round of its calls is checked and answered, and it is called again for its reply
+   (:func:`clawmem.writes.converse`; every call's tokens count for the turn).
 6. Append the turn's ``recall`` record (which entries it was given), the ORIGINAL user message,
    the reply, any tool rows and, when compaction fired, its summary as a checkpoint, in one
    :meth:`ConversationLog.append`, which the privacy switch gates.
@@ -19,7 +19,6 @@ model asked to remember are written after the append, each attributed to its ``t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,7 +42,7 @@ from clawmem.ids import new_id
 from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
 from clawmem.memory.wrappers import set_any
-from clawmem.providers.base import ChatMessage, Provider, ProviderReply, ToolCall, takes_tools
+from clawmem.providers.base import Provider, ToolCall, takes_tools
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.sources import Readable, serving_driver
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES
@@ -51,7 +50,7 @@ from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings, check_memory_
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
 from clawmem.vector_writes import embed_writes
-from clawmem.writes import MAX_TOOL_ROUNDS, REMEMBER, RememberCall, RememberTool, attribution
+from clawmem.writes import REMEMBER, RememberCall, RememberTool, attribution, converse
 
 TITLE_CHARS = 80
 
@@ -97,17 +96,6 @@ def billed_tokens(usage: Mapping[str, Any] | None) -> int | None:
         return counted["total_tokens"]
     parts = [counted[name] for name in ("prompt_tokens", "completion_tokens") if name in counted]
     return sum(parts) if parts else None
-
-
-def summed_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int] | None:
-    """Return the usage of several provider calls added up field by field (whole counts only),
-    or ``None`` when none of them reported any."""
-    total: dict[str, int] = {}
-    for usage in usages:
-        for name, value in (usage or {}).items():
-            if type(value) is int and value >= 0:
-                total[name] = total.get(name, 0) + value
-    return total or None
 
 
 def remember_rows(remembered: Iterable[RememberCall]) -> list[Message]:
@@ -284,51 +272,6 @@ class Claw:
         guard = next((guard for guard in self.guards if isinstance(guard, PiiGuard)), None)
         return RememberTool(subject, reaches, guard, self.max_value_bytes)
 
-    def converse(
-        self, history: Sequence[ChatMessage], tool: RememberTool | None
-    ) -> tuple[ProviderReply, list[RememberCall], int]:
-        """Call the provider on ``history`` and return its final reply, the ``remember`` calls
-        it made (each checked, none written yet) and how many calls it took.
-
-        With a ``tool``, a reply whose calls are all ``remember`` is answered with their results
-        and the provider is called again, at most :data:`MAX_TOOL_ROUNDS` times. Calls of other
-        tools are the host's: they end the rounds, and the ``remember`` calls beside them are
-        checked without another call. The final reply's ``usage`` is every call's, summed.
-        """
-        if tool is None:
-            return self.provider.complete(list(history)), [], 1
-        sent = list(history)
-        remembered: list[RememberCall] = []
-        usages: list[Mapping[str, Any] | None] = []
-        rounds = 0
-        while True:
-            answer = self.provider.complete(sent, tools=[tool.spec])  # type: ignore[call-arg]
-            usages.append(answer.usage)
-            asked = [call for call in answer.tool_calls if call.name == REMEMBER]
-            if not asked:
-                break
-            done = [tool.check(call, call.id or f"{REMEMBER}-{rounds}-{n}") for n, call in enumerate(asked)]
-            if rounds == MAX_TOOL_ROUNDS:
-                # One round more than a turn may run: the calls are refused, and nothing is written.
-                done = [
-                    dataclasses.replace(item, error=BOUND, result=BOUND_RESULT, value=None) for item in done
-                ]
-            remembered.extend(done)
-            if rounds == MAX_TOOL_ROUNDS or len(asked) < len(answer.tool_calls):
-                break
-            rounds += 1
-            request = [
-                dataclasses.replace(call, id=item.call_id) for call, item in zip(asked, done, strict=True)
-            ]
-            sent.append({"role": "assistant", "content": answer.text, "tool_calls": tuple(request)})
-            sent.extend(
-                {"role": "tool", "tool_call_id": item.call_id, "tool_name": REMEMBER, "content": item.result}
-                for item in done
-            )
-        others = tuple(call for call in answer.tool_calls if call.name != REMEMBER)
-        final = ProviderReply(answer.text, others, summed_usage(usages))
-        return final, remembered, len(usages)
-
     def write_remembered(
         self,
         remembered: Sequence[RememberCall],
@@ -386,7 +329,9 @@ class Claw:
                 if isinstance(guard, RedactingGuard):
                     earlier = guard.redact_history(earlier)
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
-            answer, remembered, calls = self.converse(compaction.history, self.remember_tool(subject))
+            answer, remembered, calls = converse(
+                self.provider, compaction.history, self.remember_tool(subject)
+            )
             # The turn's own calls are billed on its assistant row; a compaction's call stays with
             # its checkpoint's record, so neither is counted twice.
             usage = dict(answer.usage) if answer.usage else None
@@ -434,11 +379,6 @@ class Claw:
             tuple(remembered),
             calls,
         )
-
-
-# What a remember call past the turn's bound of tool rounds is told (it is never run).
-BOUND = f"not stored: a turn runs at most {MAX_TOOL_ROUNDS} rounds of tool calls"
-BOUND_RESULT = json.dumps({"stored": False, "error": f"{BOUND}; nothing was written"})
 
 
 def _padded(ids: Sequence[str], count: int) -> list[str | None]:

@@ -14,8 +14,9 @@ server's ``remember``), the conversation and message that wrote it, the run, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +25,14 @@ from clawmem.clock import Clock
 from clawmem.errors import InvalidKey, ValueTooLarge
 from clawmem.guards import PiiGuard
 from clawmem.prompt import GuardFinding
-from clawmem.providers.base import ToolCall, ToolSpec
+from clawmem.providers.base import (
+    ChatMessage,
+    Provider,
+    ProviderReply,
+    ToolCall,
+    ToolSpec,
+    summed_usage,
+)
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, encode_value, validate_key
 
 REMEMBER = "remember"
@@ -211,3 +219,53 @@ def _valid_key(key: str) -> bool:
     except InvalidKey:
         return False
     return True
+
+
+# What a remember call past the turn's bound of tool rounds is told (it is never run).
+BOUND = f"not stored: a turn runs at most {MAX_TOOL_ROUNDS} rounds of tool calls"
+BOUND_RESULT = _result(stored=False, error=f"{BOUND}; nothing was written")
+
+
+def converse(
+    provider: Provider, history: Sequence[ChatMessage], tool: RememberTool | None
+) -> tuple[ProviderReply, list[RememberCall], int]:
+    """Call the provider on ``history`` and return its final reply, the ``remember`` calls
+    it made (each checked, none written yet) and how many calls it took.
+
+    With a ``tool``, a reply whose calls are all ``remember`` is answered with their results
+    and the provider is called again, at most :data:`MAX_TOOL_ROUNDS` times. Calls of other
+    tools are the host's: they end the rounds, and the ``remember`` calls beside them are
+    checked without another call. The final reply's ``usage`` is every call's, summed.
+    """
+    if tool is None:
+        return provider.complete(list(history)), [], 1
+    sent = list(history)
+    remembered: list[RememberCall] = []
+    usages: list[Mapping[str, Any] | None] = []
+    rounds = 0
+    while True:
+        answer = provider.complete(sent, tools=[tool.spec])  # type: ignore[call-arg]
+        usages.append(answer.usage)
+        asked = [call for call in answer.tool_calls if call.name == REMEMBER]
+        if not asked:
+            break
+        done = [tool.check(call, call.id or f"{REMEMBER}-{rounds}-{n}") for n, call in enumerate(asked)]
+        if rounds == MAX_TOOL_ROUNDS:
+            # One round more than a turn may run: the calls are refused, and nothing is written.
+            done = [
+                dataclasses.replace(item, error=BOUND, result=BOUND_RESULT, value=None, gated=False)
+                for item in done
+            ]
+        remembered.extend(done)
+        if rounds == MAX_TOOL_ROUNDS or len(asked) < len(answer.tool_calls):
+            break
+        rounds += 1
+        request = [dataclasses.replace(call, id=item.call_id) for call, item in zip(asked, done, strict=True)]
+        sent.append({"role": "assistant", "content": answer.text, "tool_calls": tuple(request)})
+        sent.extend(
+            {"role": "tool", "tool_call_id": item.call_id, "tool_name": REMEMBER, "content": item.result}
+            for item in done
+        )
+    others = tuple(call for call in answer.tool_calls if call.name != REMEMBER)
+    final = ProviderReply(answer.text, others, summed_usage(usages))
+    return final, remembered, len(usages)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -60,6 +60,17 @@ def token_usage(usage: Any) -> dict[str, int] | None:
     return counts or None
 
 
+def summed_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int] | None:
+    """Return the usage of several provider calls added up field by field (whole counts only),
+    or ``None`` when none of them reported any."""
+    total: dict[str, int] = {}
+    for usage in usages:
+        for name, value in (usage or {}).items():
+            if type(value) is int and value >= 0:
+                total[name] = total.get(name, 0) + value
+    return total or None
+
+
 @runtime_checkable
 class Provider(Protocol):
     """An LLM endpoint. ``complete`` returns the reply or raises :class:`ProviderError`."""
@@ -101,6 +112,7 @@ __all__ = [
     "ToolCall",
     "ToolCallingProvider",
     "ToolSpec",
+    "summed_usage",
     "takes_tools",
     "token_usage",
 ]
