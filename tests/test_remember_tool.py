@@ -453,3 +453,22 @@ def test_an_entrys_attribution_is_sealed_at_rest_like_its_value(
     row = driver_of(claw).entry(SUBJECT, "favourite_colour")
     assert row.value == "teal" and row.metadata["conversation_id"] == reply.conversation_id
     engine.dispose()
+
+
+def test_erasing_the_subject_takes_what_the_model_remembered(
+    engine: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from clawmem import operations
+    from clawmem.site import Site
+    from clawmem.subjects import Subject
+
+    claw = make_claw(engine, prefix, tmp_path, clock, loopback)
+    loopback.script(remember("favourite_colour", "teal"), "Noted.")
+    reply = claw.send("My favourite colour is teal.", user_id=USER)
+
+    url = engine.url.render_as_string(hide_password=False)
+    site = Site(Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix), clock)
+    operations.erase_subject(site, Subject(user_id=USER))
+
+    assert driver_of(claw).namespaces() == []
+    assert claw.conversations.get(reply.conversation_id) is None
