@@ -219,6 +219,11 @@ class PiiGuard:
         described = "; ".join(f"{finding.pattern} found in {finding.source}" for finding in findings)
         raise GuardBlocked(f"PII guard blocked the turn: {described}", tuple(findings))
 
+    def redact_text(self, text: str) -> str:
+        """Return ``text`` with every match the guard finds replaced by its label (``[email]``...),
+        whatever the mode (the caller decides when a redaction applies)."""
+        return redact(text, (), _matches(text))[0]
+
     def redact_history(self, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Return the earlier messages of a turn as they may leave the host: in ``redact`` mode
         with every match in each message's content and tool input replaced by its label (the

@@ -4,14 +4,17 @@
 2. Augment the message from the recall namespace and the subject's own namespace.
 3. Run the guards on the augmented text (a redacting guard redacts the earlier messages too).
 4. Compact the history plus the augmented message.
-5. Call the provider.
+5. Call the provider. With ``memory_writes="tool"`` and a subject, it is offered ``remember``:
+   each round of its calls is checked and answered, and it is called again for its reply
+   (:func:`clawmem.writes.converse`; every call's tokens count for the turn).
 6. Append the turn's ``recall`` record (which entries it was given), the ORIGINAL user message,
    the reply, any tool rows and, when compaction fired, its summary as a checkpoint, in one
    :meth:`ConversationLog.append`, which the privacy switch gates.
 
 Stored messages are never rewritten: a checkpoint is a new ``summary`` row that the next turn
 loads in place of the messages it covers. The augmented text is never stored (recall happens
-afresh each turn). Nothing is stored when a guard blocks or the provider fails.
+afresh each turn). Nothing is stored when a guard blocks or the provider fails. The facts the
+model asked to remember are written after the append, each attributed to its ``tool`` row.
 """
 
 from __future__ import annotations
@@ -33,17 +36,21 @@ from clawmem.conversations import (
     wordpress_user_id,
 )
 from clawmem.encryption import check_keys
+from clawmem.errors import ConfigError
 from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
-from clawmem.providers.base import Provider, ToolCall
+from clawmem.memory.wrappers import set_any
+from clawmem.providers.base import Provider, ToolCall, takes_tools
 from clawmem.recall import AugmentResult, MessageAugmenter
-from clawmem.recall.sources import Readable
-from clawmem.settings import PHPCLAW_SCHEMA, Settings
+from clawmem.recall.sources import Readable, serving_driver
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES
+from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings, check_memory_writes
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
 from clawmem.vector_writes import embed_writes
+from clawmem.writes import REMEMBER, RememberCall, RememberTool, attribution, converse
 
 TITLE_CHARS = 80
 
@@ -53,8 +60,11 @@ class Reply:
     """The outcome of one turn: the reply text, where it was saved, and how the prompt was built.
 
     ``augment`` is what was sent (redacted when a guard redacted it) and its ``findings`` what
-    non-blocking guards found; ``usage`` is the provider's token usage for the turn's call, when
-    it reports one (the compaction's own call is in ``compaction.usage``).
+    non-blocking guards found; ``usage`` is the provider's token usage for the turn's calls
+    (summed over its tool rounds), when it reports one (the compaction's own call is in
+    ``compaction.usage``). ``tool_calls`` are the calls left for the host to run; ``remembered``
+    the model's ``remember`` calls, each stored or refused, and ``provider_calls`` how many
+    calls the turn made.
     """
 
     text: str
@@ -64,6 +74,8 @@ class Reply:
     compaction: CompactionResult
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Mapping[str, int] | None = None
+    remembered: tuple[RememberCall, ...] = ()
+    provider_calls: int = 1
 
 
 def title_from(message: str) -> str | None:
@@ -84,6 +96,12 @@ def billed_tokens(usage: Mapping[str, Any] | None) -> int | None:
         return counted["total_tokens"]
     parts = [counted[name] for name in ("prompt_tokens", "completion_tokens") if name in counted]
     return sum(parts) if parts else None
+
+
+def remember_rows(remembered: Iterable[RememberCall]) -> list[Message]:
+    """Return the stored ``tool`` rows of a turn's ``remember`` calls: the key and the value as
+    stored, the result the model was told, and the call's record in the metadata."""
+    return [Message("tool", done.result, REMEMBER, done.tool_input, done.record) for done in remembered]
 
 
 def tool_rows(calls: Iterable[ToolCall]) -> list[Message]:
@@ -168,6 +186,11 @@ class Claw:
     the next turn starts from it and no message is summarised twice; without, compaction is
     transient and summarises again on every turn. A log on phpClaw's WordPress tables stores
     neither (phpClaw could not read the conversation back), so there both are off.
+
+    ``memory_writes`` is ``off`` (only code writes memory) or ``tool``: a turn with a subject
+    offers the model ``remember`` into the subject's namespace (values up to
+    ``max_value_bytes``), which needs a provider whose ``complete`` takes ``tools``; raises
+    :class:`ConfigError` otherwise.
     """
 
     def __init__(
@@ -182,6 +205,8 @@ class Claw:
         subject_template: str = DEFAULT_SUBJECT_NAMESPACE,
         checkpoints: bool = True,
         record_recall: bool = True,
+        memory_writes: str = "off",
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         self.memory = memory
         self.conversations = conversations
@@ -194,6 +219,13 @@ class Claw:
         # phpClaw's tables hold only the roles phpClaw reads (see ConversationLog.roles).
         self.checkpoints = checkpoints and "summary" in conversations.roles
         self.record_recall = record_recall and "recall" in conversations.roles
+        self.memory_writes = check_memory_writes(memory_writes)
+        self.max_value_bytes = max_value_bytes
+        if memory_writes == "tool" and not takes_tools(provider):
+            raise ConfigError(
+                f"{ENV_PREFIX}MEMORY_WRITES=tool needs a provider that offers tools (complete(messages, "
+                f"tools=...)); {type(provider).__name__} does not"
+            )
 
     @classmethod
     def from_settings(
@@ -227,7 +259,37 @@ class Claw:
             subject_template=settings.subject_namespace,
             checkpoints=settings.compact_persist,
             record_recall=settings.record_recall,
+            memory_writes=settings.memory_writes,
+            max_value_bytes=settings.max_value_bytes,
         )
+
+    def remember_tool(self, subject: str | None) -> RememberTool | None:
+        """Return the ``remember`` tool a turn for ``subject`` (its namespace) offers, or ``None``
+        when memory writes are not ``tool`` or the turn is anonymous."""
+        if self.memory_writes != "tool" or subject is None:
+            return None
+        _, reaches = serving_driver(self.memory, subject)
+        guard = next((guard for guard in self.guards if isinstance(guard, PiiGuard)), None)
+        return RememberTool(subject, reaches, guard, self.max_value_bytes)
+
+    def write_remembered(
+        self,
+        remembered: Sequence[RememberCall],
+        conversation_id: str,
+        message_ids: Sequence[str | None],
+        run_id: str,
+    ) -> None:
+        """Write each stored ``remember`` call's fact into its namespace, attributed to the
+        conversation, its ``tool`` row (``message_ids``, one per call) and the run."""
+        for done, message_id in zip(remembered, message_ids, strict=True):
+            if done.gated:  # held back by the privacy switch, which counts it (SPEC 4.6)
+                set_any(self.memory, done.key or "", done.call.input["value"], done.namespace, None, None)
+            if not done.stores:
+                continue
+            origin = attribution(
+                "tool", self.clock, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+            )
+            set_any(self.memory, done.key or "", done.value, done.namespace, None, origin)
 
     def send(
         self,
@@ -269,17 +331,24 @@ class Claw:
                 if isinstance(guard, RedactingGuard):
                     earlier = guard.redact_history(earlier)
             compaction = self.compactor.apply([*earlier, {"role": "user", "content": augment.text}])
-            answer = self.provider.complete(list(compaction.history))
-            # The turn's own call is billed on its assistant row; a compaction's call stays with
+            answer, remembered, calls = converse(
+                self.provider, compaction.history, self.remember_tool(subject)
+            )
+            # The turn's own calls are billed on its assistant row; a compaction's call stays with
             # its checkpoint's record, so neither is counted twice.
             usage = dict(answer.usage) if answer.usage else None
             tokens = billed_tokens(usage)
+            billed: dict[str, Any] = {"usage": usage} if usage else {}
+            if calls > 1:
+                billed["provider_calls"] = calls
             added = [
                 *([recall_record(augment)] if self.record_recall else []),
                 Message("user", message, metadata={"job_id": job_id, "run_id": run_id} if job_id else None),
-                Message("assistant", answer.text, metadata={"usage": usage} if usage else None),
+                Message("assistant", answer.text, metadata=billed or None),
+                *remember_rows(remembered),
                 *tool_rows(answer.tool_calls),
             ]
+            first_remembered = len(added) - len(answer.tool_calls) - len(remembered)
             append_options: dict[str, Any] = {}
             if self.checkpoints and compaction.fired and compaction.error is None:
                 added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
@@ -289,7 +358,7 @@ class Claw:
                 append_options["checkpoint_after"] = loaded[-1] if loaded else None
             if job_id:
                 append_options["job_id"] = job_id
-            self.conversations.append(
+            ids = self.conversations.append(
                 conversation_id,
                 added,
                 user_id=user_id,
@@ -297,6 +366,22 @@ class Claw:
                 tokens=tokens,
                 **append_options,
             )
+            if remembered:
+                # An append the privacy switch held back returns no ids: the entries say so.
+                rows = ids[first_remembered : first_remembered + len(remembered)]
+                self.write_remembered(remembered, conversation_id, _padded(rows, len(remembered)), run_id)
         return Reply(
-            answer.text, conversation_id, run_id, augment, compaction, answer.tool_calls, answer.usage
+            answer.text,
+            conversation_id,
+            run_id,
+            augment,
+            compaction,
+            answer.tool_calls,
+            answer.usage,
+            tuple(remembered),
+            calls,
         )
+
+
+def _padded(ids: Sequence[str], count: int) -> list[str | None]:
+    return [*ids, *[None] * (count - len(ids))][:count]

@@ -19,6 +19,11 @@ from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 ENV_PREFIX = "CLAW_"
 # The modes of clawmem.guards.PiiGuard (named here so that settings stand below the guards).
 PII_GUARD_MODES = ("block", "redact", "warn", "off")
+# Who writes memory entries besides the operator's code (SPEC 1): nobody (phpClaw), or the model
+# through a `remember` tool offered in each turn (clawmem.writes). Extraction after a turn is
+# named in SPEC 1 but not built, so it is refused with its own line rather than as unknown.
+MEMORY_WRITES_MODES = ("off", "tool")
+UNBUILT_MEMORY_WRITES = ("extract",)
 # The shapes of the three tables (SPEC 4.8): ours, and the one phpClaw's WordPress plugin writes.
 CLAWMEM_SCHEMA = "clawmem"
 PHPCLAW_SCHEMA = "phpclaw-wordpress"
@@ -136,6 +141,23 @@ def display_zone(name: str) -> ZoneInfo:
         ) from None
 
 
+def check_memory_writes(mode: str) -> str:
+    """Return ``mode`` if ``CLAW_MEMORY_WRITES`` may take it (``off`` or ``tool``).
+
+    Raises :class:`ConfigError` in one line listing the allowed values; ``extract`` gets a line
+    of its own, since SPEC 1 names it but this release does not build it.
+    """
+    if mode in MEMORY_WRITES_MODES:
+        return mode
+    allowed = ", ".join(MEMORY_WRITES_MODES)
+    if mode in UNBUILT_MEMORY_WRITES:
+        raise ConfigError(
+            f"{ENV_PREFIX}MEMORY_WRITES={mode} (an extraction call after each turn) is not available in "
+            f"this release; use one of {allowed}"
+        )
+    raise ConfigError(f"{ENV_PREFIX}MEMORY_WRITES must be one of {allowed}, got {mode!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every clawmem setting. Field ``x`` is read from ``CLAW_X`` (config key ``X``).
@@ -174,6 +196,7 @@ class Settings:
     provider_model: str = ""
     provider_factory: str = ""
     display_tz: str = "UTC"
+    memory_writes: str = "off"
     # Encryption at rest (SPEC 13). The key list is never shown: not in repr, not on any page.
     encryption_keys: str = field(default="", repr=False)
     encryption_key_file: str = ""
@@ -201,6 +224,7 @@ class Settings:
                 f"got {self.recall_stemming!r}"
             )
         display_zone(self.display_tz)
+        check_memory_writes(self.memory_writes)
         check_url("DATABASE_URL", self.database_url)
         check_url("REDIS_URL", self.redis_url)
         check_url("QUEUE_URL", self.queue_url)
@@ -266,7 +290,14 @@ class Settings:
                 parsed[attribute] = _parse_int(name, raw, minimum=1)
             else:
                 parsed[attribute] = str(raw)
-        for attribute in ("memory_driver", "pii_guard", "schema", "recall_scoring", "recall_stemming"):
+        for attribute in (
+            "memory_driver",
+            "pii_guard",
+            "schema",
+            "recall_scoring",
+            "recall_stemming",
+            "memory_writes",
+        ):
             if attribute in parsed:
                 parsed[attribute] = parsed[attribute].strip().lower()
         return cls(**parsed)

@@ -11,17 +11,31 @@ from typing import Any
 import pytest
 
 
-class LoopbackCompletions:
-    """Answers every ``POST …/chat/completions`` with ``reply`` and a usage block, and keeps the
-    raw body of every request.
+def tool_call(name: str, arguments: Any, call_id: str) -> dict[str, Any]:
+    """Return one chat-completions ``tool_calls`` item; ``arguments`` that are not a str are
+    sent as their JSON text, as a model sends them."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
 
-    The usage of the n-th call (from 1) is ``prompt_tokens`` 100 + n, ``completion_tokens`` 7 and
-    ``total_tokens`` their sum, so each call's usage can be told apart.
+
+def calls(*items: dict[str, Any], content: str | None = None) -> dict[str, Any]:
+    """Return a scripted assistant message that asks for the tool calls ``items``."""
+    return {"role": "assistant", "content": content, "tool_calls": list(items)}
+
+
+class LoopbackCompletions:
+    """Answers every ``POST …/chat/completions`` and keeps the raw body of every request.
+
+    Each answer is the next scripted one (:meth:`script`: a reply text, or an assistant message
+    such as :func:`calls` makes), and once the script is spent ``reply``. The usage of the n-th
+    call (from 1) is ``prompt_tokens`` 100 + n, ``completion_tokens`` 7 and ``total_tokens``
+    their sum, so each call's usage can be told apart.
     """
 
     def __init__(self, reply: str = "Noted.") -> None:
         self.reply = reply
         self.bodies: list[str] = []
+        self.scripted: list[str | dict[str, Any]] = []
         self._lock = threading.Lock()
         server = self
 
@@ -34,11 +48,11 @@ class LoopbackCompletions:
                 with server._lock:
                     server.bodies.append(raw)
                     number = len(server.bodies)
+                    answer = server.scripted.pop(0) if server.scripted else server.reply
+                if isinstance(answer, str):
+                    answer = {"role": "assistant", "content": answer}
                 payload = json.dumps(
-                    {
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": server.reply}}],
-                        "usage": server.usage(number),
-                    }
+                    {"choices": [{"index": 0, "message": answer}], "usage": server.usage(number)}
                 ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -56,10 +70,23 @@ class LoopbackCompletions:
         """Return the usage block the server reports for its ``number``-th call (from 1)."""
         return {"prompt_tokens": 100 + number, "completion_tokens": 7, "total_tokens": 107 + number}
 
+    def script(self, *answers: str | dict[str, Any]) -> LoopbackCompletions:
+        """Queue ``answers`` for the next calls, in order; return the server."""
+        with self._lock:
+            self.scripted.extend(answers)
+        return self
+
     @property
-    def requests(self) -> list[list[dict[str, str]]]:
+    def requests(self) -> list[list[dict[str, Any]]]:
         """Return the ``messages`` of every request received, in order."""
         return [json.loads(body)["messages"] for body in self.bodies]
+
+    @property
+    def offered(self) -> list[list[str]]:
+        """Return the names of the tools each request offered, in order ([] when none)."""
+        return [
+            [tool["function"]["name"] for tool in json.loads(body).get("tools", [])] for body in self.bodies
+        ]
 
     @property
     def received(self) -> str:

@@ -261,6 +261,21 @@ def test_remember_then_recall_get_and_list_see_the_write_and_its_ttl(
     assert "parcel_locker" not in [k["key"] for k in call(app, "list_keys", namespace="default")["keys"]]
 
 
+def test_remember_says_where_the_entry_came_from_as_a_turns_tool_does(
+    settings: Settings, clock: FakeClock
+) -> None:
+    app = server(settings, clock=clock)
+    written = call(app, "remember", key="parcel_locker", value="Parcels wait 3 days")
+    row = open_memory(settings).inner.entry("default", "parcel_locker")  # type: ignore[attr-defined]
+    assert row.metadata == {
+        "origin": "mcp",
+        "conversation_id": None,
+        "message_id": None,
+        "run_id": written["run_id"],
+        "written_at": "2023-11-14T22:13:20.250000+00:00",
+    }
+
+
 def test_get_list_and_search_answer_as_the_memory_does(settings: Settings) -> None:
     app = server(settings)
     assert call(app, "get", key="gift")["value"] == {"wrap": True, "note": "gift orders ship free"}

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from clawmem.errors import ProviderError
-from clawmem.providers import EchoProvider, OpenAICompatibleProvider, Provider, ProviderReply, ToolCall
+from clawmem.providers import (
+    EchoProvider,
+    OpenAICompatibleProvider,
+    Provider,
+    ProviderReply,
+    ToolCall,
+    ToolSpec,
+)
 from clawmem.providers.openai import to_wire
 
 API_KEY = "sk-test-7f3a9c1e5b2d4f60a8e1"
@@ -126,6 +133,61 @@ def test_tool_calls_are_parsed(server: FakeCompletionsServer, provider: OpenAICo
     assert reply == ProviderReply("", (ToolCall("lookup", {"order": 7}, "call_1"),), None)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [("{oops", "the arguments are not valid JSON"), ("[1, 2]", "the arguments are not a JSON object")],
+)
+def test_unreadable_arguments_keep_the_call_with_the_reason(
+    server: FakeCompletionsServer, provider: OpenAICompatibleProvider, arguments: str, problem: str
+) -> None:
+    # The model's mistake, not a broken reply: the tool tells the model, and the turn goes on.
+    call = {"id": "call_1", "type": "function", "function": {"name": "remember", "arguments": arguments}}
+    server.body = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+    reply = provider.complete([{"role": "user", "content": "remember this"}])
+    assert reply.tool_calls == (ToolCall("remember", {}, "call_1", problem),)
+
+
+def test_tools_and_tool_rounds_go_on_the_wire(
+    server: FakeCompletionsServer, provider: OpenAICompatibleProvider
+) -> None:
+    spec = ToolSpec("remember", "Store a fact.", {"type": "object", "properties": {}})
+    call = ToolCall("remember", {"key": "colour", "value": "teal"}, "call_1")
+    provider.complete(
+        [
+            {"role": "user", "content": "my colour is teal"},
+            {"role": "assistant", "content": "", "tool_calls": (call,)},
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "tool_name": "remember",
+                "content": '{"stored": true}',
+            },
+        ],
+        tools=[spec],
+    )
+    body = server.requests[0]["body"]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "remember", "description": "Store a fact.", "parameters": spec.parameters},
+        }
+    ]
+    assert body["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "remember", "arguments": '{"key": "colour", "value": "teal"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"stored": true}'},
+    ]
+
+
 def test_http_500_is_a_clear_error_without_the_key(
     server: FakeCompletionsServer, provider: OpenAICompatibleProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -155,11 +217,7 @@ def test_timeout_is_a_clear_error_without_the_key(
         ("text", None, r"response body is not JSON: <html>not json</html>"),
         ("ok", {"choices": []}, r"malformed reply: the response has no choices\[0\]\.message"),
         ("ok", {"choices": [{"message": {"content": 5}}]}, r"content is not a string"),
-        (
-            "ok",
-            {"choices": [{"message": {"tool_calls": [{"function": {"name": "x", "arguments": "{oops"}}]}}]},
-            r"arguments is not valid JSON",
-        ),
+        ("ok", {"choices": [{"message": {"tool_calls": [{"function": {}}]}}]}, r"has no function name"),
     ],
 )
 def test_bad_bodies_are_clear_errors_without_the_key(

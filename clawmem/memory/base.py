@@ -91,6 +91,14 @@ def emit_write(driver: str, namespace: str, key: str, encoded: str, ttl: Ttl, ga
     )
 
 
+def encode_metadata(key: str, metadata: Mapping[str, Any], max_bytes: int) -> str:
+    """Return an entry's metadata as its JSON text; raises ``TypeError`` unless it is a mapping
+    with ``str`` keys JSON can hold, and ``ValueError`` as a value of that size would."""
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata of key {key!r} must be a dict, got {type(metadata).__name__}")
+    return encode_value(key, dict(metadata), max_bytes)
+
+
 class MemoryInterface(abc.ABC):
     """The six-method key/value contract."""
 
@@ -99,8 +107,18 @@ class MemoryInterface(abc.ABC):
         """Return the value, or ``None`` when the key is missing or expired."""
 
     @abc.abstractmethod
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
-        """Create or replace the entry; ``ttl=None`` clears any earlier TTL."""
+    def set(
+        self,
+        key: str,
+        value: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create or replace the entry; ``ttl=None`` clears any earlier TTL. ``metadata`` (a
+        JSON object saying where the entry came from) is kept by drivers that keep metadata and
+        replaces what the entry held; others keep none."""
 
     @abc.abstractmethod
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
@@ -147,6 +165,9 @@ class BaseMemory(SearchableMemory):
     # when keys are set; the in-process array driver keeps nothing beyond the process.
     at_rest = True
     write_hooks: tuple[WriteHook, ...] = ()
+    # Whether ``set(..., metadata=...)`` stores the metadata (then ``_set`` takes it as a sixth
+    # argument, ``None`` for a write without any).
+    keeps_metadata = False
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         self.clock = clock
@@ -253,10 +274,25 @@ class BaseMemory(SearchableMemory):
         now = self._now()
         return now, None if seconds is None else now + seconds
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
+    def set(
+        self,
+        key: str,
+        value: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create or replace the entry. ``metadata`` (a JSON object: where the entry came from)
+        is stored beside it by a driver that :attr:`keeps_metadata`, and a write without it
+        clears what an earlier write left; other drivers keep none. Raises as the value does."""
         now, expires_at = self._prepare_write(key, namespace, ttl)
         encoded = self._encode(key, value)
-        self._call("set", self._set, key, encoded, namespace, expires_at, now)
+        described = None if metadata is None else encode_metadata(key, metadata, self.max_value_bytes)
+        if self.keeps_metadata:
+            self._call("set", self._set, key, encoded, namespace, expires_at, now, described)
+        else:
+            self._call("set", self._set, key, encoded, namespace, expires_at, now)
         emit_write(self.name, namespace, key, encoded, ttl)
         self._written(namespace, key, value)
 

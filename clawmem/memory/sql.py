@@ -83,11 +83,27 @@ class SqlMemory(FeedingMemory):
             encoded = kv.get_entry(conn, self.prefix, namespace, key, now, self.shape)
         return (False, None) if encoded is None else (True, self.values.read(namespace, key, encoded))
 
-    def _set(self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int) -> None:
+    @property
+    def keeps_metadata(self) -> bool:  # type: ignore[override]
+        """Return whether entries keep metadata: clawmem's table has the column, phpClaw's not."""
+        return self.shape == CLAWMEM_SCHEMA
+
+    def _set(
+        self,
+        key: str,
+        encoded: str,
+        namespace: str,
+        expires_at: int | None,
+        now: int,
+        metadata: str | None = None,
+    ) -> None:
         stored = self.values.seal(namespace, key, encoded)
+        described = None if metadata is None else self.values.seal(namespace, key, metadata, "metadata")
 
         def upsert(conn: Connection) -> None:
-            kv.upsert_entry(conn, self.prefix, namespace, key, stored, expires_at, self.clock, self.shape)
+            kv.upsert_entry(
+                conn, self.prefix, namespace, key, stored, expires_at, self.clock, self.shape, described
+            )
 
         # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
         retry_deadlocks(lambda: self._write(upsert, namespace, key))

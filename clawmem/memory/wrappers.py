@@ -21,6 +21,22 @@ def search_any(memory: MemoryInterface, query: str, limit: int, namespace: str) 
     ]
 
 
+def set_any(
+    memory: MemoryInterface,
+    key: str,
+    value: Any,
+    namespace: str,
+    ttl: Ttl,
+    metadata: Mapping[str, Any] | None,
+) -> None:
+    """Write to ``memory``, passing ``metadata`` on only when there is some: a memory of the
+    six-method contract alone takes none."""
+    if metadata is None:
+        memory.set(key, value, namespace, ttl)
+    else:
+        memory.set(key, value, namespace, ttl, metadata=metadata)  # type: ignore[call-arg]
+
+
 def sweep_any(memory: MemoryInterface, dry_run: bool = False) -> dict[str, int]:
     """Sweep ``memory`` if it keeps its own expiry; a driver without ``sweep`` reports nothing."""
     sweep = getattr(memory, "sweep", None)
@@ -61,8 +77,16 @@ class RouterMemory(SearchableMemory):
     def get(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         return self.driver_for(namespace).get(key, namespace)
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
-        self.driver_for(namespace).set(key, value, namespace, ttl)
+    def set(
+        self,
+        key: str,
+        value: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        set_any(self.driver_for(namespace), key, value, namespace, ttl, metadata)
 
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         self.driver_for(namespace).forget(key, namespace)
@@ -115,9 +139,17 @@ class PrivacyAwareMemory(SearchableMemory):
     def get(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> Any:
         return self.inner.get(key, namespace)
 
-    def set(self, key: str, value: Any, namespace: str = DEFAULT_NAMESPACE, ttl: Ttl = None) -> None:
+    def set(
+        self,
+        key: str,
+        value: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         if self.store_messages:
-            self.inner.set(key, value, namespace, ttl)
+            set_any(self.inner, key, value, namespace, ttl, metadata)
             return
         validate_key(key)
         validate_namespace(namespace)

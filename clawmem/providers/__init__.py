@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from clawmem.errors import ProviderError
-from clawmem.providers.base import ChatMessage, Provider, ProviderReply, ToolCall
+from clawmem.providers.base import (
+    ChatMessage,
+    Provider,
+    ProviderReply,
+    ToolCall,
+    ToolCallingProvider,
+    ToolSpec,
+)
 from clawmem.providers.echo import EchoProvider
 from clawmem.providers.openai import OpenAICompatibleProvider
 
@@ -15,4 +22,6 @@ __all__ = [
     "ProviderError",
     "ProviderReply",
     "ToolCall",
+    "ToolCallingProvider",
+    "ToolSpec",
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -15,11 +16,26 @@ ChatMessage = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A tool the model asked to run: its name, its JSON input and the provider's call id."""
+    """A tool the model asked to run: its name, its JSON input and the provider's call id.
+
+    ``arguments_error`` says why the model's arguments could not be read (not JSON, not an
+    object); ``input`` is then empty, and the tool answers the model with the error.
+    """
 
     name: str
     input: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool a turn offers the model: its name, what it does, and its arguments as a JSON
+    Schema object."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,17 @@ def token_usage(usage: Any) -> dict[str, int] | None:
     return counts or None
 
 
+def summed_usage(usages: Iterable[Mapping[str, Any] | None]) -> dict[str, int] | None:
+    """Return the usage of several provider calls added up field by field (whole counts only),
+    or ``None`` when none of them reported any."""
+    total: dict[str, int] = {}
+    for usage in usages:
+        for name, value in (usage or {}).items():
+            if type(value) is int and value >= 0:
+                total[name] = total.get(name, 0) + value
+    return total or None
+
+
 @runtime_checkable
 class Provider(Protocol):
     """An LLM endpoint. ``complete`` returns the reply or raises :class:`ProviderError`."""
@@ -54,4 +81,38 @@ class Provider(Protocol):
     def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply: ...
 
 
-__all__ = ["ChatMessage", "Provider", "ProviderError", "ProviderReply", "ToolCall", "token_usage"]
+@runtime_checkable
+class ToolCallingProvider(Provider, Protocol):
+    """A provider that can offer the model tools: ``complete(messages, tools=...)``.
+
+    Within a turn's tool rounds, ``messages`` also hold the assistant's request (``role``
+    ``assistant`` with ``tool_calls``, a tuple of :class:`ToolCall`) and each result (``role``
+    ``tool`` with ``tool_call_id``, ``tool_name`` and the result as ``content``).
+    """
+
+    def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None = None
+    ) -> ProviderReply: ...
+
+
+def takes_tools(provider: Provider) -> bool:
+    """Return whether ``provider.complete`` accepts a ``tools`` argument."""
+    try:
+        parameters = inspect.signature(provider.complete).parameters
+    except (TypeError, ValueError):
+        return False
+    return "tools" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+__all__ = [
+    "ChatMessage",
+    "Provider",
+    "ProviderError",
+    "ProviderReply",
+    "ToolCall",
+    "ToolCallingProvider",
+    "ToolSpec",
+    "summed_usage",
+    "takes_tools",
+    "token_usage",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall
+from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall, ToolSpec
 
 
 class EchoProvider:
@@ -25,8 +25,11 @@ class EchoProvider:
     def __repr__(self) -> str:
         return f"EchoProvider(model={self.model!r}, calls={self.calls})"
 
-    def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply:
-        """Return the echo of the last ``user`` message (empty text when there is none)."""
+    def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None = None
+    ) -> ProviderReply:
+        """Return the echo of the last ``user`` message (empty text when there is none); the
+        ``tools`` offered are not used."""
         self.calls += 1
         sent = [dict(message) for message in messages]
         self.requests.append(sent)

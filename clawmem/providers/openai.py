@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clawmem.errors import ProviderError, redact
-from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall, token_usage
+from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall, ToolSpec, token_usage
 
 log = logging.getLogger(__name__)
 
@@ -22,18 +22,38 @@ _BODY_EXCERPT_CHARS = 200
 _WIRE_ROLES = ("system", "user", "assistant")
 
 
-def to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+def wire_call(call: ToolCall) -> dict[str, Any]:
+    """Return a tool call as a chat-completions ``tool_calls`` item (its arguments as JSON text)."""
+    arguments = json.dumps(call.input, ensure_ascii=False)
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+
+
+def wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    """Return a tool offered to the model as a chat-completions ``tools`` item."""
+    return {
+        "type": "function",
+        "function": {"name": spec.name, "description": spec.description, "parameters": dict(spec.parameters)},
+    }
+
+
+def to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Return ``messages`` as chat-completions messages.
 
-    A stored ``tool`` row has no call id to answer, so it is sent as an assistant note that
-    names the tool and its input, followed by its content. Raises ``ValueError`` for an
-    unknown role.
+    Within a turn's tool rounds, an assistant message with ``tool_calls`` is sent as the call it
+    was, and a ``tool`` message with a ``tool_call_id`` as its result. A stored ``tool`` row has
+    no call id to answer, so it is sent as an assistant note that names the tool and its input,
+    followed by its content. Raises ``ValueError`` for an unknown role.
     """
-    wire: list[dict[str, str]] = []
+    wire: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         role = message.get("role")
         content = message.get("content") or ""
-        if role in _WIRE_ROLES:
+        if role == "assistant" and message.get("tool_calls"):
+            calls = [wire_call(call) for call in message["tool_calls"]]
+            wire.append({"role": "assistant", "content": content or None, "tool_calls": calls})
+        elif role == "tool" and message.get("tool_call_id"):
+            wire.append({"role": "tool", "tool_call_id": message["tool_call_id"], "content": content})
+        elif role in _WIRE_ROLES:
             wire.append({"role": role, "content": content})
         elif role == "tool":
             call = json.dumps(message.get("tool_input") or {}, ensure_ascii=False, sort_keys=True)
@@ -63,19 +83,27 @@ def parse_reply(data: Any) -> ProviderReply:
             function = call["function"]
             name = function["name"]
             arguments = function.get("arguments") or "{}"
-            tool_input = json.loads(arguments) if isinstance(arguments, str) else arguments
         except (KeyError, TypeError, AttributeError):
             raise ValueError(f"{where} has no function name") from None
+        if not isinstance(name, str):
+            raise ValueError(f"{where} needs a string name")
+        # A model's arguments that cannot be read are the model's mistake, not the reply's:
+        # the call is kept with the reason, so the tool can tell the model.
+        problem = None
+        try:
+            tool_input = json.loads(arguments) if isinstance(arguments, str) else arguments
         except json.JSONDecodeError:
-            raise ValueError(f"{where}.function.arguments is not valid JSON") from None
-        if not isinstance(name, str) or not isinstance(tool_input, dict):
-            raise ValueError(f"{where} needs a string name and object arguments")
-        calls.append(ToolCall(name, tool_input, call.get("id")))
+            tool_input, problem = {}, "the arguments are not valid JSON"
+        if not isinstance(tool_input, dict):
+            tool_input, problem = {}, "the arguments are not a JSON object"
+        call_id = call.get("id") if isinstance(call.get("id"), str) else None
+        calls.append(ToolCall(name, tool_input, call_id, problem))
     return ProviderReply(content or "", tuple(calls), token_usage(data.get("usage")))
 
 
 class OpenAICompatibleProvider:
-    """POSTs ``{base_url}/chat/completions`` with ``{"model", "messages"}``.
+    """POSTs ``{base_url}/chat/completions`` with ``{"model", "messages"}`` (and ``"tools"`` when
+    a turn offers any).
 
     :meth:`complete` raises :class:`clawmem.errors.ProviderError` on an HTTP error status, a
     timeout, a connection failure, or a body that is not a chat-completions reply.
@@ -120,9 +148,15 @@ class OpenAICompatibleProvider:
     def _timed_out(self) -> ProviderError:
         return self._fail(f"no response within {self.timeout:g} s (timeout)")
 
-    def complete(self, messages: Sequence[ChatMessage]) -> ProviderReply:
-        """Return the model's reply to ``messages``; raises :class:`ProviderError` on any failure."""
-        body = json.dumps({"model": self.model, "messages": to_wire(messages)}, ensure_ascii=False)
+    def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None = None
+    ) -> ProviderReply:
+        """Return the model's reply to ``messages``, offering it ``tools`` when given; raises
+        :class:`ProviderError` on any failure."""
+        request_body: dict[str, Any] = {"model": self.model, "messages": to_wire(messages)}
+        if tools:
+            request_body["tools"] = [wire_tool(spec) for spec in tools]
+        body = json.dumps(request_body, ensure_ascii=False)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"

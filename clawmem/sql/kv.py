@@ -103,8 +103,11 @@ def upsert_entry(
     expires_at: int | None,
     clock: Clock,
     shape: str = CLAWMEM_SCHEMA,
+    metadata: str | None = None,
 ) -> None:
-    """Create or replace an entry in one atomic statement on every dialect."""
+    """Create or replace an entry in one atomic statement on every dialect. In clawmem's shape
+    the entry's ``metadata`` (stored text, or ``None``) replaces what the row held; phpClaw's
+    has no such column."""
     table = tables(prefix, shape).memory
     stamp = utc_datetime(clock)
     if shape == PHPCLAW_SCHEMA:
@@ -118,7 +121,10 @@ def upsert_entry(
         "created_at": stamp,
         "updated_at": stamp,
     }
-    changes = ("value", "expires_at", "updated_at")
+    changes: tuple[str, ...] = ("value", "expires_at", "updated_at")
+    if shape == CLAWMEM_SCHEMA:
+        row["metadata"] = metadata
+        changes = (*changes, "metadata")
     dialect = conn.dialect.name
     if dialect in ("mysql", "mariadb"):
         insert = mysql.insert(table).values(row)

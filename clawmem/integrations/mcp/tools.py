@@ -23,6 +23,8 @@ from clawmem.integrations.mcp.results import (
     Searched,
     SearchHit,
 )
+from clawmem.memory.wrappers import set_any
+from clawmem.writes import attribution
 
 KEYS_PER_PAGE = 100
 MAX_CANDIDATES = 25  # candidates a recall lists in full; the rest are counted
@@ -176,8 +178,9 @@ class MemoryTools:
     def remember(
         self, run_id: str, key: str, value: Any, namespace: str | None, ttl_seconds: int | None
     ) -> Remembered:
-        """Store ``value`` under ``key``; refused when the privacy switch holds writes back, or
-        when the scope is read-only."""
+        """Store ``value`` under ``key``, attributed to this server (origin ``mcp``) and the
+        call's run; refused when the privacy switch holds writes back, or when the scope is
+        read-only."""
         if self.scope.read_only:
             raise ValueError("this token is read-only: remember is refused, and nothing was written")
         namespace = self.scope.check_write(self.scope.home if namespace is None else namespace)
@@ -187,9 +190,12 @@ class MemoryTools:
             if payload.get("run_id") == run_id and payload.get("gated"):
                 gated.append(payload)
 
+        # Where the entry came from, in the shape a turn's remember tool writes (clawmem.writes):
+        # a call of this server is part of no conversation clawmem keeps.
+        origin = attribution("mcp", self.claw.clock, run_id=run_id)
         events.on("memory.write", watch)
         try:
-            self.memory.set(key, value, namespace, ttl_seconds)
+            set_any(self.memory, key, value, namespace, ttl_seconds, origin)
         finally:
             events.off("memory.write", watch)
         if gated:
