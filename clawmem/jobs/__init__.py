@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.jobs import recovery
 from clawmem.jobs.backend import PayloadSeal, QueueLocation, queue_location
 from clawmem.jobs.records import JOBS_NAMESPACE, JobBook, JobRecord
+from clawmem.jobs.recovery import settle_subject
 from clawmem.jobs.schedule import ACCEPTED_SYNTAX, RetentionSchedule, schedule_from_settings
 from clawmem.jobs.turns import TurnQueue
 from clawmem.settings import Settings
@@ -78,4 +78,4 @@ def settle_subject_turns(
     if not queue_exists(settings):
         return {"cancelled": 0, "running": 0} if dry_run else {"cancelled": 0, "waited": 0}
     queue = TurnQueue.from_settings(settings, clock=clock)
-    return recovery.settle_subject(queue, user_id, wait_seconds, dry_run=dry_run, on_wait=on_wait)
+    return settle_subject(queue, user_id, wait_seconds, dry_run=dry_run, on_wait=on_wait)

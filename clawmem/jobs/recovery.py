@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clawmem.errors import TurnsStillRunning
 
-if TYPE_CHECKING:
-    from clawmem.jobs.turns import TurnQueue
+# The queue these functions work on is a clawmem.jobs.TurnQueue, which calls them: it stands
+# above this module, so it is not imported here.
+TurnQueue = Any
 
 CANCELLED_BY_ERASE = "cancelled: erase --user-id removed this subject's queued turns"
 CANCELLED_LOST_BY_ERASE = (
@@ -37,8 +38,6 @@ def reap(queue: TurnQueue) -> dict[str, int]:
     job id); return ``{"requeued": n, "failed": n}``. A queued job counts as lost only when its
     hand-over lease ran out and its task is neither in the queue nor in its schedule. Runs
     under a site-wide lock."""
-    from clawmem.jobs.turns import TURN_TASK
-
     counts = {"requeued": 0, "failed": 0}
     lock = queue.store.lock("reaper", queue.clock)
     if not lock.acquire(queue.lease_seconds):
@@ -51,7 +50,7 @@ def reap(queue: TurnQueue) -> dict[str, int]:
                 continue
             if record.status == "queued":
                 if handed is None:
-                    handed = queue.store.handed_over(TURN_TASK)
+                    handed = queue.store.handed_over(queue.task.name)
                 if record.job_id in handed:
                     continue  # still waiting its turn in the queue: nothing was lost
             outcome = _reap_one(queue, record.job_id)

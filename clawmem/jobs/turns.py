@@ -30,10 +30,10 @@ from clawmem.clock import Clock
 from clawmem.conversations import validate_conversation_id, wordpress_user_id
 from clawmem.errors import ConfigError, InvalidKey, JobRefused, ProviderError, StorageError, Undecryptable
 from clawmem.ids import new_id
-from clawmem.jobs import recovery
 from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
 from clawmem.jobs.leases import LeaseKeeper, pause_at
 from clawmem.jobs.records import JobBook, JobRecord, one_line
+from clawmem.jobs.recovery import cancel_subject, reap
 from clawmem.keystores import cipher_for
 from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
@@ -322,9 +322,9 @@ class TurnQueue:
     def reap(self) -> dict[str, int]:
         """Requeue every job whose worker died, at any point, once its lease has run out; return
         ``{"requeued": n, "failed": n}`` (see :func:`clawmem.jobs.recovery.reap`)."""
-        return recovery.reap(self)
+        return reap(self)
 
     def cancel_subject(self, user_id: str, dry_run: bool = False) -> dict[str, int]:
         """Cancel every queued turn of ``user_id`` that no worker holds; return ``{"cancelled":
         n, "running": n}`` (see :func:`clawmem.jobs.recovery.settle_subject`, which also waits)."""
-        return recovery.cancel_subject(self, user_id, dry_run=dry_run)
+        return cancel_subject(self, user_id, dry_run=dry_run)
