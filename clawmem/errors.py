@@ -107,6 +107,18 @@ class JobRefused(ValueError):
     message says why, and nothing was queued."""
 
 
+class TurnsStillRunning(RuntimeError):
+    """A subject's background turns were still running, each worker still renewing its lease,
+    when an erasure had waited as long as it may. ``jobs`` holds each job id and when its lease
+    runs out (Unix seconds); the message names the jobs, never the subject."""
+
+    def __init__(self, jobs: list[tuple[str, float | None]], waited: float) -> None:
+        self.jobs = jobs
+        self.waited = waited
+        named = ", ".join(job_id for job_id, _ in jobs)
+        super().__init__(f"{len(jobs)} turn(s) of the subject still running after {waited:g} s: job {named}")
+
+
 class Undecryptable(StorageError):
     """A sealed value could not be opened: its key is missing, the key is wrong, or the text was
     altered or moved to another row or column. The message names where the value lives (table and

@@ -484,3 +484,83 @@ def test_a_running_turn_renews_its_lease_until_it_ends(settings: Settings) -> No
     assert len(set(leases)) == 3 and leases == sorted(leases)
     done = queue.job(job_id)
     assert done.status == "done" and done.lease_until is None and done.attempts == 1
+
+
+def test_the_reaper_hands_over_again_a_queued_job_whose_task_was_lost_with_its_worker(
+    queue_settings: Settings,
+) -> None:
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(queue_settings, clock=clock)
+    lost, waiting = queue.enqueue("first"), queue.enqueue("second")
+    assert queue.huey.storage.dequeue() is not None  # a worker took the first task, then was killed
+    assert queue.huey.pending_count() == 1
+    assert queue.reap() == {"requeued": 0, "failed": 0}  # the hand-over leases are still live
+    clock.advance(61)
+    assert queue.reap() == {"requeued": 1, "failed": 0}  # the second still waits in the queue
+    record = queue.job(lost)
+    assert record.status == "queued" and "before it ran" in record.reason and record.attempts == 0
+    assert record.lease_until == clock() + 60
+    assert queue.job(waiting).reason is None and queue.huey.pending_count() == 2
+    assert {task.args[0] for task in queue.huey.pending()} == {lost, waiting}
+    assert queue.reap() == {"requeued": 0, "failed": 0}  # handed over once, not at every reap
+
+
+def test_a_second_copy_of_a_claimed_job_changes_nothing(queue_settings: Settings) -> None:
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(queue_settings, clock=clock)
+    job_id = queue.enqueue("hello")
+    record = queue.job(job_id)
+    holder = queue.store.claim(job_id, clock)
+    assert holder.acquire(60)  # the worker running it
+    assert queue.run(job_id, record.conversation_id, record.position) is None
+    assert queue.job(job_id) == record and payload_of(queue, job_id)["message"] == "hello"
+    assert holder.renew(60)
+    clock.advance(61)
+    assert queue.store.claim(job_id, clock).acquire(60)  # its worker died: the claim is taken over
+    assert not holder.renew(60)  # and a worker that was only slow does not get it back
+
+
+def test_erasure_waits_only_for_live_leases_and_cancels_a_turn_whose_worker_died(settings: Settings) -> None:
+    from clawmem.errors import TurnsStillRunning
+    from clawmem.jobs import settle_subject_turns
+    from clawmem.jobs.recovery import CANCELLED_LOST_BY_ERASE
+
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(settings, clock=clock)
+    job_id = queue.enqueue("first", user_id="cust-7")
+    record = queue.job(job_id)
+    queue.book.put(record.changed(status="running", attempts=1, lease_until=clock() + 60))
+    assert queue.store.claim(job_id, clock).acquire(60)  # its worker holds it
+    assert settle_subject_turns(settings, "cust-7", 0, dry_run=True, clock=clock) == {
+        "cancelled": 0,
+        "running": 1,
+    }
+    with pytest.raises(TurnsStillRunning) as raised:
+        settle_subject_turns(settings, "cust-7", 0, clock=clock)
+    assert raised.value.jobs == [(job_id, clock() + 60)] and job_id in str(raised.value)
+    assert queue.job(job_id).status == "running" and payload_of(queue, job_id) is not None
+    clock.advance(61)  # the worker died: nobody renews its lease
+    assert settle_subject_turns(settings, "cust-7", 0, clock=clock) == {"cancelled": 1, "waited": 0}
+    cancelled = queue.job(job_id)
+    assert cancelled.status == "cancelled" and cancelled.reason == CANCELLED_LOST_BY_ERASE
+    assert payload_of(queue, job_id) is None
+    assert queue.reap() == {"requeued": 0, "failed": 0}  # never run again after the erasure
+
+
+def test_erase_dry_run_says_it_will_wait_for_the_running_turns(settings: Settings) -> None:
+    from click.testing import CliRunner
+
+    from clawmem.cli import ClawGroup
+
+    clock = FakeClock(START)
+    queue = TurnQueue.from_settings(settings, clock=clock)
+    job_ids = [queue.enqueue("first", user_id="cust-7"), queue.enqueue("second", user_id="cust-7")]
+    assert queue.store.claim(job_ids[0], clock).acquire(60)
+    group = ClawGroup("clawmem", lambda: Site(settings, clock))
+    preview = CliRunner().invoke(group, ["erase", "--user-id", "cust-7", "--dry-run", "--wait", "5"])
+    assert preview.exit_code == 0, preview.output
+    assert "would cancel 1 queued turn(s) of the subject" in preview.output
+    assert "1 turn(s) of the subject are running now: erase waits up to 5 s" in preview.output
+    assert {queue.job(job_id).status for job_id in job_ids} == {"queued"}
+    refused = CliRunner().invoke(group, ["erase", "--user-id", "cust-7", "--wait", "-1", "--yes"])
+    assert refused.exit_code == 2 and "--wait" in refused.output

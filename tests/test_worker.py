@@ -306,3 +306,166 @@ def test_a_turn_that_keeps_failing_ends_failed_with_its_reason(
     assert record.status == "failed" and record.attempts == 3 and provider.requests == 3
     assert record.error_class == "ProviderError" and "HTTP 500" in record.reason and "\n" not in record.reason
     assert queue.site.conversations.get(record.conversation_id) is None
+
+
+# -- a worker killed at any point of a turn ------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def queue_site(
+    request: pytest.FixtureRequest, site: dict[str, Any]
+) -> Iterator[tuple[Settings, dict[str, str]]]:
+    """The site's settings and its workers' extra environment, its queue on SQLite, then on
+    Redis (its keys deleted after)."""
+    if request.param == "sqlite":
+        yield site["settings"], {}
+        return
+    if not REDIS_URL:
+        pytest.skip("CLAW_TEST_REDIS_URL is not set")
+    import redis
+
+    settings = site["settings"].replace(queue_url=REDIS_URL)
+    yield settings, {"CLAW_QUEUE_URL": REDIS_URL}
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter(match=f"*{TurnQueue.from_settings(settings).huey.storage.name}*"):
+        client.delete(key)
+
+
+# Where the worker is killed, what the job's record says then, and how its next run goes.
+KILLED_AT = {
+    "taken": ("queued", 1, None),  # Huey handed the task out; nothing of the job was written
+    "running": ("running", 2, None),  # marked running, before the provider was called
+    "stored": ("running", 2, "found stored by an earlier attempt"),  # committed, not yet done
+    "done": ("done", 1, None),  # the record ended, the payload the next turn waits on was left
+}
+
+
+@pytest.mark.parametrize("point", list(KILLED_AT))
+def test_a_worker_killed_at_any_point_leaves_no_job_stuck_and_no_turn_twice(
+    site: dict[str, Any], queue_site: tuple[Settings, dict[str, str]], point: str
+) -> None:
+    settings, extra = queue_site
+    queue = TurnQueue.from_settings(settings)
+    first = queue.enqueue("Where is my parcel?", user_id="cust-1")
+    conversation_id = queue.job(first).conversation_id
+    second = queue.enqueue("And my refund?", conversation_id, user_id="cust-1")
+    marker = site["tmp"] / f"paused-at-{point}"
+    with worker(site, "killed", **extra, CLAWTEST_WORKER_PAUSE=f"{point}:{marker}") as process:
+        wait_for(marker.exists, f"the worker to reach {point!r}", site)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    status, attempts, reason = KILLED_AT[point]
+    assert queue.job(first).status == status and queue.job(second).status == "queued"
+    assert queue.reap() == {"requeued": 0, "failed": 0}  # the leases are still live
+    # Once they have run out (the reaper runs once a minute on every worker), the job whose worker
+    # died is handed over again; the later turn, still waiting in the queue, is left as it is.
+    later = FakeClock(time.time() + LEASE_SECONDS + 1)
+    requeued = 0 if point == "done" else 1
+    assert TurnQueue.from_settings(settings, clock=later).reap() == {"requeued": requeued, "failed": 0}
+    with worker(site, "next", **extra):
+        wait_for(finished(queue, [first, second]), "both turns", site)
+    record = queue.job(first)
+    assert record.status == "done" and record.attempts == attempts
+    if reason:
+        assert record.reason == reason
+    assert queue.job(second).status == "done"
+    assert said(queue, conversation_id) == [  # each turn stored once, in order
+        ("user", "Where is my parcel?"),
+        ("assistant", "echo: Where is my parcel?"),
+        ("user", "And my refund?"),
+        ("assistant", "echo: And my refund?"),
+    ]
+    assert not queue.store.turn_waiting(conversation_id, 1) and not queue.store.turn_waiting(
+        conversation_id, 2
+    )
+
+
+# -- erase --user-id and a running turn ----------------------------------------------------------
+
+
+class Erase:
+    """A ``clawmem erase`` process of the site, its stderr read line by line as it comes."""
+
+    def __init__(self, site: dict[str, Any], *arguments: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from clawmem.cli import main; main()", "erase", *arguments],
+            env=site["env"],
+            cwd=site["tmp"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.errors: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.errors.append(line)
+
+    def finish(self) -> tuple[int, str, str]:
+        output = self.process.stdout.read()
+        code = self.process.wait(timeout=120)
+        self.reader.join(timeout=10)
+        self.process.stdout.close()
+        self.process.stderr.close()
+        return code, output, "".join(self.errors)
+
+
+def test_erase_waits_for_the_subjects_running_turn_so_nothing_is_stored_after_it(
+    site: dict[str, Any], servers: Callable[..., HeldCompletions]
+) -> None:
+    provider = servers(hold=True)
+    queue = TurnQueue.from_settings(site["settings"])
+    running = queue.enqueue("My address is 1 Elm Street", user_id="cust-7")
+    conversation_id = queue.job(running).conversation_id
+    queued = queue.enqueue("and my phone is 555-0100", conversation_id, user_id="cust-7")
+    other = queue.enqueue("keep mine", user_id="cust-8")
+    env = {"CLAW_PROVIDER_FACTORY": "tests.job_providers:loopback", "CLAWTEST_PROVIDER_URL": provider.url}
+    with worker(site, "worker", **env):
+        wait_for(provider.received.is_set, "the provider call", site)
+        erase = Erase(site, "--user-id", "cust-7", "--yes")
+        wait_for(lambda: any("waiting up to 60 s" in line for line in erase.errors), "erase to wait", site)
+        assert queue.job(running).status == "running"  # erase is waiting for it, deleting nothing yet
+        provider.release()
+        code, output, errors = erase.finish()
+        assert code == 0, output + errors
+        assert "cancelled 1 queued turn(s) of the subject" in output
+        assert "waited for 1 running turn(s) of the subject to finish" in output
+        assert "deleted 1 conversation," in output
+        wait_for(finished(queue, [other]), "the other subject's turn", site)
+    assert queue.job(running).status == "done" and queue.job(queued).status == "cancelled"
+    # The turn that was running when erase began stored before erase deleted, so nothing is left.
+    assert queue.site.conversations.get(conversation_id) is None
+    assert said(queue, queue.job(other).conversation_id)[0] == ("user", "keep mine")
+
+
+def test_erase_stops_in_one_line_when_a_turn_still_runs_and_deletes_nothing_more(
+    site: dict[str, Any], servers: Callable[..., HeldCompletions]
+) -> None:
+    provider = servers(hold=True)
+    queue = TurnQueue.from_settings(site["settings"])
+    queue.site.conversations.append("earlier-7", [{"role": "user", "content": "hi"}], user_id="cust-7")
+    running = queue.enqueue("Cancel my plan", user_id="cust-7")
+    conversation_id = queue.job(running).conversation_id
+    queued = queue.enqueue("and refund it", conversation_id, user_id="cust-7")
+    env = {"CLAW_PROVIDER_FACTORY": "tests.job_providers:loopback", "CLAWTEST_PROVIDER_URL": provider.url}
+    with worker(site, "worker", **env):
+        wait_for(provider.received.is_set, "the provider call", site)
+        code, output, errors = Erase(site, "--user-id", "cust-7", "--yes", "--wait", "1").finish()
+        assert code == 1, errors
+        waited, stopped = errors.splitlines()  # it waited, then stopped in one line
+        assert waited == "waiting up to 1 s for 1 running turn(s) of the subject to finish"
+        assert stopped.startswith(
+            "Error: erase stopped: 1 turn(s) of the subject still running after waiting 1 s"
+        )
+        assert f"job {running} (lease until " in stopped and "nothing more was deleted" in stopped
+        assert "cust-7" not in output + errors
+        assert queue.site.conversations.get("earlier-7") is not None  # nothing deleted
+        assert queue.job(queued).status == "cancelled"  # its queued turn went, as the line says
+        provider.release()
+        wait_for(finished(queue, [running]), "the held turn", site)
+        code, output, errors = Erase(site, "--user-id", "cust-7", "--yes", "--wait", "1").finish()
+        assert code == 0, output + errors
+    assert queue.site.conversations.get("earlier-7") is None
+    assert queue.site.conversations.get(conversation_id) is None

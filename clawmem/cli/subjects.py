@@ -29,7 +29,7 @@ from clawmem.cli.audit import (
     subject_hash,
 )
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
-from clawmem.cli.worker import cancel_queued_turns
+from clawmem.cli.worker import ERASE_WAIT_SECONDS, settle_queued_turns
 from clawmem.errors import KeyFileError
 from clawmem.keystores import cipher_for, keystore_of
 from clawmem.site import Site
@@ -197,6 +197,13 @@ def _shown_subject(label: str, subject: Subject, dry_run: bool) -> str:
     show_default=True,
     help="Conversations per transaction.",
 )
+@click.option(
+    "--wait",
+    type=click.IntRange(0, 3600),
+    default=ERASE_WAIT_SECONDS,
+    show_default=True,
+    help="Seconds to wait for the subject's running background turns to finish before deleting.",
+)
 @deleting_options(listing="Also list the conversation ids and namespace/key pairs that go.")
 @audited("erase", hashed=("user_id", "match"))
 def erase(
@@ -205,6 +212,7 @@ def erase(
     match: str | None,
     mentions: bool,
     batch_size: int,
+    wait: int,
     dry_run: bool,
     yes: bool,
     verbose: bool,
@@ -221,6 +229,10 @@ def erase(
     Conversations go in batches, each one transaction, messages first; the audit log gets a
     line before the first batch, one per batch and one at the end. Running it again deletes
     nothing and still records the run.
+
+    For --user-id, the subject's queued background turns are cancelled first, and erase waits
+    (up to --wait seconds) for their running ones to finish; if one is still running then, it
+    stops before deleting anything, naming the jobs.
     """
     if (user_id is None) == (match is None):
         raise click.UsageError("give exactly one of --user-id or --match")
@@ -244,7 +256,7 @@ def erase(
         if keyed:
             click.echo(_key_line(plan_counts["subject_keys"], dry_run=True))
         if user_id is not None:
-            cancel_queued_turns(site, user_id, dry_run=True)
+            settle_queued_turns(site, user_id, dry_run=True, wait_seconds=wait)
         for line in _mention_lines(plan, mentions):
             click.echo(line)
         if verbose:
@@ -260,8 +272,8 @@ def erase(
         _list_mentions(plan)
     nothing = plan.conversations == 0 and memory == 0 and not plan_counts.get("subject_keys")
     confirm_deletion(f"Delete {summary}?", yes, nothing_to_delete=nothing)
-    if user_id is not None:  # before the conversations go, so no queued turn brings one back
-        cancel_queued_turns(site, user_id, dry_run=False)
+    if user_id is not None:  # before the conversations go, so no queued or running turn brings one back
+        settle_queued_turns(site, user_id, dry_run=False, wait_seconds=wait)
     previous = entry.start(plan_counts)
     if previous is not None:
         click.echo(previous.sentence())

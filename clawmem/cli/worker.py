@@ -9,20 +9,24 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from clawmem.cli import ClawGroup, current_site
-from clawmem.errors import ConfigError, StorageError
+from clawmem.errors import ConfigError, StorageError, TurnsStillRunning
 from clawmem.jobs.backend import open_huey, queue_errors, queue_location
 from clawmem.jobs.schedule import ACCEPTED_SYNTAX, RetentionSchedule, schedule_from_settings
-from clawmem.jobs.turns import TurnQueue
+from clawmem.jobs.turns import LEASE_SECONDS, TurnQueue
 from clawmem.jobs.worker import add_periodic_tasks, claw_factory, provider_from_settings, run_consumer
 from clawmem.site import Site
 
 RETENTION_STEPS = ("prune", "sweep")
+# How long erase --user-id waits for the subject's running turns: a live worker renews its lease
+# at least twice in that time, so a lease still live then is a worker still at work.
+ERASE_WAIT_SECONDS = int(LEASE_SECONDS)
 
 
 def audit_lines_since(path: Path, offset: int) -> list[dict[str, Any]]:
@@ -126,13 +130,30 @@ def worker(workers: int) -> None:
 COMMANDS = [worker]
 
 
-def cancel_queued_turns(site: Site, user_id: str, dry_run: bool) -> None:
-    """``erase --user-id``'s hook: cancel the subject's queued turns (or, on a dry run, count
-    them) and say so in one line; a queue that cannot be reached stops the erasure first."""
-    from clawmem.jobs import cancel_subject_turns
+def settle_queued_turns(site: Site, user_id: str, dry_run: bool, wait_seconds: float) -> None:
+    """``erase --user-id``'s hook: cancel the subject's queued turns and wait up to
+    ``wait_seconds`` for their running ones to end (on a dry run, only count them), saying so in
+    one line each. A queue that cannot be reached, or a turn still running after the wait,
+    stops the erasure before it deletes anything more, in one line."""
+    from clawmem.jobs import settle_subject_turns
+
+    def waiting(running: list[tuple[str, float | None]]) -> None:
+        click.echo(
+            f"waiting up to {wait_seconds:g} s for {len(running)} running turn(s) of the subject to finish",
+            err=True,
+        )
 
     try:
-        counts = cancel_subject_turns(site.settings, user_id, dry_run=dry_run, clock=site.clock)
+        counts = settle_subject_turns(
+            site.settings, user_id, wait_seconds, dry_run=dry_run, clock=site.clock, on_wait=waiting
+        )
+    except TurnsStillRunning as exc:
+        jobs = ", ".join(f"{job_id} (lease until {_utc(lease)})" for job_id, lease in exc.jobs)
+        raise click.ClickException(
+            f"erase stopped: {len(exc.jobs)} turn(s) of the subject still running after waiting "
+            f"{exc.waited:g} s, job {jobs}; nothing more was deleted (its queued turns were cancelled): "
+            "run erase again once they have finished, or with a longer --wait"
+        ) from None
     except ConfigError as exc:
         raise click.ClickException(f"cannot cancel the subject's queued turns: {exc}") from None
     except queue_errors() as exc:
@@ -142,9 +163,16 @@ def cancel_queued_turns(site: Site, user_id: str, dry_run: bool) -> None:
     verb = "would cancel" if dry_run else "cancelled"
     if counts["cancelled"]:
         click.echo(f"{verb} {counts['cancelled']} queued turn(s) of the subject")
-    if counts["running"]:
+    if dry_run and counts["running"]:
         click.echo(
-            f"{counts['running']} turn(s) of the subject are running now and may store after this "
-            "erasure: run erase again once they have finished",
-            err=True,
+            f"{counts['running']} turn(s) of the subject are running now: erase waits up to "
+            f"{wait_seconds:g} s for them to finish before it deletes anything"
         )
+    if counts.get("waited"):
+        click.echo(f"waited for {counts['waited']} running turn(s) of the subject to finish")
+
+
+def _utc(moment: float | None) -> str:
+    if moment is None:
+        return "unknown"
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -6,7 +6,9 @@ What clawmem keeps there beside Huey's tasks, all under the queue's name (one pe
   queued turn, sealed by :class:`PayloadSeal` (encrypted when encryption at rest is on),
   deleted when the job ends: while it is there, the turn after it waits;
 - each conversation's turn counter ``clawmem.seq.<conversation id>``, which numbers its turns;
-- expiring locks (:class:`ExpiringLock`), whose expiry is read on the injected clock.
+- expiring locks (:class:`ExpiringLock`), whose expiry is read on the injected clock: the
+  reaper's and retention's, and each job's claim ``clawmem.lock.job.<job id>``, held by the one
+  worker that runs it (its lease).
 
 None of it is one of the three tables.
 """
@@ -50,6 +52,17 @@ if held then
   local ok, current = pcall(cjson.decode, held)
   if ok and type(current) == 'table' and current['token'] == ARGV[1] then
     return redis.call('DEL', KEYS[1])
+  end
+end
+return 0
+"""
+_RENEW_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local ok, current = pcall(cjson.decode, held)
+  if ok and type(current) == 'table' and current['token'] == ARGV[2] then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return 1
   end
 end
 return 0
@@ -217,6 +230,13 @@ class QueueStore:
         payload = self.seal.open(key, found)
         return payload if payload.get("job_id") == job_id else None
 
+    def turn_at(self, conversation_id: str, position: int) -> dict[str, Any] | None:
+        """Return the payload of the conversation's turn ``position``, whichever job it is, or
+        ``None``; raises as :meth:`PayloadSeal.open` does."""
+        key = self._turn_key(conversation_id, position)
+        found = self._get(key)
+        return None if found is None else self.seal.open(key, found)
+
     def turn_waiting(self, conversation_id: str, position: int) -> bool:
         """Return whether the conversation's turn ``position`` is still queued or running."""
         return self._get(self._turn_key(conversation_id, position)) is not None
@@ -255,6 +275,26 @@ class QueueStore:
     def lock(self, name: str, clock: Clock = time.time) -> ExpiringLock:
         """Return the site-wide expiring lock ``name``."""
         return ExpiringLock(self.huey, name, clock)
+
+    def claim(self, job_id: str, clock: Clock = time.time) -> ExpiringLock:
+        """Return the claim of job ``job_id``: whoever holds it (a worker running the job, the
+        reaper or an erasure settling it) is the only one that may change the job."""
+        return ExpiringLock(self.huey, f"job.{job_id}", clock)
+
+    def handed_over(self, task_name: str) -> set[str]:
+        """Return the job ids of the tasks named ``task_name`` that wait in the queue or in its
+        schedule (a deferred or retried turn): reads both whole, so the reaper asks only when a
+        job's hand-over lease has run out. A task that cannot be read is left out."""
+        found: set[str] = set()
+        for data in [*self.storage.enqueued_items(), *self.storage.scheduled_items()]:
+            try:
+                message = self.huey.serializer.deserialize(data)
+            except Exception:  # another program's or another version's task: not one of ours
+                continue
+            name, arguments = getattr(message, "name", ""), getattr(message, "args", None)
+            if (name == task_name or str(name).endswith("." + task_name)) and arguments:
+                found.add(str(arguments[0]))
+        return found
 
 
 class ExpiringLock:
@@ -295,6 +335,36 @@ class ExpiringLock:
                     )
         self.token = token if taken else self.token
         return taken
+
+    def renew(self, ttl: float) -> bool:
+        """Extend the lock to ``ttl`` seconds from now only if this object still holds it (nobody
+        took it over meanwhile); return whether it did. A lock given up or taken over stays so."""
+        if self.token is None:
+            return False
+        value = json.dumps({"token": self.token, "expires_at": self.clock() + ttl})
+        storage = self.huey.storage
+        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):
+            key = f"huey.{storage.name}.{self.key}"
+            renewed = bool(storage.conn.eval(_RENEW_LUA, 1, key, value, self.token))
+        else:
+            with storage.db(commit=True) as cursor:
+                cursor.execute("select value from kv where queue = ? and key = ?", (storage.name, self.key))
+                row = cursor.fetchone()
+                held = _held(row[0] if row else None)
+                renewed = held is not None and held["token"] == self.token
+                if renewed:
+                    cursor.execute(
+                        "update kv set value = ? where queue = ? and key = ?",
+                        (value.encode(), storage.name, self.key),
+                    )
+        if not renewed:
+            self.token = None
+        return renewed
+
+    def live(self) -> bool:
+        """Return whether anyone holds the lock now (on this object's clock)."""
+        held = self.holder()
+        return held is not None and held["expires_at"] > self.clock()
 
     def release(self) -> None:
         """Give the lock up if this object still holds it."""

@@ -8,8 +8,10 @@ worker`` of the site runs the turn through :class:`clawmem.Claw`. What keeps it 
 - one conversation's turns run one after the other, in the order queued (each turn has a
   position in its conversation and waits until the turn before it has ended);
 - a provider failure is retried with backoff, up to ``max_attempts`` runs in all;
-- Huey has no acknowledgement, so a running job carries a lease that its worker renews, and
-  :meth:`TurnQueue.reap` requeues (or, with the attempts spent, fails) a job whose lease ran out;
+- Huey has no acknowledgement, so a job is claimed by the one worker that runs it, a running job
+  carries a lease that its worker renews and a queued one a hand-over lease, and
+  :meth:`TurnQueue.reap` requeues (or, with the attempts spent, fails) a job whose worker died at
+  any point once its lease ran out (see :mod:`clawmem.jobs.leases`);
 - the job id goes into the turn's one append, which refuses to store the same job twice, so a
   retry after the commit finds the turn stored and only marks the job done.
 """
@@ -26,10 +28,12 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.conversations import validate_conversation_id, wordpress_user_id
-from clawmem.errors import ConfigError, InvalidKey, JobRefused, ProviderError, StorageError
+from clawmem.errors import ConfigError, InvalidKey, JobRefused, ProviderError, StorageError, Undecryptable
 from clawmem.ids import new_id
 from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
+from clawmem.jobs.leases import LeaseKeeper, pause_at
 from clawmem.jobs.records import JobBook, JobRecord, one_line
+from clawmem.jobs.recovery import cancel_subject, reap
 from clawmem.keystores import cipher_for
 from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
@@ -43,7 +47,6 @@ RETRY_DELAY_SECONDS = 2.0  # before the second run; doubled before each later on
 WAIT_FOR_EARLIER_SECONDS = 0.5  # a turn whose predecessor runs waits this long, then is rescheduled
 TURN_TASK = "clawmem_turn"
 REAPER_TASK = "clawmem_reaper"
-CANCELLED_BY_ERASE = "cancelled: erase --user-id removed this subject's queued turns"
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -88,9 +91,7 @@ class TurnQueue:
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
         self._claws = threading.local()
-        self._leases: dict[str, str | None] = {}  # running job id -> the worker holding its lease
-        self._leases_lock = threading.Lock()
-        self._lease_keeper: threading.Thread | None = None
+        self.leases = LeaseKeeper(self.book, lease_seconds, site.clock)
         self.task = huey.task(name=TURN_TASK)(self._run_task)
 
     @classmethod
@@ -138,6 +139,7 @@ class TurnQueue:
                 position=position,
                 queued_at=now,
                 max_attempts=self.max_attempts,
+                lease_until=now + self.lease_seconds,  # the hand-over lease (see clawmem.jobs.leases)
             )
             self.book.put(record)
             self._hand_over(record)
@@ -177,6 +179,7 @@ class TurnQueue:
     def _run_task(self, job_id: str, conversation_id: str, position: int) -> dict[str, str] | None:
         from huey.exceptions import RetryTask
 
+        pause_at("taken")  # Huey has handed the task out; nothing of the job is written yet
         outcome = self.run(job_id, conversation_id, position)
         if isinstance(outcome, float):
             raise RetryTask(delay=outcome)
@@ -185,8 +188,19 @@ class TurnQueue:
     def run(self, job_id: str, conversation_id: str, position: int) -> dict[str, str] | float | None:
         """Run the job's turn (the conversation's turn ``position``) once; return its ids
         (``job_id``, ``conversation_id``, ``run_id``), ``None`` when there is nothing to run
-        (ended, cancelled, or run by another worker), or the seconds after which to run it again
-        (the turn before it has not ended, or the attempt failed and may be retried)."""
+        (ended, cancelled, or held by another worker), or the seconds after which to run it
+        again (the turn before it has not ended, or the attempt failed and may be retried)."""
+        claim = self.store.claim(job_id, self.clock)
+        if not claim.acquire(self.lease_seconds):
+            return None  # another worker runs it (this task was a second copy), or an erasure holds it
+        try:
+            return self._run_claimed(job_id, conversation_id, position, claim)
+        finally:
+            claim.release()
+
+    def _run_claimed(
+        self, job_id: str, conversation_id: str, position: int, claim: Any
+    ) -> dict[str, str] | float | None:
         payload = self.store.turn(job_id, conversation_id, position)
         if payload is None:
             return None  # ended or cancelled: its payload went with it
@@ -201,10 +215,11 @@ class TurnQueue:
                 reason="its record had aged out while queued",
             )
         if record.finished:
+            # Its worker stopped between ending the record and deleting the payload.
+            self.store.drop_turn(conversation_id, position)
             return None
-        if record.status == "running" and (record.lease_until or 0) > self.clock():
-            return None  # another worker holds it
         if self._earlier_turn_waiting(conversation_id, position):
+            self._renew_hand_over(record, WAIT_FOR_EARLIER_SECONDS)
             return WAIT_FOR_EARLIER_SECONDS
         earlier_attempts = record.attempts
         record = self.book.put(
@@ -216,65 +231,61 @@ class TurnQueue:
                 worker=worker_name(),
             )
         )
-        # A first attempt cannot find itself stored; a later one may: its worker died after the
-        # commit and before saying so.
-        stored = self.site.conversations.job_messages(conversation_id, job_id) if earlier_attempts else []
+        self.leases.hold(job_id, record.worker, claim)
+        try:
+            pause_at("running")
+            # A first attempt cannot find itself stored; a later one may: its worker died after
+            # the commit and before saying so.
+            stored = self.site.conversations.job_messages(conversation_id, job_id) if earlier_attempts else []
+            if not stored:
+                reply = self.claw().send(
+                    payload["message"], conversation_id, payload.get("user_id", ""), job_id=job_id
+                )
+                pause_at("stored")  # the turn is committed; its record still says running
+        except Exception as exc:  # the job's boundary: any failure of the turn is its record's outcome
+            self.leases.release(job_id)
+            return self._failed(record, exc)
+        finally:
+            self.leases.release(job_id)
         if stored:
             run_id = next((m.metadata.get("run_id") for m in stored if isinstance(m.metadata, dict)), None)
             return self._finish(record, "done", run_id=run_id, reason="found stored by an earlier attempt")
-        self._hold_lease(job_id, record.worker)
-        try:
-            reply = self.claw().send(
-                payload["message"], conversation_id, payload.get("user_id", ""), job_id=job_id
-            )
-        except Exception as exc:  # the job's boundary: any failure of the turn is its record's outcome
-            self._release_lease(job_id)
-            return self._failed(record, exc)
-        self._release_lease(job_id)
         return self._finish(record, "done", run_id=reply.run_id)
+
+    def _renew_hand_over(self, record: JobRecord, delay: float) -> None:
+        """Keep a queued job's hand-over lease ahead of the reaper while it waits (written only
+        when less than half of it is left, so a waiting turn rarely writes)."""
+        now = self.clock()
+        if record.status == "queued" and (record.lease_until or 0) - now >= self.lease_seconds / 2:
+            return
+        self.book.put(record.changed(status="queued", lease_until=now + delay + self.lease_seconds))
 
     def _earlier_turn_waiting(self, conversation_id: str, position: int) -> bool:
         """Return whether the conversation's turn before ``position`` is still queued or running,
-        after waiting up to :data:`WAIT_FOR_EARLIER_SECONDS` for it to end."""
+        after waiting up to :data:`WAIT_FOR_EARLIER_SECONDS` for it to end. An earlier turn whose
+        record has ended but whose payload is left (its worker stopped in between) does not
+        count, and its payload is deleted."""
         if position <= 1:
             return False
         deadline = time.monotonic() + WAIT_FOR_EARLIER_SECONDS
         while self.store.turn_waiting(conversation_id, position - 1):
             if time.monotonic() >= deadline:
-                return True
+                return not self._drop_if_ended(conversation_id, position - 1)
             time.sleep(0.02)
         return False
 
-    def _hold_lease(self, job_id: str, worker: str | None) -> None:
-        """Have this process's lease keeper renew the running job's lease until it is released."""
-        with self._leases_lock:
-            self._leases[job_id] = worker
-            if self._lease_keeper is None or not self._lease_keeper.is_alive():
-                self._lease_keeper = threading.Thread(
-                    target=self._keep_leases, name="clawmem-leases", daemon=True
-                )
-                self._lease_keeper.start()
-
-    def _release_lease(self, job_id: str) -> None:
-        """Stop renewing the job's lease; returns once no renewal of it is under way, so the
-        record written next is never overwritten by one."""
-        with self._leases_lock:
-            self._leases.pop(job_id, None)
-
-    def _keep_leases(self) -> None:
-        # One thread per process renews every running job's lease, a third of a lease apart.
-        while True:
-            time.sleep(self.lease_seconds / 3)
-            with self._leases_lock:
-                for job_id, worker in list(self._leases.items()):
-                    try:
-                        current = self.book.get(job_id)
-                        if current is not None and current.status == "running" and current.worker == worker:
-                            self.book.put(current.changed(lease_until=self.clock() + self.lease_seconds))
-                    except Exception as exc:  # the lease thread's loop must outlive any one failure
-                        # A store that failed now may answer at the next renewal; the class only,
-                        # as a message may quote stored data.
-                        log.warning("lease of job %s not renewed: %s", job_id, type(exc).__name__)
+    def _drop_if_ended(self, conversation_id: str, position: int) -> bool:
+        """Delete the payload of the conversation's turn ``position`` if its record has ended;
+        return whether it did."""
+        try:
+            earlier = self.store.turn_at(conversation_id, position)
+        except (ValueError, Undecryptable):
+            return False  # a payload this site cannot read is never taken for an ended one
+        record = self.book.get(str(earlier.get("job_id"))) if earlier else None
+        if record is None or not record.finished:
+            return False
+        self.store.drop_turn(conversation_id, position)
+        return True
 
     def _failed(self, record: JobRecord, exc: BaseException) -> float | None:
         reason = one_line(exc) or type(exc).__name__
@@ -283,7 +294,7 @@ class TurnQueue:
             self.book.put(
                 record.changed(
                     status="queued",
-                    lease_until=None,
+                    lease_until=self.clock() + delay + self.lease_seconds,  # the hand-over lease
                     error_class=type(exc).__name__,
                     reason=f"attempt {record.attempts} failed, retrying in {delay:g} s: {reason}",
                 )
@@ -295,6 +306,7 @@ class TurnQueue:
     def _finish(self, record: JobRecord, status: str, **changes: Any) -> dict[str, str] | None:
         finished = record.changed(status=status, finished_at=self.clock(), lease_until=None, **changes)
         record = self.book.put(finished)
+        pause_at("done")  # the record has ended; the payload, which the next turn waits on, is left
         if record.conversation_id and record.position:
             self.store.drop_turn(record.conversation_id, record.position)
         if status != "done":
@@ -305,70 +317,14 @@ class TurnQueue:
             "run_id": record.run_id or "",
         }
 
-    # -- the reaper and erasure -----------------------------------------------------------------
+    # -- the reaper and erasure (see clawmem.jobs.recovery) -------------------------------------
 
     def reap(self) -> dict[str, int]:
-        """Requeue every running job whose lease ran out (its worker died), or fail it when its
-        attempts are spent or the tables cannot tell whether it was stored (phpClaw's shape keeps
-        no job id); return ``{"requeued": n, "failed": n}``. Runs under a site-wide lock."""
-        counts = {"requeued": 0, "failed": 0}
-        lock = self.store.lock("reaper", self.clock)
-        if not lock.acquire(self.lease_seconds):
-            return counts
-        try:
-            now = self.clock()
-            for record in self.book.turns({"running"}):
-                if (record.lease_until or 0) > now:
-                    continue
-                if record.attempts >= record.max_attempts:
-                    self._finish(
-                        record,
-                        "failed",
-                        error_class="WorkerLost",
-                        reason=f"its worker stopped mid-turn; all {record.max_attempts} attempts spent",
-                    )
-                    counts["failed"] += 1
-                elif not self.site.conversations.stores_metadata:
-                    self._finish(
-                        record,
-                        "failed",
-                        error_class="WorkerLost",
-                        reason="its worker stopped mid-turn, and these tables keep no job id to tell "
-                        "whether the turn was stored, so it is not run again",
-                    )
-                    counts["failed"] += 1
-                else:
-                    self.book.put(
-                        record.changed(
-                            status="queued",
-                            lease_until=None,
-                            reason="requeued: its worker stopped mid-turn (the lease ran out)",
-                        )
-                    )
-                    self._hand_over(record)
-                    counts["requeued"] += 1
-        finally:
-            lock.release()
-        return counts
+        """Requeue every job whose worker died, at any point, once its lease has run out; return
+        ``{"requeued": n, "failed": n}`` (see :func:`clawmem.jobs.recovery.reap`)."""
+        return reap(self)
 
     def cancel_subject(self, user_id: str, dry_run: bool = False) -> dict[str, int]:
-        """Cancel every queued turn of ``user_id`` (its payload deleted, its record saying why);
-        return ``{"cancelled": n, "running": n}``: turns already running cannot be stopped."""
-        counts = {"cancelled": 0, "running": 0}
-        for payload in self.store.turns():
-            if payload.get("user_id") != user_id:
-                continue
-            record = self.book.get(str(payload.get("job_id")))
-            if record is not None and record.status == "running":
-                counts["running"] += 1
-                continue
-            if dry_run:
-                counts["cancelled"] += 1
-            elif self.store.drop_turn(str(payload.get("conversation_id")), int(payload.get("position") or 0)):
-                counts["cancelled"] += 1
-                if record is not None:
-                    cancelled = record.changed(
-                        status="cancelled", finished_at=self.clock(), reason=CANCELLED_BY_ERASE
-                    )
-                    self.book.put(cancelled)
-        return counts
+        """Cancel every queued turn of ``user_id`` that no worker holds; return ``{"cancelled":
+        n, "running": n}`` (see :func:`clawmem.jobs.recovery.settle_subject`, which also waits)."""
+        return cancel_subject(self, user_id, dry_run=dry_run)

@@ -127,13 +127,16 @@ def add_periodic_tasks(
 def run_consumer(queue: TurnQueue, workers: int = 1) -> None:
     """Run Huey's consumer on the queue with ``workers`` threads until it is stopped: SIGTERM lets
     running turns finish (for up to a minute), SIGINT stops at once (the reaper requeues what
-    was running). Polls an idle SQLite queue at most every 0.1 s."""
+    was running). Polls a SQLite queue 1 ms after its last task, then less and less often, at
+    most every 0.1 s when idle (a Redis queue is waited on, not polled)."""
     consumer = queue.huey.create_consumer(
         workers=workers,
         worker_type="thread",
         periodic=True,
-        initial_delay=0.005,
-        backoff=1.5,
+        # The next turn often comes a few milliseconds after the last one ended (its caller read
+        # the result and sent the next): looking again soon finds it without waiting for a poll.
+        initial_delay=0.001,
+        backoff=1.3,
         max_delay=0.1,
         scheduler_interval=1,
         check_worker_health=True,
