@@ -330,3 +330,20 @@ def test_the_settings_page_says_which_way_recall_follows_the_table(
     assert (
         "The change log is off : recall counts the namespace every turn (its triggers are missing)" in said()
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("site", ["postgres"], indirect=True)
+def test_a_stamp_of_more_rows_than_a_statement_takes_parameters_is_read_in_parts(site: Site) -> None:
+    # PostgreSQL takes at most 65,535 parameters in a statement: the keys a turn reads again
+    # after one UPDATE rewrote them all are read in parts, never refused.
+    rows = [site.row(f"k{number:05d}", f"note {number}") for number in range(66_000)]
+    rows[65_999]["value"] = json.dumps("green tea")
+    with site.program.begin() as conn:
+        for start in range(0, len(rows), 5000):
+            conn.execute(sa.insert(site.table), rows[start : start + 5000])
+    assert site.turn() == ["k65999"]
+    with site.program.begin() as conn:
+        conn.execute(sa.update(site.table).values(value=json.dumps("black coffee")))
+    assert site.turn() == []
+    assert site.turn("coffee")[:2] == ["k00000", "k00001"]

@@ -49,6 +49,8 @@ _LOCAL_LOG_LENGTH = 4096  # deletions kept per namespace before the log starts a
 # that will never come (a rolled-back write) only once it has been missing this long: a writer
 # takes its number a moment before its row exists, in the same statement.
 GAP_GRACE = 1.0  # seconds
+# Keys read in one statement: PostgreSQL takes at most 65,535 parameters, SQLite 32,766.
+KEYS_PER_READ = 1000
 # While recall counts, how often a feed looks whether the change log has been added since.
 LOG_LOOK_AGAIN = 60.0  # seconds
 
@@ -463,7 +465,12 @@ class SqlFeed:
 
     def _read_keys(self, cursor: SqlCursor, keys: list[str]) -> None:
         """Read the stored rows of ``keys`` as they are now; those no longer stored are gone."""
-        unknown = sorted(keys)
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), KEYS_PER_READ):
+            self._read_some(cursor, ordered[start : start + KEYS_PER_READ])
+
+    def _read_some(self, cursor: SqlCursor, keys: list[str]) -> None:
+        unknown = list(keys)
         while unknown:
             try:
                 rows = kv.rows_of_keys(self.conn, self.prefix, self.namespace, unknown, self.shape)
