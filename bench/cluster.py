@@ -664,7 +664,7 @@ def run_cluster(count: int, options: argparse.Namespace, dialect: str) -> dict[s
     from clawmem.jobs.backend import queue_name
     from clawmem.settings import Settings
     from clawmem.sql.engine import engine_for
-    from clawmem.sql.schema import drop_tables
+    from clawmem.sql.sizes import drop_prefix_tables
     from dashboard.demo import DEMO_ALLOWED_KEY
 
     prefix = f"cl{uuid.uuid4().hex[:6]}_"
@@ -710,7 +710,7 @@ def run_cluster(count: int, options: argparse.Namespace, dialect: str) -> dict[s
         finally:
             for host in hosts:
                 host.stop()
-            drop_tables(engine_for(options.url), prefix)
+            drop_prefix_tables(engine_for(options.url), prefix)  # the vectors table too
             client = redis.Redis.from_url(options.queue_url)
             for key in client.scan_iter(match=f"*{queue_name(settings)}*"):
                 client.delete(key)
