@@ -460,3 +460,34 @@ def test_a_history_opened_before_still_refuses_a_ciphertext_moved_since(sqlite_s
         conn.execute(sa.update(messages).where(messages.c.id == second.id).values(content=first.content))
     with pytest.raises(Undecryptable, match=f"messages row '{second.id}'"):
         log.load("c1")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mysql", "postgres"])
+def test_a_sealed_entry_written_after_recall_first_read_is_recalled_at_the_next_turn(
+    backend: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    # The feed reads a changed row again with the driver's cipher, never as stored text: a
+    # value sealed after the index was built is recalled, not skipped as undecodable.
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    engine, other_engine = (
+        create_engine(sql_url(backend, tmp_path)),
+        create_engine(sql_url(backend, tmp_path)),
+    )
+    create_tables(engine, prefix)
+    try:
+        memory, other = (
+            SqlMemory(engine, prefix=prefix, clock=clock),
+            SqlMemory(other_engine, prefix=prefix, clock=clock),
+        )
+        for driver in (memory, other):
+            driver.use_cipher(sealed_cipher(), prefix)
+        memory.set("first", "black coffee")
+        assert memory.search("tea", 5) == []  # the index is built here
+        memory.set("mine", "green tea")  # written by this process
+        other.set("theirs", "mint tea")  # and by another
+        assert [hit.key for hit in memory.search("tea", 5)] == ["mine", "theirs"]
+        assert SECRET not in raw_rows(engine, prefix)
+    finally:
+        drop_tables(engine, prefix)
+        engine.dispose()
+        other_engine.dispose()

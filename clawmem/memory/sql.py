@@ -373,14 +373,14 @@ class SqlMemory(FeedingMemory):
         marker = self._line.data_version() if own else kv.commit_marker(conn)  # type: ignore[union-attr]
         written = written_log(self._line).position(namespace) if own else (0, 0)
         local = self._deleted.position(namespace)
-        feed = SqlFeed(conn, self.prefix, self.shape, namespace, partial(self.values.read, namespace), held)
+        feed = SqlFeed(conn, self.prefix, self.shape, namespace, self.values, held)
         if cursor is None:
             cursor = SqlCursor(known=None if held is not None else set(), local=local, written=written)
             if own:
                 entries = feed.load(cursor)
             else:  # streamed, which PostgreSQL does only inside a transaction
                 with self.engine.connect() as pooled:
-                    streamed = SqlFeed(pooled, self.prefix, self.shape, namespace, feed.decode, held)
+                    streamed = SqlFeed(pooled, self.prefix, self.shape, namespace, self.values, held)
                     entries = streamed.load(cursor)
             cursor.marker = marker
             return Changes(cursor, entries, reset=True)

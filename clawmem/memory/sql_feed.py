@@ -29,12 +29,12 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from clawmem.codecs import UndecodableValue, warn_unreadable
+from clawmem.codecs import StoredValues, UndecodableValue, warn_unreadable
 from clawmem.records import Changes, FedEntry
 from clawmem.sql import changes, kv
 from clawmem.sql.lenient import as_text, read_expiry, read_value
@@ -150,9 +150,6 @@ def _marks(probe: list[tuple[Any, Any, Any, Any]]) -> dict[str, int]:
     return {as_text(key): hash((stamp, expires, version)) for key, stamp, expires, version in probe}
 
 
-Decoder = Callable[[str, Any], Any]  # (key, stored text) -> value; raises for an undecodable one
-
-
 class _Copy(Collection[str]):
     """The readable keys a copy holds as of this call: ``held`` (the copy as of the last batch)
     with the changes this call found so far."""
@@ -190,11 +187,12 @@ class SqlFeed:
         prefix: str,
         shape: str,
         namespace: str,
-        decode: Decoder,
+        values: StoredValues,
         held: Collection[str] | None = None,
     ) -> None:
         self.conn, self.prefix, self.shape = conn, prefix, shape
-        self.namespace, self.decode = namespace, decode
+        # How the driver's values are stored: every row this feed reads is opened with it.
+        self.namespace, self.values = namespace, values
         self.held = held  # the keys of the copy the batch goes to, for a cursor without its own
         self.changed: dict[str, FedEntry | None] = {}
 
@@ -220,7 +218,7 @@ class SqlFeed:
             if isinstance(updated_at, datetime) and (cursor.newest is None or updated_at > cursor.newest):
                 cursor.newest = updated_at  # an unreadable stamp (another program's row) says nothing
             key = as_text(key)
-            value, problem = read_value(lambda raw, key=key: self.decode(key, raw), text)
+            value, problem = read_value(lambda raw, key=key: self.values.read(self.namespace, key, raw), text)
             if problem is not None:
                 if key not in cursor.unreadable:
                     warn_unreadable(self.namespace, key)
@@ -470,10 +468,10 @@ class SqlFeed:
             self._read_some(cursor, ordered[start : start + KEYS_PER_READ])
 
     def _read_some(self, cursor: SqlCursor, keys: list[str]) -> None:
-        unknown = list(keys)
+        unknown, prefix, namespace, shape = list(keys), self.prefix, self.namespace, self.shape
         while unknown:
             try:
-                rows = kv.rows_of_keys(self.conn, self.prefix, self.namespace, unknown, self.shape)
+                rows = kv.rows_of_keys(self.conn, prefix, namespace, unknown, shape, self.values)
             except UndecodableValue as exc:  # another program's row; recall cannot use it
                 self._unreadable(cursor, exc.key)
                 unknown.remove(exc.key)
