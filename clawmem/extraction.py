@@ -196,10 +196,11 @@ def extract(
 def history(previous: Any, at: datetime | None, metadata: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Return the ``history`` an entry keeps once its value ``previous`` (written ``at``) is
     replaced: what its metadata held before, then it, the last :data:`HISTORY` of them."""
-    kept = list((metadata or {}).get("history") or [])
-    written = (metadata or {}).get("written_at")
+    earlier = metadata if isinstance(metadata, Mapping) else {}
+    kept = [item for item in earlier.get("history") or [] if isinstance(item, Mapping)]
+    written = earlier.get("written_at")
     if written is None and at is not None:
         stamp = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
         written = stamp.isoformat()
     kept.append({"value": previous, "written_at": written})
-    return kept[-HISTORY:]
+    return [dict(item) for item in kept[-HISTORY:]]

@@ -355,3 +355,62 @@ def test_only_extract_with_a_subject_makes_the_call(
 
 def test_extract_is_a_setting() -> None:
     assert Settings.from_env({"CLAW_MEMORY_WRITES": " Extract "}).memory_writes == "extract"
+
+
+def test_an_answer_in_a_code_fence_is_read(
+    lite: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    claw = make_claw(lite, prefix, tmp_path, clock, loopback)
+    loopback.script("Noted.", "```json\n" + json.dumps([{"key": "city", "value": "Lisbon"}]) + "\n```")
+    claw.send("I live in Lisbon.", user_id=USER)
+    assert driver_of(claw).get("city", SUBJECT) == "Lisbon"
+
+
+def test_a_replaced_value_is_sealed_at_rest_with_the_entry(
+    tmp_path: Path, prefix: str, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from clawmem.crypto import generate_key
+    from clawmem.sql.schema import tables
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'sealed.db'}")
+    create_tables(engine, prefix)
+    key = generate_key("k1")
+    claw = make_claw(engine, prefix, tmp_path, clock, loopback, encryption_keys=key)
+    loopback.script("Noted.", facts(("city", "Lisbon")), "Noted.", facts(("city", "Porto")))
+    claw.send("I live in Lisbon.", user_id=USER)
+    clock.advance(60)
+    # The next turn runs in another process, as a site's web workers do.
+    claw = make_claw(engine, prefix, tmp_path, clock, loopback, encryption_keys=key)
+    claw.send("My city is Porto now.", user_id=USER)
+
+    with engine.connect() as conn:
+        value, metadata = conn.execute(
+            sa.select(tables(prefix).memory.c.value, tables(prefix).memory.c.metadata)
+        ).one()
+    assert "Porto" not in value and "Lisbon" not in metadata
+    row = driver_of(claw).entry(SUBJECT, "city")
+    assert row.value == "Porto" and [item["value"] for item in row.metadata["history"]] == ["Lisbon"]
+    # The second extraction was shown the first fact, read back through the cipher.
+    assert extraction_sent(loopback, 3)["known_facts"] == [{"key": "city", "value": "Lisbon"}]
+    engine.dispose()
+
+
+def test_erasing_the_subject_takes_what_was_extracted(
+    engine: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from clawmem import operations
+    from clawmem.site import Site
+    from clawmem.subjects import Subject
+
+    claw = make_claw(engine, prefix, tmp_path, clock, loopback)
+    loopback.script("Noted.", facts(("city", "Lisbon")), "Noted.", facts(("city", "Porto")))
+    first = claw.send("I live in Lisbon.", user_id=USER)
+    claw.send("I moved to Porto.", user_id=USER)
+    assert driver_of(claw).entry(SUBJECT, "city").metadata["history"][0]["value"] == "Lisbon"
+
+    url = engine.url.render_as_string(hide_password=False)
+    site = Site(Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix), clock)
+    operations.erase_subject(site, Subject(user_id=USER))
+
+    assert driver_of(claw).namespaces() == []
+    assert claw.conversations.get(first.conversation_id) is None
