@@ -59,11 +59,13 @@ class BadAnswer(ValueError):
 class Extraction:
     """One turn's extraction: what will be written, what was refused, and what it cost.
 
-    ``facts`` are the checked facts to write (a value redacted in ``redact`` mode); ``refused``
-    the facts the PII guard blocked; ``error`` why nothing was written (a bad answer or a
-    failed call), else ``None``; ``usage`` the call's token usage when reported.
+    ``namespace`` is the subject's, where the facts go; ``facts`` are the checked facts to
+    write (a value redacted in ``redact`` mode); ``refused`` the facts the PII guard blocked;
+    ``error`` why nothing was written (a bad answer or a failed call), else ``None``;
+    ``usage`` the call's token usage when reported; ``findings`` what the guard found.
     """
 
+    namespace: str
     facts: tuple[RememberCall, ...] = ()
     refused: tuple[RememberCall, ...] = ()
     error: str | None = None
@@ -72,10 +74,10 @@ class Extraction:
 
     @property
     def record(self) -> dict[str, Any]:
-        """Return what the turn's assistant row says of the extraction, its fields only when
-        they hold something: the call's ``usage``, the keys it ``wrote`` (in the subject's
-        namespace), the keys ``refused`` and why, what the guard found (never the text), and
-        the ``error`` for which nothing was written."""
+        """Return what the turn's assistant row says of the extraction, its fields but the
+        ``namespace`` only when they hold something: the call's ``usage``, the keys it
+        ``wrote`` (in the ``namespace``), the keys ``refused`` and why, what the guard found
+        (never the text), and the ``error`` for which nothing was written."""
         kept: dict[str, Any] = {
             "usage": dict(self.usage) if self.usage else None,
             "wrote": [fact.key for fact in self.facts],
@@ -83,7 +85,7 @@ class Extraction:
             "findings": [{"pattern": f.pattern, "source": f.source} for f in self.findings],
             "error": self.error,
         }
-        return {name: value for name, value in kept.items() if value}
+        return {"namespace": self.namespace, **{name: value for name, value in kept.items() if value}}
 
 
 def request(user: str, reply: str, known: Sequence[MemoryHit]) -> list[dict[str, str]]:
@@ -182,15 +184,15 @@ def extract(
     except ProviderError as exc:
         reason = "the provider timed out" if "timeout" in str(exc) else "the provider call failed"
         log.warning("memory extraction wrote nothing: %s", reason)
-        return Extraction(error=reason)
+        return Extraction(tool.namespace, error=reason)
     usage = dict(answer.usage) if answer.usage else None
     try:
         facts, refused = check(parse(answer.text), tool)
     except BadAnswer as exc:
         log.warning("memory extraction wrote nothing: %s", exc)
-        return Extraction(error=str(exc), usage=usage)
+        return Extraction(tool.namespace, error=str(exc), usage=usage)
     findings = tuple(f for done in [*facts, *refused] for f in done.findings)
-    return Extraction(tuple(facts), tuple(refused), None, usage, findings)
+    return Extraction(tool.namespace, tuple(facts), tuple(refused), None, usage, findings)
 
 
 def history(previous: Any, at: datetime | None, metadata: Mapping[str, Any] | None) -> list[dict[str, Any]]:

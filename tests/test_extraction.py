@@ -29,7 +29,7 @@ from clawmem.sql.schema import create_tables
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions
 
-pytest_plugins = ["tests.loopback"]
+pytest_plugins = ["tests.loopback", "tests.dashboard_fixtures"]
 
 USER = "ana-7"
 SUBJECT = f"user:{USER}"
@@ -106,6 +106,7 @@ def test_a_fact_extracted_in_turn_1_is_recalled_in_turn_3_of_another_conversatio
     assert assistant.metadata["usage"] == {"prompt_tokens": 101, "completion_tokens": 7, "total_tokens": 108}
     assert assistant.metadata["memory_writing_tokens"] == 109
     assert assistant.metadata["memory_writing"] == {
+        "namespace": SUBJECT,
         "usage": {"prompt_tokens": 102, "completion_tokens": 7, "total_tokens": 109},
         "wrote": ["favourite_colour"],
     }
@@ -414,3 +415,28 @@ def test_erasing_the_subject_takes_what_was_extracted(
 
     assert driver_of(claw).namespaces() == []
     assert claw.conversations.get(first.conversation_id) is None
+
+
+def test_the_conversation_page_shows_the_memory_writing_and_the_entries_written(
+    app: Any, signed_in: Any, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from dashboard import state
+    from tests.dashboard_helpers import page_text
+
+    with app.app_context():
+        settings = state.settings().replace(memory_writes="extract")
+    provider = OpenAICompatibleProvider(loopback.url, "local-model", timeout=10)
+    claw = Claw.from_settings(settings, provider, clock=clock)
+    loopback.script("Teal is a lovely colour.", facts(("favourite_colour", "teal")))
+    reply = claw.send("My favourite colour is teal.", user_id=USER)
+
+    response = signed_in.get(f"/conversations/{reply.conversation_id}")
+    assert response.status_code == 200
+    body = " ".join(page_text(response).split())
+    assert (
+        "billed <strong>108</strong> tokens (prompt 101, completion 7, total 108); "
+        "memory writing <strong>109</strong> tokens" in body
+    )
+    assert "Tokens billed</dt><dd><strong>217</strong>" in body
+    assert "Memory this turn's extraction wrote:" in body
+    assert '<a href="/memory/user:ana-7/entry?key=favourite_colour"><code>favourite_colour</code></a>' in body
