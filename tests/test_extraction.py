@@ -440,3 +440,22 @@ def test_the_conversation_page_shows_the_memory_writing_and_the_entries_written(
     assert "Tokens billed</dt><dd><strong>217</strong>" in body
     assert "Memory this turn's extraction wrote:" in body
     assert '<a href="/memory/user:ana-7/entry?key=favourite_colour"><code>favourite_colour</code></a>' in body
+
+
+def test_the_overview_counts_the_memory_writing_in_its_total_and_its_days(
+    app: Any, signed_in: Any, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from dashboard import state
+    from tests.dashboard_helpers import page_text
+
+    with app.app_context():
+        settings = state.settings().replace(memory_writes="extract")
+    provider = OpenAICompatibleProvider(loopback.url, "local-model", timeout=10)
+    claw = Claw.from_settings(settings, provider, clock=clock)
+    loopback.script("Teal is a lovely colour.", facts(("favourite_colour", "teal")))
+    claw.send("My favourite colour is teal.", user_id=USER)
+
+    body = " ".join(page_text(signed_in.get("/")).split())
+    assert "Tokens billed, over every stored conversation: <strong>217</strong>" in body
+    chart = body.split('id="tokens-chart-title"', 1)[1].split("</figure>", 1)[0]
+    assert '<tr><td>14 Nov</td><td class="num">217</td></tr>' in chart
