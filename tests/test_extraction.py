@@ -459,3 +459,27 @@ def test_the_overview_counts_the_memory_writing_in_its_total_and_its_days(
     assert "Tokens billed, over every stored conversation: <strong>217</strong>" in body
     chart = body.split('id="tokens-chart-title"', 1)[1].split("</figure>", 1)[0]
     assert '<tr><td>14 Nov</td><td class="num">217</td></tr>' in chart
+
+
+def test_the_subject_page_shows_who_wrote_each_entry(
+    app: Any, signed_in: Any, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from dashboard import state
+    from tests.dashboard_helpers import page_text
+
+    with app.app_context():
+        settings = state.settings().replace(memory_writes="extract")
+    provider = OpenAICompatibleProvider(loopback.url, "local-model", timeout=10)
+    claw = Claw.from_settings(settings, provider, clock=clock)
+    loopback.script("Noted.", facts(("city", "Lisbon")), "Noted.", facts(("city", "Porto")))
+    claw.send("I live in Lisbon.", user_id=USER)
+    clock.advance(60)
+    claw.send("My city is Porto now.", user_id=USER)
+    claw.memory.set("plan", "gold", SUBJECT)  # the operator's code: no origin
+
+    body = " ".join(page_text(signed_in.get(f"/subjects/{USER}")).split())
+    assert (
+        '<code>city</code></a> <span class="tag origin">written by extraction</span> '
+        '<span class="muted">(1 earlier value kept)</span>' in body
+    )
+    assert "<code>plan</code></a></td>" in body
