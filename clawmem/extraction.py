@@ -185,6 +185,10 @@ def extract(
         reason = "the provider timed out" if "timeout" in str(exc) else "the provider call failed"
         log.warning("memory extraction wrote nothing: %s", reason)
         return Extraction(tool.namespace, error=reason)
+    except Exception as exc:  # the extraction's boundary: a provider is the caller's code
+        reason = f"the provider call failed ({type(exc).__name__})"
+        log.warning("memory extraction wrote nothing: %s", reason)
+        return Extraction(tool.namespace, error=reason)
     usage = dict(answer.usage) if answer.usage else None
     try:
         facts, refused = check(parse(answer.text), tool)

@@ -483,3 +483,37 @@ def test_the_subject_page_shows_who_wrote_each_entry(
         '<span class="muted">(1 earlier value kept)</span>' in body
     )
     assert "<code>plan</code></a></td>" in body
+
+
+class Scripted:
+    """A provider of the host's own code: replies, then raises during the extraction."""
+
+    name = "scripted"
+    model = "scripted"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def complete(self, messages: Any) -> Any:
+        from clawmem.providers.base import ProviderReply
+
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("secret teal crash")
+        return ProviderReply("Noted.")
+
+
+def test_a_provider_of_the_hosts_code_that_raises_never_fails_the_turn(
+    lite: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = lite.url.render_as_string(hide_password=False)
+    settings = Settings(
+        instance_path=str(tmp_path), database_url=url, table_prefix=prefix, memory_writes="extract"
+    )
+    claw = Claw.from_settings(settings, Scripted(), clock=clock)
+    with caplog.at_level(logging.WARNING, logger="clawmem.extraction"):
+        reply = claw.send("My favourite colour is teal.", user_id=USER)
+    assert reply.text == "Noted."
+    (warning,) = [r for r in caplog.records if r.name == "clawmem.extraction"]
+    assert warning.getMessage() == "memory extraction wrote nothing: the provider call failed (RuntimeError)"
+    assert driver_of(claw).namespaces() == []
