@@ -6,7 +6,9 @@
 4. Compact the history plus the augmented message.
 5. Call the provider. With ``memory_writes="tool"`` and a subject, it is offered ``remember``:
    each round of its calls is checked and answered, and it is called again for its reply
-   (:func:`clawmem.writes.converse`; every call's tokens count for the turn).
+   (:func:`clawmem.writes.converse`; every call's tokens count for the turn). With
+   ``memory_writes="extract"`` and a subject, one extraction call follows the reply
+   (:mod:`clawmem.extraction`); its tokens count for the turn apart, as memory writing.
 6. Append the turn's ``recall`` record (which entries it was given), the ORIGINAL user message,
    the reply, any tool rows and, when compaction fired, its summary as a checkpoint, in one
    :meth:`ConversationLog.append`, which the privacy switch gates.
@@ -14,7 +16,8 @@
 Stored messages are never rewritten: a checkpoint is a new ``summary`` row that the next turn
 loads in place of the messages it covers. The augmented text is never stored (recall happens
 afresh each turn). Nothing is stored when a guard blocks or the provider fails. The facts the
-model asked to remember are written after the append, each attributed to its ``tool`` row.
+model asked to remember are written after the append, each attributed to its ``tool`` row;
+the facts an extraction found, each attributed to the turn's ``assistant`` row.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ from clawmem.conversations import (
 )
 from clawmem.encryption import check_keys
 from clawmem.errors import ConfigError
+from clawmem.extraction import NEAREST, Extraction, extract, history
 from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
-from clawmem.memory.wrappers import set_any
+from clawmem.memory.wrappers import search_any, set_any
 from clawmem.providers.base import Provider, ToolCall, takes_tools
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.sources import Readable, serving_driver
@@ -64,7 +68,8 @@ class Reply:
     (summed over its tool rounds), when it reports one (the compaction's own call is in
     ``compaction.usage``). ``tool_calls`` are the calls left for the host to run; ``remembered``
     the model's ``remember`` calls, each stored or refused, and ``provider_calls`` how many
-    calls the turn made.
+    calls the turn made for its reply. ``extraction`` is the turn's extraction call
+    (``memory_writes="extract"``), ``None`` when none was made.
     """
 
     text: str
@@ -76,6 +81,7 @@ class Reply:
     usage: Mapping[str, int] | None = None
     remembered: tuple[RememberCall, ...] = ()
     provider_calls: int = 1
+    extraction: Extraction | None = None
 
 
 def title_from(message: str) -> str | None:
@@ -190,7 +196,9 @@ class Claw:
     ``memory_writes`` is ``off`` (only code writes memory) or ``tool``: a turn with a subject
     offers the model ``remember`` into the subject's namespace (values up to
     ``max_value_bytes``), which needs a provider whose ``complete`` takes ``tools``; raises
-    :class:`ConfigError` otherwise.
+    :class:`ConfigError` otherwise. ``extract``: a turn with a subject is followed by one
+    extraction call whose facts are written into the subject's namespace; a failed or bad
+    extraction writes nothing and never fails the turn.
     """
 
     def __init__(
@@ -272,6 +280,44 @@ class Claw:
         guard = next((guard for guard in self.guards if isinstance(guard, PiiGuard)), None)
         return RememberTool(subject, reaches, guard, self.max_value_bytes)
 
+    def extraction(self, subject: str | None, user: str, reply: str) -> Extraction | None:
+        """Return the turn's extraction for ``subject``: the one call made and its facts
+        checked, or ``None`` when memory writes are not ``extract``, the turn is anonymous, or
+        the privacy switch holds writes back (nothing could be stored, so nothing is sent)."""
+        if self.memory_writes != "extract" or subject is None:
+            return None
+        _, reaches = serving_driver(self.memory, subject)
+        if not reaches:
+            return None
+        guard = next((guard for guard in self.guards if isinstance(guard, PiiGuard)), None)
+        tool = RememberTool(subject, reaches, guard, self.max_value_bytes)
+        # The model is sent the user message as the turn sent it: redacted where a guard redacts.
+        said = [{"role": "user", "content": user}]
+        for each in self.guards:
+            if isinstance(each, RedactingGuard):
+                said = each.redact_history(said)
+        with self.conversations.cipher.reading():
+            known = search_any(self.memory, f"{user}\n{reply}", NEAREST, subject)  # type: ignore[arg-type]
+        return extract(self.provider, said[0]["content"], reply, known, tool)
+
+    def write_extracted(
+        self, extraction: Extraction, conversation_id: str, message_id: str | None, run_id: str
+    ) -> None:
+        """Write each fact of ``extraction`` into its namespace, attributed to the conversation,
+        the turn's assistant row and the run; a replaced value is kept in ``history``."""
+        for fact in extraction.facts:
+            driver, _ = serving_driver(self.memory, fact.namespace)
+            entry = getattr(driver, "entry", None)
+            before = entry(fact.namespace, fact.key) if entry is not None else None
+            if before is not None and before.value == fact.value:
+                continue  # already known as it stands: nothing changes, nothing to keep
+            origin = attribution(
+                "extract", self.clock, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+            )
+            if before is not None:
+                origin["history"] = history(before.value, before.updated_at, before.metadata)
+            set_any(self.memory, fact.key or "", fact.value, fact.namespace, None, origin)
+
     def write_remembered(
         self,
         remembered: Sequence[RememberCall],
@@ -334,13 +380,21 @@ class Claw:
             answer, remembered, calls = converse(
                 self.provider, compaction.history, self.remember_tool(subject)
             )
+            extraction = self.extraction(subject, message, answer.text)
             # The turn's own calls are billed on its assistant row; a compaction's call stays with
-            # its checkpoint's record, so neither is counted twice.
+            # its checkpoint's record, so neither is counted twice. An extraction's tokens are
+            # billed there too, apart, as memory writing.
             usage = dict(answer.usage) if answer.usage else None
             tokens = billed_tokens(usage)
             billed: dict[str, Any] = {"usage": usage} if usage else {}
             if calls > 1:
                 billed["provider_calls"] = calls
+            if extraction is not None:
+                billed["memory_writing"] = extraction.record
+                writing = billed_tokens(extraction.usage)
+                if writing is not None:
+                    billed["memory_writing_tokens"] = writing
+                    tokens = writing + (tokens or 0)
             added = [
                 *([recall_record(augment)] if self.record_recall else []),
                 Message("user", message, metadata={"job_id": job_id, "run_id": run_id} if job_id else None),
@@ -349,6 +403,7 @@ class Claw:
                 *tool_rows(answer.tool_calls),
             ]
             first_remembered = len(added) - len(answer.tool_calls) - len(remembered)
+            reply_at = first_remembered - 1
             append_options: dict[str, Any] = {}
             if self.checkpoints and compaction.fired and compaction.error is None:
                 added.append(checkpoint(compaction, rows[compaction.start : compaction.boundary]))
@@ -370,6 +425,9 @@ class Claw:
                 # An append the privacy switch held back returns no ids: the entries say so.
                 rows = ids[first_remembered : first_remembered + len(remembered)]
                 self.write_remembered(remembered, conversation_id, _padded(rows, len(remembered)), run_id)
+            if extraction is not None and extraction.facts:
+                reply_id = ids[reply_at] if len(ids) > reply_at else None
+                self.write_extracted(extraction, conversation_id, reply_id, run_id)
         return Reply(
             answer.text,
             conversation_id,
@@ -380,6 +438,7 @@ class Claw:
             answer.usage,
             tuple(remembered),
             calls,
+            extraction,
         )
 
 

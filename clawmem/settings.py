@@ -19,11 +19,10 @@ from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
 ENV_PREFIX = "CLAW_"
 # The modes of clawmem.guards.PiiGuard (named here so that settings stand below the guards).
 PII_GUARD_MODES = ("block", "redact", "warn", "off")
-# Who writes memory entries besides the operator's code (SPEC 1): nobody (phpClaw), or the model
-# through a `remember` tool offered in each turn (clawmem.writes). Extraction after a turn is
-# named in SPEC 1 but not built, so it is refused with its own line rather than as unknown.
-MEMORY_WRITES_MODES = ("off", "tool")
-UNBUILT_MEMORY_WRITES = ("extract",)
+# Who writes memory entries besides the operator's code (SPEC 1): nobody (phpClaw), the model
+# through a `remember` tool offered in each turn (clawmem.writes), or one extraction call after
+# each turn (clawmem.extraction).
+MEMORY_WRITES_MODES = ("off", "tool", "extract")
 # The shapes of the three tables (SPEC 4.8): ours, and the one phpClaw's WordPress plugin writes.
 CLAWMEM_SCHEMA = "clawmem"
 PHPCLAW_SCHEMA = "phpclaw-wordpress"
@@ -142,19 +141,13 @@ def display_zone(name: str) -> ZoneInfo:
 
 
 def check_memory_writes(mode: str) -> str:
-    """Return ``mode`` if ``CLAW_MEMORY_WRITES`` may take it (``off`` or ``tool``).
+    """Return ``mode`` if ``CLAW_MEMORY_WRITES`` may take it (``off``, ``tool`` or ``extract``).
 
-    Raises :class:`ConfigError` in one line listing the allowed values; ``extract`` gets a line
-    of its own, since SPEC 1 names it but this release does not build it.
+    Raises :class:`ConfigError` in one line listing the allowed values.
     """
     if mode in MEMORY_WRITES_MODES:
         return mode
     allowed = ", ".join(MEMORY_WRITES_MODES)
-    if mode in UNBUILT_MEMORY_WRITES:
-        raise ConfigError(
-            f"{ENV_PREFIX}MEMORY_WRITES={mode} (an extraction call after each turn) is not available in "
-            f"this release; use one of {allowed}"
-        )
     raise ConfigError(f"{ENV_PREFIX}MEMORY_WRITES must be one of {allowed}, got {mode!r}")
 
 

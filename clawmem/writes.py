@@ -8,8 +8,9 @@ saved, so a turn that fails stores no fact either. No tool here deletes or expir
 deletion stays in the CLI.
 
 Attribution is the entry's metadata (on drivers that keep metadata: the sql driver on
-clawmem's tables): where the fact came from (``origin`` ``tool``, or ``mcp`` for the MCP
-server's ``remember``), the conversation and message that wrote it, the run, and when.
+clawmem's tables): where the fact came from (``origin`` ``tool``, ``mcp`` for the MCP
+server's ``remember``, or ``extract`` for a turn's extraction, see :mod:`clawmem.extraction`),
+the conversation and message that wrote it, the run, and when.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, encode_value, validate_key
 REMEMBER = "remember"
 # Rounds of tool calls one turn may run before its reply: each round is one more provider call.
 MAX_TOOL_ROUNDS = 3
-ORIGINS = ("tool", "mcp")
+ORIGINS = ("tool", "mcp", "extract")
 
 REMEMBER_TOOL = ToolSpec(
     name=REMEMBER,
@@ -67,8 +68,8 @@ def attribution(
     message_id: str | None = None,
     run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Return the metadata that says where a written entry came from: its ``origin`` (``tool``
-    or ``mcp``), the conversation and message that wrote it (``None`` when there was none), the
+    """Return the metadata that says where a written entry came from: its ``origin`` (``tool``,
+    ``mcp`` or ``extract``), the conversation and message that wrote it (``None`` when there was none), the
     run, and ``written_at`` (ISO 8601, UTC, from ``clock``). Raises ``ValueError`` for an
     unknown origin."""
     if origin not in ORIGINS:

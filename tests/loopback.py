@@ -23,13 +23,23 @@ def calls(*items: dict[str, Any], content: str | None = None) -> dict[str, Any]:
     return {"role": "assistant", "content": content, "tool_calls": list(items)}
 
 
+HANG = {"hang": True}
+
+
+def failing(status: int) -> dict[str, Any]:
+    """Return a scripted answer that is the HTTP error ``status`` instead of a reply."""
+    return {"status": status}
+
+
 class LoopbackCompletions:
     """Answers every ``POST …/chat/completions`` and keeps the raw body of every request.
 
     Each answer is the next scripted one (:meth:`script`: a reply text, or an assistant message
     such as :func:`calls` makes), and once the script is spent ``reply``. The usage of the n-th
     call (from 1) is ``prompt_tokens`` 100 + n, ``completion_tokens`` 7 and ``total_tokens``
-    their sum, so each call's usage can be told apart.
+    their sum, so each call's usage can be told apart. Two scripted answers are not replies:
+    :data:`HANG` answers nothing until the server stops (the client times out), and
+    ``failing(status)`` answers with that HTTP error status.
     """
 
     def __init__(self, reply: str = "Noted.") -> None:
@@ -37,6 +47,7 @@ class LoopbackCompletions:
         self.bodies: list[str] = []
         self.scripted: list[str | dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,6 +60,12 @@ class LoopbackCompletions:
                     server.bodies.append(raw)
                     number = len(server.bodies)
                     answer = server.scripted.pop(0) if server.scripted else server.reply
+                if answer == HANG:
+                    server._stopping.wait()
+                    return
+                if isinstance(answer, dict) and "status" in answer:
+                    self.send_error(answer["status"])
+                    return
                 if isinstance(answer, str):
                     answer = {"role": "assistant", "content": answer}
                 payload = json.dumps(
@@ -98,6 +115,7 @@ class LoopbackCompletions:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self._thread.join(timeout=10)

@@ -391,8 +391,8 @@ def test_tool_mode_needs_a_provider_that_takes_tools(tmp_path: Path, clock: Fake
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("sometimes", "CLAW_MEMORY_WRITES must be one of off, tool, got 'sometimes'"),
-        ("extract", "CLAW_MEMORY_WRITES=extract (an extraction call after each turn) is not available"),
+        ("sometimes", "CLAW_MEMORY_WRITES must be one of off, tool, extract, got 'sometimes'"),
+        ("delete", "CLAW_MEMORY_WRITES must be one of off, tool, extract, got 'delete'"),
     ],
 )
 def test_an_unknown_setting_fails_at_start_up_in_one_line(raw: str, message: str) -> None:

@@ -469,3 +469,33 @@ def test_erase_stops_in_one_line_when_a_turn_still_runs_and_deletes_nothing_more
         assert code == 0, output + errors
     assert queue.site.conversations.get("earlier-7") is None
     assert queue.site.conversations.get(conversation_id) is None
+
+
+def test_a_queued_turn_extracts_its_facts_on_the_worker(site: dict[str, Any]) -> None:
+    from clawmem.memory.registry import open_memory
+    from clawmem.recall.sources import serving_driver
+    from tests.loopback import LoopbackCompletions
+
+    provider = LoopbackCompletions().start()
+    try:
+        answer = json.dumps({"facts": [{"key": "parcel", "value": "parcel 7 goes to the office"}]})
+        provider.script("It is on its way.", answer)
+        queue = TurnQueue.from_settings(site["settings"])
+        job_id = queue.enqueue("Send parcel 7 to my office.", user_id="cust-1")
+        env = {
+            "CLAW_PROVIDER_FACTORY": "tests.job_providers:loopback",
+            "CLAWTEST_PROVIDER_URL": provider.url,
+            "CLAW_MEMORY_WRITES": "extract",
+        }
+        with worker(site, "extracting", **env):
+            wait_for(finished(queue, [job_id]), "the extracting turn", site)
+    finally:
+        provider.stop()
+    record = queue.job(job_id)
+    assert record.status == "done" and len(provider.bodies) == 2  # the reply, then one extraction
+    driver, _ = serving_driver(open_memory(site["settings"], FakeClock(0)), "user:cust-1")
+    row = driver.entry("user:cust-1", "parcel")  # type: ignore[attr-defined]
+    assert row.value == "parcel 7 goes to the office"
+    assert row.metadata["origin"] == "extract" and row.metadata["conversation_id"] == record.conversation_id
+    assert row.metadata["run_id"] == record.run_id
+    assert queue.site.conversations.get(record.conversation_id).total_tokens == 108 + 109

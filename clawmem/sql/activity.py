@@ -190,8 +190,9 @@ def tokens_per_day(
     billed: Callable[[Mapping[str, Any] | None], int | None],
 ) -> list[int | None]:
     """Return the tokens billed in each interval of ``edges``: the sum of ``billed(usage)`` over
-    the assistant rows written then whose metadata holds a usage, ``None`` for an interval where
-    no row reported one ("not reported", never 0). One range read on the messages' time index."""
+    the assistant rows written then whose metadata holds a usage, with a turn's extraction call
+    (its ``memory_writing_tokens``), ``None`` for an interval where no row reported one ("not
+    reported", never 0). One range read on the messages' time index."""
     if len(edges) < 2:
         return []
     return _billed_per_day(
@@ -205,9 +206,11 @@ def _billed_per_day(
     """Return :func:`tokens_per_day` of ``rows`` (``created_at``, ``metadata``) already read."""
     found: list[int | None] = [None] * (len(edges) - 1)
     for created_at, metadata in rows:
-        tokens = billed(_usage(metadata))
-        if tokens is None or not isinstance(created_at, datetime):
+        decoded = _decoded(metadata)
+        reply, writing = billed(_usage(decoded)), _writing(decoded)
+        if (reply is None and writing is None) or not isinstance(created_at, datetime):
             continue
+        tokens = (reply or 0) + (writing or 0)
         day = bisect.bisect_right(edges, created_at) - 1
         if 0 <= day < len(found):
             found[day] = (found[day] or 0) + tokens
@@ -229,15 +232,25 @@ def _reported_select(prefix: str) -> sa.Select[Any]:
     return sa.select(messages.c.created_at, messages.c.metadata).where(_reported_rows(prefix))
 
 
-def _usage(metadata: Any) -> Mapping[str, Any] | None:
-    # Another program may have written anything into the column: what is no JSON object holding
-    # a usage object reports nothing.
+def _decoded(metadata: Any) -> dict[str, Any] | None:
+    # Another program may have written anything into the column: what is no JSON object reports
+    # nothing.
     try:
         decoded = json.loads(metadata) if isinstance(metadata, str) else None
     except ValueError:
         return None
-    usage = decoded.get("usage") if isinstance(decoded, dict) else None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def _usage(decoded: dict[str, Any] | None) -> Mapping[str, Any] | None:
+    usage = decoded.get("usage") if decoded is not None else None
     return usage if isinstance(usage, dict) else None
+
+
+def _writing(decoded: dict[str, Any] | None) -> int | None:
+    # The tokens of the turn's extraction call (clawmem.extraction), billed apart from its reply.
+    tokens = decoded.get("memory_writing_tokens") if decoded is not None else None
+    return tokens if type(tokens) is int and tokens >= 0 else None
 
 
 @functools.cache

@@ -352,10 +352,15 @@ def _checkpoint(message: StoredMessage | MessageSize, positions: dict[str, int])
 
 class Billed(NamedTuple):
     """What an assistant row's provider call was billed: ``tokens`` (``None``: not reported)
-    and the usage's parts, as the page says them."""
+    and the usage's parts, as the page says them; with an extraction after the turn, what it
+    cost (``memory_writing``, ``None``: not reported) and the entries it wrote, each with its
+    key and the link to it."""
 
     tokens: int | None
     usage: str
+    extracted: bool = False
+    memory_writing: int | None = None
+    wrote: tuple[dict[str, str], ...] = ()
 
 
 class MessageRow(NamedTuple):
@@ -418,9 +423,23 @@ def _billed(message: StoredMessage) -> Billed | None:
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else None
     parts = {name: value for name, value in (usage or {}).items() if type(value) is int}
+    # Another program may have written anything here: only a whole count and text keys are used.
+    writing = metadata.get("memory_writing")
+    record = writing if isinstance(writing, dict) else {}
+    namespace = record.get("namespace")
+    keys = record.get("wrote") if isinstance(record.get("wrote"), list) else []
+    wrote = tuple(
+        {"key": key, "url": url_for("memory.entry", namespace=namespace, key=key)}
+        for key in keys
+        if isinstance(key, str) and isinstance(namespace, str)
+    )
+    tokens = metadata.get("memory_writing_tokens")
     return Billed(
         billed_tokens(usage),
         ", ".join(f"{name.removesuffix('_tokens')} {value}" for name, value in parts.items()),
+        bool(record),
+        tokens if type(tokens) is int and tokens >= 0 else None,
+        wrote,
     )
 
 

@@ -20,6 +20,7 @@ from clawmem.recall.words import text_of
 from clawmem.records import MemoryRow
 from clawmem.rules import ttl_state, validate_namespace
 from clawmem.subjects import subject_of_namespace
+from clawmem.writes import ORIGINS
 from dashboard import state
 from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT, moment_text
 from dashboard.views.downloads import download as download_response
@@ -125,9 +126,21 @@ def _subject_url(subject: str | None) -> str | None:
     return url_for("subjects.detail", user_id=subject) if subject else None
 
 
+def origin_of(metadata: Any) -> tuple[str | None, int]:
+    """Return who wrote an entry, from its metadata's attribution (``tool``, ``mcp`` or
+    ``extract``; ``None`` when it names none: the operator's code), and how many earlier values
+    it keeps (an extraction keeps the last few it replaced)."""
+    described = metadata if isinstance(metadata, dict) else {}
+    origin = described.get("origin")
+    history = described.get("history")
+    return (origin if origin in ORIGINS else None), (len(history) if isinstance(history, list) else 0)
+
+
 def entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
-    """Return one entry as a list row shows it: key, link, TTL state, size, text and times."""
+    """Return one entry as a list row shows it: key, link, TTL state, size, text, times, and
+    who wrote it (:func:`origin_of`)."""
     status, words = ttl_label(row.expires_at, now)
+    origin, replaced = origin_of(row.metadata)
     return {
         "namespace": row.namespace,
         "key": row.key,
@@ -139,6 +152,8 @@ def entry_row(row: MemoryRow, now: int) -> dict[str, Any]:
         "updated_at": row.updated_at or (UNREADABLE_TIME if row.raw_updated_at is not None else None),
         "expires_at": row.expires_at,
         "unreadable": row.unreadable,
+        "origin": origin,
+        "replaced": replaced,
     }
 
 

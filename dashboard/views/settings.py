@@ -33,7 +33,7 @@ MEANINGS = {
     "SUBJECT_NAMESPACE": "where a subject's own facts live; recall reads it, export and erase take it whole",
     "COMPACT_PERSIST": "keep each compaction summary as a checkpoint, so no message is summarised twice",
     "PII_GUARD": "what personal data in a turn does: block, redact, warn or off",
-    "MEMORY_WRITES": "who writes memory besides code: off, or tool (the model's remember, per subject)",
+    "MEMORY_WRITES": "who writes memory besides code: off, tool (the model's remember) or extract",
     "PII_ALLOW_KEYS": "memory keys whose contact details never block or redact (comma-separated)",
     "SCHEMA": "shape of the three tables: clawmem, or phpclaw-wordpress (phpClaw's own tables)",
     "RECALL_SCORING": "how recall scores: clawmem, or phpclaw (phpClaw's own scoring, byte for byte)",
