@@ -323,6 +323,52 @@ def test_a_chunk_of_both_formats_decodes_each_row_by_its_own():
     assert np.array_equal(held.codes[1::2], quantise(vectors[1::2]).codes)
 
 
+def _to_float32_format(settings: Settings, namespace: str) -> None:
+    """Rewrite every vector of ``namespace`` as a store held it before int8 codes (sealed
+    again when encryption is on), as an older clawmem left it."""
+    backing = Site(settings).driver.vector_backing()
+    ((model, dimension),) = backing.models()
+    rows = list(backing.rows(namespace))
+    held, _, ok = decode_chunk([text for _, _, text in rows], [p for _, p, _ in rows], dimension)
+    assert ok.all()
+    vectors = unit(held_rows(held))
+    old = [
+        (key, printed, _float32_text(vector)) for (key, printed, _), vector in zip(rows, vectors, strict=True)
+    ]
+    backing.save(namespace, model, dimension, old)
+
+
+@pytest.mark.parametrize("keys", ["", OLD], ids=["plain", "sealed"])
+def test_a_store_of_float32_vectors_is_read_until_embed_replace_rewrites_it(make_settings, clock, keys):
+    settings = make_settings(ENCRYPTION_KEYS=keys)
+    claw = claw_of(settings, clock)
+    for key, text in ENTRIES.items():
+        claw.memory.set(key, text, namespace="default")
+    _to_float32_format(settings, "default")
+    backing = Site(settings).driver.vector_backing()
+    assert not any(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
+
+    restart()
+    result = claw_of(settings, clock).augmenter.augment("where did she move")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"  # read, never refused
+    assert last_embedder().texts == ["where did she move"]
+    assert result.decisions[0].key == "toronto"
+
+    site = Site(settings, clock)
+    done = cli(site, "embed", "--embedder", COUNTING, "--replace")
+    assert done.exit_code == 0, done.output
+    assert "rewrote 3 vectors of the float32 format as int8 codes" in done.output
+    assert all(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
+    assert all(text.startswith("cm1$old1$") == bool(keys) for _, _, text in backing.stored("default"))
+    assert "rewrote" not in cli(site, "embed", "--embedder", COUNTING, "--replace").output  # once
+    restart()
+    result = claw_of(settings, clock).augmenter.augment("where did she move")
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert last_embedder().texts == ["where did she move"]  # nothing embedded again
+    assert result.decisions[0].key == "toronto"
+
+
 def test_uninstall_removes_the_file_drivers_vectors_with_its_files(tmp_path, prefix, clock):
     settings = Settings.from_mapping(
         {
