@@ -145,7 +145,7 @@ def main() -> None:
             f"  weighted / overlap   {median['weighted'] / median['clawmem']:.2f}x wall, "
             f"{median_cpu['weighted'] / median_cpu['clawmem']:.2f}x CPU"
         )
-    print(f"  vectors: {per_entry / 1024:.2f} KB RSS per entry (512 float32 = 2.0 KB)")
+    print(f"  vectors: {per_entry / 1024:.2f} KB RSS per entry (held as 512 int8 codes and a scale, 0.5 KB)")
 
 
 if __name__ == "__main__":

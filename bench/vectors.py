@@ -1,19 +1,21 @@
 """The vectors held for recall at N entries, as a restarted worker loads them from the table.
 
-It writes N random unit vectors of 512 float32 (what the bundled encoder makes) into the vectors
-table of a fresh SQLite database, the way ``clawmem embed`` does (a transaction per batch), then
-loads them the way a worker's first semantic turn does (:class:`PersistedVectors`), and prints
-the RSS growth per entry over that load, the load time, one cosine pass over every entry, and
+It writes N random unit vectors of 512 dimensions (what the bundled encoder makes) into the
+vectors table of a fresh SQLite database, the way ``clawmem embed`` does (a transaction per
+batch), as int8 codes or, with ``--float32``, in the format before them, then loads them the
+way a worker's first semantic turn does (:class:`PersistedVectors`), and prints the RSS growth
+per entry over that load, the load time (wall and CPU), one cosine pass over every entry, and
 what following the memory table's change feed and the vectors' row count costs a turn when
 nothing changed.
 Never part of the test suite.
 
-    .venv/bin/python -m bench.vectors [--size 100000]
+    .venv/bin/python -m bench.vectors [--size 100000] [--float32]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import json
 import tempfile
@@ -29,7 +31,7 @@ from bench.recall import rss_bytes
 from clawmem.ids import new_id
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.sql_vectors import SqlVectorBacking
-from clawmem.recall.embeddings import text_print, unit
+from clawmem.recall.embeddings import held_cosines, text_print, unit
 from clawmem.recall.persisted import PersistedVectors, print_text
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
@@ -44,6 +46,11 @@ class Fixed:
 
     def embed(self, texts):
         raise AssertionError("a loaded store embeds nothing")
+
+
+def float32_text(vector: np.ndarray) -> str:
+    """Return a vector as stores held it before int8 codes: base64 of little-endian float32."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
 def memory_rows(engine: Any, size: int) -> None:
@@ -71,6 +78,9 @@ def memory_rows(engine: Any, size: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument(
+        "--float32", action="store_true", help="write the float32 format a store held before int8 codes"
+    )
     options = parser.parse_args()
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as folder:
@@ -86,7 +96,8 @@ def main() -> None:
             for n in range(first, min(first + 1000, options.size)):
                 key = f"k{n:07d}"
                 vector = unit(rng.standard_normal(512).astype(np.float32))
-                rows.append((key, print_text(text_print(f"text {n}")), writer._encode("bench", key, vector)))
+                text = float32_text(vector) if options.float32 else writer._encode("bench", key, vector)
+                rows.append((key, print_text(text_print(f"text {n}")), text))
             backing.save("bench", Fixed.model_id, Fixed.dimension, rows)
         written = time.perf_counter() - start
         del writer
@@ -95,24 +106,26 @@ def main() -> None:
         backing.models()
         gc.collect()
         before = rss_bytes()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         store = PersistedVectors(Fixed(), backing)
         held = store.count("bench")
-        loaded = time.perf_counter() - start
+        loaded, loaded_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         gc.collect()
         per_entry = (rss_bytes() - before) / options.size
         query = unit(rng.standard_normal(512).astype(np.float32))
         space = store._space("bench")
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(20):
-            space.matrix[: space.size] @ query
+            held_cosines(space.matrix[: space.size], space.scales[: space.size], query)
         cosine_pass = (time.perf_counter() - start) / 20 * 1000
-        print(f"{held} vectors of 512 float32 (the machine is shared)")
+        cosine_cpu = (time.process_time() - start_cpu) / 20 * 1000
+        stored_as = "float32 base64 text" if options.float32 else "int8 codes"
+        print(f"{held} vectors of 512 dimensions, stored as {stored_as} (the machine is shared)")
         print(f"  written in {written:.1f} s ({options.size // 1000} transactions of 1,000)")
-        print(f"  loaded in {loaded:.1f} s by a restarted worker")
+        print(f"  loaded in {loaded:.1f} s ({loaded_cpu:.1f} s CPU) by a restarted worker")
         arrays = store.nbytes() / held
         print(f"  {per_entry / 1024:.2f} KB RSS per entry held ({arrays:.0f} B of it arrays)")
-        print(f"  one cosine pass over all: {cosine_pass:.1f} ms")
+        print(f"  one cosine pass over all: {cosine_pass:.1f} ms ({cosine_cpu:.1f} ms CPU)")
         driver = SqlMemory(engine)
         store.follow(driver.changes, "bench", 0)  # the first turn's full read of the feed
         start = time.perf_counter()

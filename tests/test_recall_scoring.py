@@ -20,7 +20,7 @@ from clawmem.prompt import INJECTED
 from clawmem.recall import MessageAugmenter, weighted_index
 from clawmem.recall import fusion as fusion_module
 from clawmem.recall import index as index_module
-from clawmem.recall.embeddings import VectorStore, _reaching, unit
+from clawmem.recall.embeddings import VectorStore, _reaching, held_cosines, held_rows, quantise, unit
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.scoring import weighted_scan
@@ -157,8 +157,9 @@ def test_weighted_lets_a_rare_word_outweigh_common_ones():
 
 
 def _cosines(embedder, message, texts):
+    """Cosines of the vectors as a store holds them (int8 codes and a scale, in float64 here)."""
     q = embedder.embed([message])[0]
-    rows = embedder.embed(texts)
+    rows = held_rows(quantise(unit(embedder.embed(texts)))) if texts else []
     out = []
     for row in rows:
         denominator = np.linalg.norm(q) * np.linalg.norm(row)
@@ -239,12 +240,15 @@ def test_the_nearest_held_vectors_equal_a_full_sort_at_any_size(size, texts, cou
     entries = [(f"k{n:05d}", f"word{n % texts} other{n % 7}") for n in range(size)]
     store.embed_missing("n", entries, batch=1024)
     query = store.query("word1 other2")
-    cosines = unit(store.embedder.embed([text for _, text in entries])) @ query
+    exact = unit(store.embedder.embed([text for _, text in entries])) @ query
+    cosines = held_cosines(*quantise(unit(store.embedder.embed([text for _, text in entries]))), query)
     rounded = np.round(cosines, 5)
     expected = sorted(range(size), key=lambda n: (-rounded[n], entries[n][0]))[:count]
     found = store.nearest("n", query, count, 5)
     assert [key for key, _, _ in found] == [entries[n][0] for n in expected]
-    assert [cosine for _, _, cosine in found] == pytest.approx([cosines[n] for n in expected], abs=1e-6)
+    assert [cosine for _, _, cosine in found] == [float(cosines[n]) for n in expected]
+    # int8 codes keep a cosine within half a step a dimension: sqrt(16) / 254 at most, here
+    assert [cosine for _, _, cosine in found] == pytest.approx([exact[n] for n in expected], abs=0.016)
 
 
 def test_held_vectors_of_an_old_text_or_a_gone_entry_are_not_used():

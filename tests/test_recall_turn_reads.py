@@ -276,14 +276,18 @@ def test_the_first_semantic_candidates_equal_the_full_reads_at_any_cut(size, tex
 
 
 class _Table:
-    """An embedder of three texts, in two dimensions: the message ``q`` along the first axis,
-    and two texts at the cosines to it given (as float32 holds them once made unit)."""
+    """An embedder of three texts, in three dimensions: the message ``q`` along the first axis,
+    and two texts at the cosines to it given, each the largest part of its row (so that its
+    int8 code is 127, and the cosine held is the one given)."""
 
     model_id = "table"
-    dimension = 2
+    dimension = 3
 
     def __init__(self, cosines: dict[str, float]) -> None:
-        self.rows = {"q": (1.0, 0.0)} | {text: (c, math.sqrt(1 - c * c)) for text, c in cosines.items()}
+        rest = {text: math.sqrt((1 - c * c) / 2) for text, c in cosines.items()}
+        self.rows = {"q": (1.0, 0.0, 0.0)} | {
+            text: (c, rest[text], rest[text]) for text, c in cosines.items()
+        }
 
     def embed(self, texts: Any) -> Any:
         import numpy as np
@@ -294,19 +298,24 @@ class _Table:
 def test_a_cut_of_the_nearest_vectors_never_drops_a_candidate_pythons_rounding_puts_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """float32's rounding puts 0.613894999 at 0.61390 and 0.613894939 at 0.61389, Python's both
+    """float32's rounding puts 0.613894999 at 0.61390 and 0.613894880 at 0.61389, Python's both
     at 0.61389, where the key decides: the vectors' first 30 are all of the higher one, yet the
     first candidate is the other, of the lowest key, in ``semantic`` and in ``hybrid``. (Ties at
     a cut are all taken; a cut by another rounding may still fall between two that tie.)"""
+    import numpy as np
+
     from clawmem.memory.array import ArrayMemory
 
     memory = ArrayMemory()
     memory.set("a", "lower", "n")
     for number in range(30):
         memory.set(f"c{number:02d}", "higher", "n")
-    scorer = SemanticScorer(_Table({"lower": 0.6138949394226074, "higher": 0.6138949990272522}))
+    scorer = SemanticScorer(_Table({"lower": 0.6138948798179626, "higher": 0.6138949990272522}))
     store = scorer.store_for(memory)
     store.embed_missing("n", list(memory.all("n").items()))
+    held = store.cosines("n", [("a", "lower"), ("c00", "higher")], store.query("q"))
+    assert [round(c, 5) for c in held] == [0.61389, 0.61389]  # the premise, as the vectors are held
+    assert np.round(np.float32(held), 5).tolist() == pytest.approx([0.61389, 0.6139])
     nearest = store.nearest("n", store.query("q"), 3 + MARGIN, 5)  # what a first cut of 3 takes
     assert [key for key, _, _ in nearest] == [f"c{n:02d}" for n in range(3 + MARGIN)]
     got = scorer.semantic(memory, "q", ["n"], 0).first(3)

@@ -30,8 +30,9 @@ from clawmem.clock import FakeClock
 from clawmem.errors import EmbeddingMismatch
 from clawmem.memory.sql import SqlMemory
 from clawmem.recall import MessageAugmenter
-from clawmem.recall.embeddings import _Space
+from clawmem.recall.embeddings import _Space, held_rows, quantise
 from clawmem.recall.fusion import SemanticScorer
+from clawmem.recall.persisted import CODES_MARK
 from clawmem.recall.words import text_of
 from clawmem.settings import Settings
 from clawmem.site import Site
@@ -397,8 +398,10 @@ def test_the_bundled_encoder_embeds_to_the_table_with_sockets_blocked(
             sa.select(table.c.model_id, table.c.dimension, table.c.vector)
         ).first()
     assert model.startswith("usem3-") and dimension == 512
-    vector = np.frombuffer(base64.b64decode(stored), dtype="<f4")
-    assert vector.shape == (512,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+    assert stored.startswith(CODES_MARK) and len(stored) == len(CODES_MARK) + 688  # 516 bytes
+    raw = base64.b64decode(stored[len(CODES_MARK) :])
+    vector = np.frombuffer(raw[4:], dtype=np.int8) * np.frombuffer(raw[:4], dtype="<f4")[0]
+    assert vector.shape == (512,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-2
     del memory
 
 
@@ -439,7 +442,9 @@ def test_the_held_vectors_equal_a_dict_model(operations):
         for key, row in zip(probe, rows, strict=True):
             if key in model:
                 assert int(space.prints[row]) == model[key][0]
-                assert space.matrix[row].tolist() == model[key][1]
+                held = held_rows(space.held(np.array([row])))[0]
+                assert held.tolist() == held_rows(quantise(np.array([model[key][1]])))[0].tolist()
+                assert held.tolist() == pytest.approx(model[key][1], abs=max(map(abs, model[key][1])) / 254)
             else:
                 assert row == -1
 

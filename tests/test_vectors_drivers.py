@@ -24,7 +24,8 @@ from clawmem.crypto import generate_key
 from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.recall import fusion
-from clawmem.recall.persisted import _decode_rows, decode_chunk, print_text
+from clawmem.recall.embeddings import held_rows, quantise, unit
+from clawmem.recall.persisted import CODES_MARK, decode_chunk, encode_vector, print_of, print_text
 from clawmem.rotation import rotate
 from clawmem.settings import Settings
 from clawmem.site import Site
@@ -263,37 +264,109 @@ def test_a_vector_under_a_dropped_key_is_embedded_again_cleanly(make_settings, c
     assert last_embedder().texts == ["green tea"]
 
 
+def _float32_text(vector: np.ndarray) -> str:
+    """A vector text of the format before int8 codes: base64 of little-endian float32."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+
+
+@pytest.mark.parametrize("form", ["float32", "codes"])
 @pytest.mark.parametrize("dimension", [5, 6, 16, 512])
-def test_a_chunk_decodes_as_its_rows_do_one_by_one(dimension):
-    """The load's one-call decode reads exactly what a row-by-row read does, refusing the same
-    rows: a short one, an empty one, a non-finite one, a bad print, a character outside base64,
-    padding inside a row."""
+def test_a_chunk_decodes_as_its_rows_do_one_by_one(dimension, form):
+    """The load's one-call decode reads exactly what a row-by-row read does, in either format,
+    refusing the same rows: a short one, an empty one, a non-finite one, a bad print, a
+    character outside base64, padding inside a row."""
     rng = np.random.default_rng(dimension)
-    vectors = rng.standard_normal((40, dimension)).astype(np.float32)
-    nan = base64.b64encode(np.full(dimension, np.nan, "<f4")).decode()
-    good = [base64.b64encode(vector.astype("<f4").tobytes()).decode() for vector in vectors]
+    vectors = unit(rng.standard_normal((40, dimension)).astype(np.float32))
+    if form == "float32":
+        mark, encode = "", _float32_text
+        nan = _float32_text(np.full(dimension, np.nan))
+        expected = quantise(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    else:
+        mark, encode = CODES_MARK, encode_vector
+        nan = CODES_MARK + base64.b64encode(np.float32(np.nan).tobytes() + bytes(dimension)).decode()
+        expected = quantise(vectors)
+    good = [encode(vector) for vector in vectors]
+    after = len(mark)  # where the base64 begins
     prints = [print_text(int(value)) for value in rng.integers(-(2**62), 2**62, 40)]
     spoiled = [
         lambda texts, prints: texts.__setitem__(3, texts[3][:-4]),
         lambda texts, prints: texts.__setitem__(9, ""),
         lambda texts, prints: texts.__setitem__(11, nan),
         lambda texts, prints: prints.__setitem__(7, "abc"),
-        lambda texts, prints: texts.__setitem__(5, "!" + texts[5][1:]),
-        lambda texts, prints: texts.__setitem__(13, texts[13][:2] + "=" + texts[13][3:]),
-        lambda texts, prints: texts.__setitem__(15, "é" + texts[15][1:]),
+        lambda texts, prints: texts.__setitem__(5, mark + "!" + texts[5][after + 1 :]),
+        lambda texts, prints: texts.__setitem__(13, texts[13][: after + 2] + "=" + texts[13][after + 3 :]),
+        lambda texts, prints: texts.__setitem__(15, mark + "é" + texts[15][after + 1 :]),
     ]
     for spoil in [None, *spoiled]:
         texts, chunk_prints = list(good), list(prints)
         if spoil is not None:
             spoil(texts, chunk_prints)
-        fast = decode_chunk(texts, chunk_prints, dimension)
-        slow = _decode_rows(texts, chunk_prints, dimension)
-        assert fast[2].tolist() == slow[2].tolist()
-        assert fast[0].flags.writeable  # normalised in place as it is held
-        assert np.array_equal(fast[0][fast[2]], slow[0][slow[2]])
-        assert fast[1][fast[2]].tolist() == slow[1][slow[2]].tolist()
-        assert int(fast[2].sum()) == (40 if spoil is None else 39)
-        assert np.array_equal(fast[0][fast[2]], vectors[fast[2]])
+        held, printed, ok = decode_chunk(texts, chunk_prints, dimension)
+        one_by_one = [
+            decode_chunk([text], [p], dimension) for text, p in zip(texts, chunk_prints, strict=True)
+        ]
+        assert ok.tolist() == [bool(row[2][0]) for row in one_by_one]
+        assert int(ok.sum()) == (40 if spoil is None else 39)
+        assert np.array_equal(held.codes[ok], expected.codes[ok])
+        assert np.array_equal(held.scales[ok], expected.scales[ok])
+        assert printed[ok].tolist() == [print_of(p) for p, fits in zip(chunk_prints, ok, strict=True) if fits]
+
+
+def test_a_chunk_of_both_formats_decodes_each_row_by_its_own():
+    """A store half converted (another worker wrote today's format beside older rows) loads as one."""
+    vectors = unit(np.random.default_rng(3).standard_normal((10, 8)).astype(np.float32))
+    texts = [encode_vector(v) if n % 2 else _float32_text(v) for n, v in enumerate(vectors)]
+    prints = [print_text(n) for n in range(10)]
+    held, printed, ok = decode_chunk(texts, prints, 8)
+    assert ok.all() and printed.tolist() == list(range(10))
+    assert np.allclose(held_rows(held), vectors, atol=1 / 127)
+    assert np.array_equal(held.codes[1::2], quantise(vectors[1::2]).codes)
+
+
+def _to_float32_format(settings: Settings, namespace: str) -> None:
+    """Rewrite every vector of ``namespace`` as a store held it before int8 codes (sealed
+    again when encryption is on), as an older clawmem left it."""
+    backing = Site(settings).driver.vector_backing()
+    ((model, dimension),) = backing.models()
+    rows = list(backing.rows(namespace))
+    held, _, ok = decode_chunk([text for _, _, text in rows], [p for _, p, _ in rows], dimension)
+    assert ok.all()
+    vectors = unit(held_rows(held))
+    old = [
+        (key, printed, _float32_text(vector)) for (key, printed, _), vector in zip(rows, vectors, strict=True)
+    ]
+    backing.save(namespace, model, dimension, old)
+
+
+@pytest.mark.parametrize("keys", ["", OLD], ids=["plain", "sealed"])
+def test_a_store_of_float32_vectors_is_read_until_embed_replace_rewrites_it(make_settings, clock, keys):
+    settings = make_settings(ENCRYPTION_KEYS=keys)
+    claw = claw_of(settings, clock)
+    for key, text in ENTRIES.items():
+        claw.memory.set(key, text, namespace="default")
+    _to_float32_format(settings, "default")
+    backing = Site(settings).driver.vector_backing()
+    assert not any(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
+
+    restart()
+    result = claw_of(settings, clock).augmenter.augment("where did she move")
+    assert result.error is None
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"  # read, never refused
+    assert last_embedder().texts == ["where did she move"]
+    assert result.decisions[0].key == "toronto"
+
+    site = Site(settings, clock)
+    done = cli(site, "embed", "--embedder", COUNTING, "--replace")
+    assert done.exit_code == 0, done.output
+    assert "rewrote 3 vectors of the float32 format as int8 codes" in done.output
+    assert all(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
+    assert all(text.startswith("cm1$old1$") == bool(keys) for _, _, text in backing.stored("default"))
+    assert "rewrote" not in cli(site, "embed", "--embedder", COUNTING, "--replace").output  # once
+    restart()
+    result = claw_of(settings, clock).augmenter.augment("where did she move")
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert last_embedder().texts == ["where did she move"]  # nothing embedded again
+    assert result.decisions[0].key == "toronto"
 
 
 def test_uninstall_removes_the_file_drivers_vectors_with_its_files(tmp_path, prefix, clock):

@@ -30,7 +30,10 @@ from clawmem.rules import validate_namespace
 @click.option(
     "--replace",
     is_flag=True,
-    help="Delete the vectors of any other model first (after changing the embedder).",
+    help=(
+        "Delete the vectors of any other model first (after changing the embedder), and rewrite "
+        "those of the float32 format as int8 codes."
+    ),
 )
 @click.option("--batch", type=click.IntRange(1, 4096), default=64, show_default=True, help="Texts per batch.")
 @click.option(
@@ -67,6 +70,10 @@ def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int,
         if dropped:
             click.echo(f"deleted {dropped:,} vectors of other models")
     store = PersistedVectors(embedder, backing)
+    if replace and not dry_run:
+        converted = sum(store.convert(namespace) for namespace in backing.namespaces())
+        if converted:
+            click.echo(f"rewrote {converted:,} vectors of the float32 format as int8 codes")
     now = int(site.clock())
     plan: list[tuple[str, list[tuple[str, str]]]] = []
     entries_total = 0

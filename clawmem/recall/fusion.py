@@ -16,8 +16,8 @@ When every namespace is served by a driver with a word index and the vectors are
 scorer (not embedded as a turn reads them), neither reads a namespace whole: a ``semantic`` turn
 reads back its first entries only (:mod:`clawmem.recall.semantic_index`), and a ``hybrid`` turn
 its finalists, ``weighted`` from the word indexes and ``semantic`` by one float32 product over
-the vectors held. Else they read the namespaces whole, as :meth:`SemanticScorer.semantic_scan`
-(the reference) does.
+the int8 codes of the vectors held. Else they read the namespaces whole, as
+:meth:`SemanticScorer.semantic_scan` (the reference) does.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from clawmem.errors import EmbeddingMismatch
-from clawmem.recall.embeddings import Embedder, VectorStore, _Space, text_print, unit
+from clawmem.recall.embeddings import Embedder, Quantised, VectorStore, _Space, quantise, text_print, unit
 from clawmem.recall.feeds import release_scratch
 from clawmem.recall.sources import conforms
 
@@ -86,18 +86,86 @@ def print_of(stored: str) -> int | None:
     return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else None
 
 
-Decoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # vectors, text prints, which rows are readable
+CODES_MARK = "i8:"  # begins a vector text of today's format: never a character of base64
+
+
+def encode_vector(vector: np.ndarray) -> str:
+    """Return a unit vector as a row holds it (the backing seals it): ``CODES_MARK`` and the
+    base64 of its scale (little-endian float32) and its int8 codes (:func:`quantise`), 688
+    characters for 512 dimensions where float32's base64 took 2,732."""
+    return held_text(quantise(np.asarray(vector, dtype=np.float32).reshape(1, -1)), 0)
+
+
+def held_text(held: Quantised, row: int) -> str:
+    """Return row ``row`` of ``held`` as a row holds it (see :func:`encode_vector`)."""
+    raw = held.scales[row : row + 1].astype("<f4").tobytes() + held.codes[row].tobytes()
+    return CODES_MARK + base64.b64encode(raw).decode("ascii")
+
+
+def is_float32_text(text: str) -> bool:
+    """Return whether a vector text is of the format before int8 codes (base64 of float32)."""
+    return bool(text) and not text.startswith(CODES_MARK)
+
+
+Decoded = tuple[Quantised, np.ndarray, np.ndarray]  # held rows, text prints, which rows are readable
 
 
 def decode_chunk(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
-    """Return the vectors of ``texts`` (base64 of little-endian float32) as one float32 matrix,
-    the text prints of ``prints`` (16 hex digits each) as int64, and which rows are readable:
+    """Return the vectors of ``texts`` as the store holds them (:class:`Quantised`), the text
+    prints of ``prints`` (16 hex digits each) as int64, and which rows are readable. A text is
+    either today's (``CODES_MARK`` and base64 of scale and codes) or the older base64 of
+    little-endian float32, read and quantised as it loads (until ``clawmem embed --replace``
+    rewrites it): a chunk may mix both. A row of the wrong length, a print that is not one, or
+    a value that is not finite is unreadable (embedded again, never trusted)."""
+    marked = np.fromiter((text.startswith(CODES_MARK) for text in texts), dtype=bool, count=len(texts))
+    if marked.all():
+        return _decode_codes([text[len(CODES_MARK) :] for text in texts], prints, dimension)
+    if not marked.any():
+        return _decode_float32(texts, prints, dimension)
+    held = Quantised(np.zeros((len(texts), dimension), dtype=np.int8), np.zeros(len(texts), dtype=np.float32))
+    printed = np.zeros(len(texts), dtype=np.int64)
+    ok = np.zeros(len(texts), dtype=bool)
+    for chosen, decoded in (
+        (np.flatnonzero(marked), _decode_codes),
+        (np.flatnonzero(~marked), _decode_float32),
+    ):
+        part_texts = [texts[at] for at in chosen.tolist()]
+        if decoded is _decode_codes:
+            part_texts = [text[len(CODES_MARK) :] for text in part_texts]
+        part, part_prints, part_ok = decoded(part_texts, [prints[at] for at in chosen.tolist()], dimension)
+        held.codes[chosen], held.scales[chosen] = part.codes, part.scales
+        printed[chosen], ok[chosen] = part_prints, part_ok
+    return held, printed, ok
+
+
+def _decode_float32(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
+    vectors, printed, ok = decode_raw(texts, prints, 4 * dimension)
+    rows = vectors.view("<f4").astype(np.float32, copy=False)
+    ok &= np.isfinite(rows).all(axis=1)
+    rows[~ok] = 0
+    return quantise(_normalised(rows)), printed, ok
+
+
+def _decode_codes(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
+    raw, printed, ok = decode_raw(texts, prints, 4 + dimension)
+    scales = np.ascontiguousarray(raw[:, :4]).view("<f4").reshape(-1).astype(np.float32)
+    ok &= np.isfinite(scales) & (scales >= 0)
+    codes = np.ascontiguousarray(raw[:, 4:]).view(np.int8)
+    ok &= (codes != -128).all(axis=1)  # never written: a row holding it is not of clawmem
+    scales[~ok] = 0
+    return Quantised(codes, scales), printed, ok
+
+
+Raw = tuple[np.ndarray, np.ndarray, np.ndarray]  # bytes a row (uint8), text prints, readable rows
+
+
+def decode_raw(texts: Sequence[str], prints: Sequence[str], size: int) -> Raw:
+    """Return the bytes of ``texts`` (base64 of ``size`` bytes each) as one uint8 matrix, the
+    text prints of ``prints`` (16 hex digits each) as int64, and which rows are readable:
     decoded by one call for the whole chunk, not one a row, so a worker's first turn loads
-    100,000 vectors fast. A row of the wrong length, a print that is not one, or a value that is
-    not finite is unreadable (embedded again, never trusted); a chunk holding a row that is not
-    strict base64 is read a row at a time."""
+    100,000 vectors fast. A row of the wrong length or a print that is not one is unreadable;
+    a chunk holding a row that is not strict base64 is read a row at a time."""
     count = len(texts)
-    size = 4 * dimension
     width = 4 * -(-size // 3)  # characters of one vector's base64
     padding = width // 4 * 3 - size
     ok = np.fromiter((len(text) == width for text in texts), dtype=bool, count=count)
@@ -115,16 +183,14 @@ def decode_chunk(texts: Sequence[str], prints: Sequence[str], dimension: int) ->
         hexes = "".join(text if fits else "0" * 16 for text, fits in zip(prints, ok.tolist(), strict=True))
         printed = np.frombuffer(bytes.fromhex(hexes), dtype="<i8")
     except (UnicodeEncodeError, ValueError):  # binascii.Error is a ValueError
-        return _decode_rows(texts, prints, dimension)
+        return _decode_rows(texts, prints, size)
     rows = np.frombuffer(raw, dtype=np.uint8).reshape(count, -1)[:, :size]
-    vectors = np.array(rows).view("<f4").astype(np.float32, copy=False)  # a copy of its own: written to
-    ok &= np.isfinite(vectors).all(axis=1)
-    return vectors, printed.astype(np.int64), ok
+    return np.array(rows), printed.astype(np.int64), ok  # a copy of its own: written to
 
 
-def _decode_rows(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
-    """:func:`decode_chunk`, a row at a time (for a chunk holding a row no batch can read)."""
-    vectors = np.zeros((len(texts), dimension), dtype=np.float32)
+def _decode_rows(texts: Sequence[str], prints: Sequence[str], size: int) -> Raw:
+    """:func:`decode_raw`, a row at a time (for a chunk holding a row no batch can read)."""
+    rows = np.zeros((len(texts), size), dtype=np.uint8)
     printed = np.zeros(len(texts), dtype=np.int64)
     ok = np.zeros(len(texts), dtype=bool)
     for row, (text, stored_print) in enumerate(zip(texts, prints, strict=True)):
@@ -135,12 +201,12 @@ def _decode_rows(texts: Sequence[str], prints: Sequence[str], dimension: int) ->
             raw = base64.b64decode(text, validate=True)
         except ValueError:  # not base64 (binascii.Error is one)
             continue
-        if len(raw) != 4 * dimension:
+        if len(raw) != size:
             continue
-        vectors[row] = np.frombuffer(raw, dtype="<f4")
+        rows[row] = np.frombuffer(raw, dtype=np.uint8)
         printed[row] = found
-        ok[row] = bool(np.isfinite(vectors[row]).all())
-    return vectors, printed, ok
+        ok[row] = True
+    return rows, printed, ok
 
 
 def _normalised(rows: np.ndarray) -> np.ndarray:
@@ -162,8 +228,8 @@ class PersistedVectors(VectorStore):
     # -- the text of a vector ----------------------------------------------------------------
 
     def _encode(self, namespace: str, key: str, vector: np.ndarray) -> str:
-        """Return a vector as a row holds it: base64 of little-endian float32 (the backing seals it)."""
-        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+        """Return a vector as a row holds it (:func:`encode_vector`; the backing seals it)."""
+        return encode_vector(vector)
 
     # -- loading and reading back ------------------------------------------------------------
 
@@ -197,12 +263,16 @@ class PersistedVectors(VectorStore):
 
     def _put_chunk(self, put: Any, chunk: Sequence[VectorRow]) -> None:
         keys, prints, texts = zip(*chunk, strict=True)
-        vectors, printed, ok = decode_chunk(texts, prints, self.dimension)
+        held, printed, ok = decode_chunk(texts, prints, self.dimension)
         if ok.all():
-            put(list(keys), printed, _normalised(vectors))
+            put(list(keys), printed, held)
         elif ok.any():
             chosen = np.flatnonzero(ok)
-            put([keys[at] for at in chosen.tolist()], printed[chosen], _normalised(vectors[chosen]))
+            put(
+                [keys[at] for at in chosen.tolist()],
+                printed[chosen],
+                Quantised(*(part[chosen] for part in held)),
+            )
 
     def _space(self, namespace: str) -> _Space:
         space = self._spaces.get(namespace)
@@ -250,6 +320,24 @@ class PersistedVectors(VectorStore):
                 self._adopt(self._space(namespace), namespace, rows)
                 missing = super().missing(namespace, missing)
             return missing
+
+    def convert(self, namespace: str) -> int:
+        """Rewrite the vectors of ``namespace`` still in the float32 format in today's, as they
+        load (their entries are not embedded again); return how many were rewritten. A row
+        that cannot be read stays, to be embedded again when it is found missing."""
+        old = [row for row in self.backing.rows(namespace) if is_float32_text(row[2])]
+        converted = 0
+        for start in range(0, len(old), ADOPT_CHUNK):
+            chunk = old[start : start + ADOPT_CHUNK]
+            held, _, ok = decode_chunk(
+                [text for _, _, text in chunk], [p for _, p, _ in chunk], self.dimension
+            )
+            rows = [
+                (key, printed, held_text(held, at)) for at, (key, printed, _) in enumerate(chunk) if ok[at]
+            ]
+            self.backing.save(namespace, self.model_id, self.dimension, rows)
+            converted += len(rows)
+        return converted
 
     # -- writing -----------------------------------------------------------------------------
 

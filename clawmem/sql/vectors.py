@@ -2,8 +2,9 @@
 the memory table and kept apart from it (phpClaw's shape has no column for them).
 
 A row is one entry's unit vector: its namespace and key, the model id and dimension that made
-it, a fingerprint of the text it was computed from, and the vector as text (base64 of
-little-endian float32, or that sealed when encryption at rest is on). ``init-db`` creates the
+it, a fingerprint of the text it was computed from, and the vector as text (a mark and the
+base64 of its scale and int8 codes, :func:`clawmem.recall.persisted.encode_vector`; an older
+store's base64 of little-endian float32; either sealed when encryption at rest is on). ``init-db`` creates the
 table; ``uninstall`` drops it with the three tables.
 """
 
