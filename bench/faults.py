@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import socket
 import struct
 import tempfile
@@ -57,6 +58,8 @@ DEFAULT_URLS = {
 }
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 FAULTS = ("latency", "bandwidth", "timeout", "reset", "commit", "down")
+# A COMMIT statement, not a word holding it (MariaDB's handshake sends SET AUTOCOMMIT).
+COMMIT_STATEMENT = re.compile(rb"(?<![a-z_])commit(?![a-z_])", re.IGNORECASE)
 LATENCY_SECONDS = 0.3
 BANDWIDTH_BYTES = 4096
 # Driver timeouts: a stalled server fails the statement instead of hanging the thread forever.
@@ -98,6 +101,7 @@ class FaultProxy:
         self._call(self._drain_tasks())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        self._loop.close()
 
     def set_fault(self, fault: str | None) -> None:
         """Turn ``fault`` on (``None``: pass everything); ending ``timeout`` or ``down`` closes
@@ -178,15 +182,15 @@ class FaultProxy:
                 elif self.fault == "bandwidth":
                     await asyncio.sleep(len(chunk) / BANDWIDTH_BYTES)
                 if writer in self._muted:
-                    break
-                cut = self.fault == "commit" and upstream and b"COMMIT" in chunk.upper()
+                    continue  # the answer to a commit being cut: dropped, the abort follows
+                cut = self.fault == "commit" and upstream and COMMIT_STATEMENT.search(chunk) is not None
                 if cut:
                     self._muted.add(peer)  # the server's answer never reaches the client
+                    self.commits_cut += 1
                 writer.write(chunk)
                 await writer.drain()
                 if cut:
                     await asyncio.sleep(0.05)  # the server has read it
-                    self.commits_cut += 1
                     for end in (writer, peer):
                         self._writers.discard(end)
                         self._muted.discard(end)
