@@ -1,7 +1,8 @@
 """Network faults under a steady load: a TCP proxy between clawmem and each server (MariaDB,
 PostgreSQL, Redis) injects latency, a bandwidth limit, a stall (timeout), a reset and the server
-gone for a few seconds, one after another, while threads run turns through ``Claw.send`` and
-memory writes and recalls. Never part of the test suite; loopback only.
+gone for a few seconds, one after another, while threads run turns through ``Claw.send``, memory
+writes and recalls, and the dashboard's pages (Flask's test client, signed in). Never part of
+the test suite; loopback only.
 
     .venv/bin/python -m bench.faults [--servers mariadb,postgres,redis] [--fault-seconds 4]
 
@@ -19,10 +20,13 @@ The proxy is a small asyncio relay in this module (Toxiproxy's server is not ins
 
 Each turn carries a unique marker; afterwards the stored rows are read straight from the server
 (not through the proxy) and counted: a turn that succeeded and has no row is lost, a turn with
-two rows was stored twice (whether or not it reported an error). Each memory write is a unique
-key whose value is read back. For each fault it prints the operations that started while it
-was on (or in the settle time after it), their errors by kind, lost and doubled turns, wrong
-answers, and the seconds from the end of the fault to the last failure (``recovery``).
+two rows was stored twice (whether or not it reported an error). A failed turn is sent again
+with its job id, with the queue worker's attempts and backoff. Each memory write is a unique key
+whose value is read back, and its entry page must show that value. For each fault it prints the
+operations that ended while it was on or in the settle time after it (``SETTLE_SECONDS``), their
+errors by kind, the turns retried and given up (and of those, stored anyway: the commit had
+landed), lost and doubled turns, wrong answers, and the seconds from the end of the fault to
+the last failure (``recovery``). ``CLAW_BENCH_VERBOSE=1`` lists every failure.
 
 On MariaDB and PostgreSQL both the conversation log and the memory are on the proxied server;
 on Redis the memory is (the conversation log is a local SQLite file). URLs come from
@@ -65,7 +69,6 @@ BANDWIDTH_BYTES = 4096
 # Driver timeouts: a stalled server fails the statement instead of hanging the thread forever.
 DRIVER_TIMEOUT = 5
 TURN_THREADS = 3
-TURN_ATTEMPTS = 3
 MEMORY_THREADS = 1
 SETTLE_SECONDS = 6.0
 
@@ -236,6 +239,7 @@ class Load:
     ops: list[Op] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
+    written: list[tuple[str, str]] = field(default_factory=list)  # (key, value) stored
 
     def add(self, op: Op) -> None:
         with self.lock:
@@ -262,11 +266,12 @@ def error_kind(exc: BaseException) -> str:
 def run_turns(claw: Any, number: int, load: Load) -> None:
     """Send turns on one conversation until the load stops; check each reply names its marker.
 
-    A failed turn is sent again with the same job id, as the queue's worker retries it (up to
-    :data:`TURN_ATTEMPTS` runs): a run whose commit did reach the server must then find its turn
+    A failed turn is sent again with the same job id, as the queue's worker retries it (its
+    attempts and backoff): a run whose commit did reach the server must then find its turn
     stored, not store a second copy.
     """
     from clawmem.ids import new_id
+    from clawmem.jobs.turns import MAX_ATTEMPTS, RETRY_DELAY_SECONDS
 
     conversation_id = new_id()
     count = 0
@@ -274,7 +279,7 @@ def run_turns(claw: Any, number: int, load: Load) -> None:
         count += 1
         marker = f"m{number}x{count}x{uuid.uuid4().hex[:8]}"
         job_id = new_id()
-        for attempt in range(TURN_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
             started = time.monotonic()
             try:
                 reply = claw.send(
@@ -284,7 +289,7 @@ def run_turns(claw: Any, number: int, load: Load) -> None:
                     job_id=job_id,
                 )
             except Exception as exc:  # every failure is counted by kind
-                last = attempt == TURN_ATTEMPTS - 1
+                last = attempt == MAX_ATTEMPTS - 1
                 kind = error_kind(exc)
                 load.add(
                     Op(
@@ -297,7 +302,8 @@ def run_turns(claw: Any, number: int, load: Load) -> None:
                         final=last,
                     )
                 )
-                time.sleep(0.2)
+                if not last:
+                    time.sleep(RETRY_DELAY_SECONDS * 2**attempt)  # the worker's backoff
                 continue
             wrong = reply.text != f"echo: please note {marker}" or reply.conversation_id != conversation_id
             load.add(
@@ -320,6 +326,8 @@ def run_memory(memory: Any, number: int, load: Load) -> None:
             time.sleep(0.05)
             continue
         load.add(Op("write", key, started, time.monotonic()))
+        with load.lock:
+            load.written.append((key, marker))
         started = time.monotonic()
         try:
             value = memory.get(key, "bench")
@@ -328,6 +336,57 @@ def run_memory(memory: Any, number: int, load: Load) -> None:
             time.sleep(0.05)
             continue
         load.add(Op("recall", key, started, time.monotonic(), wrong=value != marker))
+
+
+PAGES = ("/", "/conversations/", "/memory/", "/memory/bench/")
+PASSWORD = "bench password long enough"
+
+
+def dashboard_client(config: dict[str, Any], instance: str) -> Any:
+    """Return a Flask test client of the dashboard on ``config``, signed in as a new admin."""
+    from dashboard import accounts, create_app
+
+    app = create_app({"ARGON2_PROFILE": "CHEAPEST", **config}, instance_path=instance)
+    with app.app_context():
+        accounts.create_admin("admin", PASSWORD, time.time())
+    client = app.test_client()
+    form = client.get("/login").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', form)
+    assert token, "the sign-in page has no form token"
+    signed = client.post(
+        "/login", data={"csrf_token": token.group(1), "username": "admin", "password": PASSWORD}
+    )
+    assert signed.status_code == 302, "sign-in failed"
+    return client
+
+
+def run_pages(client: Any, load: Load) -> None:
+    """Fetch the dashboard's pages in turn until the load stops; an entry page of a key whose
+    write succeeded before the request must show its value (else the answer was wrong)."""
+    count = 0
+    while not load.stop.is_set():
+        count += 1
+        with load.lock:
+            known = load.written[-1] if load.written else None
+        if count % 2 and known is not None:
+            path, expected = f"/memory/bench/entry?key={known[0]}", known[1]
+        else:
+            path, expected = PAGES[count % len(PAGES)], None
+        started = time.monotonic()
+        try:
+            response = client.get(path)
+        except Exception as exc:
+            load.add(Op("page", path, started, time.monotonic(), error_kind(exc)))
+            time.sleep(0.05)
+            continue
+        if response.status_code >= 500:
+            load.add(Op("page", path, started, time.monotonic(), str(response.status_code)))
+            time.sleep(0.05)
+            continue
+        wrong = response.status_code != 200 or (
+            expected is not None and expected not in response.get_data(as_text=True)
+        )
+        load.add(Op("page", path, started, time.monotonic(), wrong=wrong))
 
 
 # -- one server ---------------------------------------------------------------------------------------
@@ -383,14 +442,21 @@ def run_server(server: str, url: str, faults: list[str], fault_seconds: float) -
         from clawmem.memory.registry import open_memory
 
         memories = [open_memory(settings) for _ in range(MEMORY_THREADS)]
+        client = dashboard_client(
+            {name.upper(): value for name, value in {**common, **proxied}.items()}, folder
+        )
         load = Load()
-        threads = [
-            threading.Thread(target=run_turns, args=(claw, number, load), daemon=True)
-            for number, claw in enumerate(claws)
-        ] + [
-            threading.Thread(target=run_memory, args=(memory, number, load), daemon=True)
-            for number, memory in enumerate(memories)
-        ]
+        threads = (
+            [
+                threading.Thread(target=run_turns, args=(claw, number, load), daemon=True)
+                for number, claw in enumerate(claws)
+            ]
+            + [
+                threading.Thread(target=run_memory, args=(memory, number, load), daemon=True)
+                for number, memory in enumerate(memories)
+            ]
+            + [threading.Thread(target=run_pages, args=(client, load), daemon=True)]
+        )
         for thread in threads:
             thread.start()
         windows: list[tuple[str, float, float, float]] = []  # fault, on, off, window end
@@ -492,6 +558,7 @@ def _rows(
                 "fault": fault,
                 "ops": len(inside),
                 "turns": len(turns),
+                "pages": sum(1 for op in inside if op.kind == "page"),
                 "failed": len(failed),
                 "retried": sum(1 for op in failed if op.kind == "turn" and not op.final),
                 "gave up": len(turns - succeeded),
@@ -511,6 +578,7 @@ COLUMNS = (
     ("fault", 9),
     ("ops", 5),
     ("turns", 5),
+    ("pages", 5),
     ("failed", 6),
     ("retried", 7),
     ("gave up", 7),
