@@ -14,8 +14,8 @@ The proxy is a small asyncio relay in this module (Toxiproxy's server is not ins
   closed, as a firewall that dropped them would leave them;
 - ``reset``: every open connection is closed abruptly (RST) on both sides, at the start of the
   fault and once a second while it lasts;
-- ``commit``: a connection that sends ``COMMIT`` is reset right after the server got it, before
-  its answer comes back (the commit's outcome is unknown to the client);
+- ``commit``: a connection that sends ``COMMIT`` is reset once the server has answered it, and
+  the answer is dropped (the commit is done; the client cannot tell);
 - ``down``: the listener closes (new connections are refused) and every open one is reset.
 
 Each turn carries a unique marker; afterwards the stored rows are read straight from the server
@@ -86,7 +86,8 @@ class FaultProxy:
         self.port = 0
         self.connections = 0
         self.commits_cut = 0
-        self._muted: set[asyncio.StreamWriter] = set()
+        # A client whose commit is being cut, and the event set once the server has answered it.
+        self._muted: dict[asyncio.StreamWriter, asyncio.Event] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
         self._loop = asyncio.new_event_loop()
@@ -185,18 +186,21 @@ class FaultProxy:
                 elif self.fault == "bandwidth":
                     await asyncio.sleep(len(chunk) / BANDWIDTH_BYTES)
                 if writer in self._muted:
-                    continue  # the answer to a commit being cut: dropped, the abort follows
+                    self._muted[writer].set()  # the server's answer to the commit: dropped
+                    continue
                 cut = self.fault == "commit" and upstream and COMMIT_STATEMENT.search(chunk) is not None
                 if cut:
-                    self._muted.add(peer)  # the server's answer never reaches the client
+                    answered = self._muted[peer] = asyncio.Event()
                     self.commits_cut += 1
                 writer.write(chunk)
                 await writer.drain()
                 if cut:
-                    await asyncio.sleep(0.05)  # the server has read it
+                    # Reset once the server has answered: the commit is done, the client never knows.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(answered.wait(), timeout=DRIVER_TIMEOUT)
                     for end in (writer, peer):
                         self._writers.discard(end)
-                        self._muted.discard(end)
+                        self._muted.pop(end, None)
                         _abort(end)
                     break
         except (OSError, asyncio.IncompleteReadError):
