@@ -393,6 +393,120 @@ def run_pages(client: Any, load: Load) -> None:
         load.add(Op("page", path, started, time.monotonic(), wrong=wrong))
 
 
+@dataclass
+class Queued:
+    """The turns handed to the queue: ``(job_id, marker, conversation_id)`` of each enqueued."""
+
+    jobs: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def run_enqueue(queue: Any, load: Load, queued: Queued) -> None:
+    """Hand a turn with a unique marker to the queue every 0.2 s until the load stops."""
+    from clawmem.ids import new_id
+
+    conversations = [new_id() for _ in range(3)]
+    count = 0
+    while not load.stop.is_set():
+        count += 1
+        marker, conversation_id = f"q{count}x{uuid.uuid4().hex[:8]}", conversations[count % 3]
+        started = time.monotonic()
+        try:
+            job_id = queue.enqueue(f"please note {marker}", conversation_id=conversation_id)
+        except Exception as exc:
+            load.add(Op("enqueue", marker, started, time.monotonic(), error_kind(exc)))
+        else:
+            load.add(Op("enqueue", marker, started, time.monotonic()))
+            queued.jobs.append((job_id, marker, conversation_id))
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def worker(settings: Any, folder: str) -> Any:
+    """Run one ``clawmem worker`` process (two threads) on ``settings``, stopped at the end."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {name: value for name, value in os.environ.items() if not name.startswith("CLAW_")}
+    env.update(
+        CLAW_DATABASE_URL=settings.database_url,
+        CLAW_TABLE_PREFIX=settings.table_prefix,
+        CLAW_INSTANCE_PATH=settings.instance_path,
+        CLAW_MEMORY_DRIVER=settings.memory_driver,
+        CLAW_REDIS_URL=settings.redis_url,
+        CLAW_QUEUE_URL=settings.queue_url,
+        CLAW_PII_GUARD="off",
+        CLAW_PROVIDER_FACTORY="tests.job_providers:echo",
+        PYTHONPATH=str(root),
+    )
+    with open(os.environ.get("CLAW_BENCH_WORKER_LOG") or Path(folder) / "worker.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from clawmem.cli import main; main()", "worker", "--workers", "2"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def queue_outcome(direct_settings: Any, queued: Queued, wait: float) -> dict[str, int]:
+    """Wait up to ``wait`` s for every queued job to finish; return how the jobs ended and
+    whether each done job's turn is stored once (read straight from the servers)."""
+    from clawmem.conversations import ConversationLog
+    from clawmem.jobs import TurnQueue
+
+    queue = TurnQueue.from_settings(direct_settings)
+    deadline = time.monotonic() + wait
+    records = {}
+    for job_id, _, _ in queued.jobs:
+        while True:
+            record = queue.job(job_id)
+            if (record is not None and record.finished) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        records[job_id] = record
+    log = ConversationLog.from_settings(direct_settings)
+    stored: Counter[str] = Counter()
+    for conversation_id in {conversation for _, _, conversation in queued.jobs}:
+        found = log.load(conversation_id)
+        for message in found.messages if found else []:
+            if message.role == "user":
+                stored[message.content.removeprefix("please note ")] += 1
+    statuses = Counter(record.status if record else "missing" for record in records.values())
+    if os.environ.get("CLAW_BENCH_VERBOSE"):
+        ours = {(r.conversation_id, r.position) for r in records.values() if r is not None}
+        for job_id, _, conversation_id in queued.jobs:
+            record = records[job_id]
+            if record is not None and not record.finished:
+                earlier = (conversation_id, record.position - 1)
+                waiting = queue.store.turn_waiting(*earlier)
+                before = next(
+                    (r for r in records.values() if r and (r.conversation_id, r.position) == earlier), None
+                )
+                print(
+                    f"  stuck {job_id} at {record.position}: the turn before it waiting {waiting},"
+                    f" enqueued without error {earlier in ours}, its job {before.status if before else None}"
+                )
+
+    done = [marker for job_id, marker, _ in queued.jobs if getattr(records[job_id], "status", None) == "done"]
+    return {
+        "enqueued": len(queued.jobs),
+        **{f"jobs {status}": count for status, count in sorted(statuses.items())},
+        "lost": sum(1 for marker in done if stored[marker] == 0),
+        "twice": sum(1 for _, marker, _ in queued.jobs if stored[marker] > 1),
+    }
+
+
 # -- one server ---------------------------------------------------------------------------------------
 
 
@@ -412,9 +526,11 @@ def _redis_url(url: str, port: int) -> str:
     return f"redis://127.0.0.1:{port}/{database}?socket_timeout={DRIVER_TIMEOUT}&socket_connect_timeout={DRIVER_TIMEOUT}"
 
 
-def run_server(server: str, url: str, faults: list[str], fault_seconds: float) -> list[dict[str, Any]]:
+def run_server(
+    server: str, url: str, faults: list[str], fault_seconds: float
+) -> tuple[list[dict[str, Any]], dict[str, int] | None]:
     """Run the load against ``server`` through a proxy and inject each of ``faults``; return a
-    row per fault (and one for the quiet start)."""
+    row per fault (and one for the quiet start), and on Redis how the queued turns ended."""
     from clawmem.pipeline import Claw
     from clawmem.providers.echo import EchoProvider
     from clawmem.settings import Settings
@@ -434,7 +550,12 @@ def run_server(server: str, url: str, faults: list[str], fault_seconds: float) -
                 "memory_driver": "redis",
                 "redis_url": url,
             }
-            proxied = {**direct, "redis_url": _redis_url(url, proxy.port)}
+            direct["queue_url"] = url
+            proxied = {
+                **direct,
+                "redis_url": _redis_url(url, proxy.port),
+                "queue_url": _redis_url(url, proxy.port),
+            }
         else:
             direct = {"database_url": url, "memory_driver": "sql"}
             proxied = {**direct, "database_url": _with_timeouts(server, proxy.url_for(url))}
@@ -461,9 +582,18 @@ def run_server(server: str, url: str, faults: list[str], fault_seconds: float) -
             ]
             + [threading.Thread(target=run_pages, args=(client, load), daemon=True)]
         )
+        queued = Queued()
+        stack = contextlib.ExitStack()
+        if server == "redis":
+            from clawmem.jobs import TurnQueue
+
+            stack.enter_context(worker(settings, folder))
+            queue = TurnQueue.from_settings(settings)
+            threads.append(threading.Thread(target=run_enqueue, args=(queue, load, queued), daemon=True))
         for thread in threads:
             thread.start()
         windows: list[tuple[str, float, float, float]] = []  # fault, on, off, window end
+        outcome = None
         try:
             start = time.monotonic()
             time.sleep(3)
@@ -480,10 +610,29 @@ def run_server(server: str, url: str, faults: list[str], fault_seconds: float) -
             load.stop.set()
             for thread in threads:
                 thread.join(timeout=DRIVER_TIMEOUT * 4)
+            if server == "redis":
+                outcome = queue_outcome(direct_settings, queued, wait=60)
+            stack.close()
             proxy.stop()
         rows = _rows(server, windows, load.ops, direct_settings)
+        if server == "redis":
+            _drop_queue(direct_settings)
         _drop(direct_settings)
-    return rows
+    return rows, outcome
+
+
+def _drop_queue(settings: Any) -> None:
+    import redis
+
+    from clawmem.jobs import TurnQueue
+    from clawmem.jobs.records import JOBS_NAMESPACE
+    from clawmem.memory.registry import open_memory
+
+    open_memory(settings).flush(JOBS_NAMESPACE)
+    client = redis.Redis.from_url(settings.queue_url)
+    name = TurnQueue.from_settings(settings).huey.storage.name
+    for key in client.scan_iter(match=f"*{name}*"):
+        client.delete(key)
 
 
 def _port_of(url: str) -> int | None:
@@ -620,10 +769,19 @@ def main(argv: list[str] | None = None) -> None:
     # A reset connection's rollback is logged with its traceback by the pool; the table counts it.
     logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
     rows: list[dict[str, Any]] = []
+    outcomes = []
     for server in servers:
         variable, default = DEFAULT_URLS[server]
-        rows += run_server(server, os.environ.get(variable, default), faults, options.fault_seconds)
+        found, outcome = run_server(server, os.environ.get(variable, default), faults, options.fault_seconds)
+        rows += found
+        if outcome is not None:
+            outcomes.append((server, outcome))
     _print(rows)
+    for server, outcome in outcomes:
+        print(
+            f"{server} queue (a worker on the proxy, all faults): "
+            + ", ".join(f"{k} {v}" for k, v in outcome.items())
+        )
 
 
 if __name__ == "__main__":
