@@ -29,7 +29,9 @@ landed), lost and doubled turns, wrong answers, and the seconds from the end of 
 the last failure (``recovery``). ``CLAW_BENCH_VERBOSE=1`` lists every failure.
 
 On MariaDB and PostgreSQL both the conversation log and the memory are on the proxied server;
-on Redis the memory is (the conversation log is a local SQLite file). URLs come from
+on Redis the memory and the queue are (the conversation log is a local SQLite file), and a
+``clawmem worker`` process runs turns queued every 0.2 s through the same proxy: after the
+faults, every job enqueued without error must end ``done`` with its turn stored once. URLs come from
 ``CLAW_BENCH_MYSQL_URL``, ``CLAW_BENCH_POSTGRES_URL`` and ``CLAW_BENCH_REDIS_URL`` (defaults:
 the services on 127.0.0.1, Redis db 14). Everything lives under a table/key prefix of its own,
 removed at the end.
