@@ -1,0 +1,80 @@
+"""A commit whose answer never came back, on MariaDB and PostgreSQL.
+
+A real TCP proxy (the one ``bench.faults`` drives) sits between clawmem and the server and, once
+told, resets a connection right after the server has read its ``COMMIT``: the rows are stored but
+the client only sees its connection drop. clawmem must report that failure and never run the
+transaction again by itself, and a queued turn sent again with its job id must find its turn
+stored, not write a second copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from bench.faults import FaultProxy
+from clawmem.conversations import ConversationLog, Message
+from clawmem.ids import new_id
+from clawmem.pipeline import Claw
+from clawmem.providers.echo import EchoProvider
+from clawmem.settings import Settings
+from clawmem.sql.engine import create_engine
+from clawmem.sql.schema import create_tables, drop_tables
+from tests.conftest import backend_url
+
+PORTS = {"mysql": 3306, "postgres": 5432}
+
+
+@pytest.fixture(params=sorted(PORTS))
+def server(request: pytest.FixtureRequest, prefix: str, tmp_path: Any) -> Iterator[dict[str, Any]]:
+    """The server's direct settings, settings through a fresh proxy to it, and the proxy."""
+    url = backend_url(request.param)
+    proxy = FaultProxy(("127.0.0.1", sa.engine.make_url(url).port or PORTS[request.param])).start()
+    direct = Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix, pii_guard="off")
+    proxied = Settings(
+        instance_path=str(tmp_path), database_url=proxy.url_for(url), table_prefix=prefix, pii_guard="off"
+    )
+    engine = create_engine(url)
+    create_tables(engine, prefix)
+    yield {"direct": direct, "proxied": proxied, "proxy": proxy}
+    proxy.stop()
+    drop_tables(engine, prefix)
+    engine.dispose()
+
+
+def _user_texts(settings: Settings, conversation_id: str) -> list[str]:
+    stored = ConversationLog.from_settings(settings).load(conversation_id)
+    return [message.content for message in stored.messages if message.role == "user"] if stored else []
+
+
+def test_a_cut_commit_fails_the_append_once_and_is_not_run_again(server: dict[str, Any]) -> None:
+    log = ConversationLog.from_settings(server["proxied"])
+    conversation_id = new_id()
+    log.append(conversation_id, [Message("user", "first")])
+    server["proxy"].set_fault("commit")
+    with pytest.raises(sa.exc.DBAPIError):
+        log.append(conversation_id, [Message("user", "second")])
+    server["proxy"].set_fault(None)
+    assert server["proxy"].commits_cut == 1
+    # The server committed it, once: the error is the client's not knowing, and nothing retried.
+    assert _user_texts(server["direct"], conversation_id) == ["first", "second"]
+    log.append(conversation_id, [Message("user", "third")])  # the pool recovers at once
+    assert _user_texts(server["direct"], conversation_id) == ["first", "second", "third"]
+
+
+def test_a_queued_turn_sent_again_after_a_cut_commit_is_stored_once(server: dict[str, Any]) -> None:
+    claw = Claw.from_settings(server["proxied"], EchoProvider())
+    conversation_id, job_id = new_id(), new_id()
+    claw.send("hello", conversation_id=conversation_id)
+    server["proxy"].set_fault("commit")
+    with pytest.raises(sa.exc.DBAPIError):
+        claw.send("where is my parcel", conversation_id=conversation_id, job_id=job_id)
+    # The worker's retry, with the fault still on: it finds the job's turn and commits nothing.
+    reply = claw.send("where is my parcel", conversation_id=conversation_id, job_id=job_id)
+    server["proxy"].set_fault(None)
+    assert reply.text == "echo: where is my parcel"
+    assert server["proxy"].commits_cut == 1
+    assert _user_texts(server["direct"], conversation_id) == ["hello", "where is my parcel"]
