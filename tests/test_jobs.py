@@ -17,7 +17,7 @@ from clawmem.cli.worker import retention_runner
 from clawmem.clock import FakeClock
 from clawmem.errors import ConfigError, JobRefused
 from clawmem.jobs import JOBS_NAMESPACE, RetentionSchedule, TurnQueue, cancel_subject_turns, queue_exists
-from clawmem.jobs.backend import queue_location
+from clawmem.jobs.backend import open_huey, queue_location
 from clawmem.jobs.schedule import RETENTION_LOCK_SECONDS, decide, run_retention_tick
 from clawmem.jobs.worker import provider_from_settings
 from clawmem.settings import Settings
@@ -564,3 +564,28 @@ def test_erase_dry_run_says_it_will_wait_for_the_running_turns(settings: Setting
     assert {queue.job(job_id).status for job_id in job_ids} == {"queued"}
     refused = CliRunner().invoke(group, ["erase", "--user-id", "cust-7", "--wait", "-1", "--yes"])
     assert refused.exit_code == 2 and "--wait" in refused.output
+
+
+def test_a_turn_left_by_an_enqueue_that_failed_half_way_never_holds_back_its_conversation(
+    queue_settings: Settings,
+) -> None:
+    from clawmem.ids import new_id
+    from clawmem.pipeline import Claw
+    from clawmem.providers import EchoProvider
+
+    clock = FakeClock(START)
+    site = Site(queue_settings, clock)
+    queue = TurnQueue(
+        site, open_huey(queue_settings), lambda: Claw.from_settings(queue_settings, EchoProvider(), clock)
+    )
+    first = queue.enqueue("first")
+    conversation = queue.job(first).conversation_id
+    # The queue's server went away after this enqueue stored the payload: no record, no task.
+    queue.store.put_turn(new_id(), conversation, {"message": "lost", "user_id": "", "queued_at": clock()})
+    second = queue.enqueue("second", conversation)
+    assert isinstance(queue.run(first, conversation, 1), dict)
+    record = queue.job(second)
+    assert isinstance(queue.run(second, conversation, record.position), float)  # waits: it may be mid-enqueue
+    clock.advance(61)  # a hand-over lease later its record would be there
+    assert isinstance(queue.run(second, conversation, record.position), dict)
+    assert queue.job(second).status == "done" and not queue.store.turn_waiting(conversation, 2)

@@ -131,7 +131,8 @@ class TurnQueue:
             raise JobRefused(f"not queued: {exc}") from None
         job_id = new_id()
         now = self.clock()
-        position = self.store.put_turn(job_id, conversation_id, {"message": message, "user_id": user_id})
+        payload = {"message": message, "user_id": user_id, "queued_at": now}
+        position = self.store.put_turn(job_id, conversation_id, payload)
         try:
             record = JobRecord(
                 job_id,
@@ -281,11 +282,32 @@ class TurnQueue:
             earlier = self.store.turn_at(conversation_id, position)
         except (ValueError, Undecryptable):
             return False  # a payload this site cannot read is never taken for an ended one
-        record = self.book.get(str(earlier.get("job_id"))) if earlier else None
-        if record is None or not record.finished:
+        if earlier is None:
+            return False
+        record = self.book.get(str(earlier.get("job_id")))
+        if record is None and self._left_by_a_failed_enqueue(earlier):
+            log.warning(
+                "dropped the queued turn %s of conversation %s: its job record was never written "
+                "(the enqueue failed half-way), so it would have held back every later turn",
+                position,
+                conversation_id,
+            )
+        elif record is None or not record.finished:
             return False
         self.store.drop_turn(conversation_id, position)
         return True
+
+    def _left_by_a_failed_enqueue(self, payload: dict[str, Any]) -> bool:
+        """Return whether a turn's payload without a job record was left by an enqueue that
+        failed after storing it (its server went away before the record was written, and before
+        the payload could be taken back): the record is written a moment after the payload, so
+        one still missing a hand-over lease later never comes. A payload older than the records'
+        lifetime may have outlived a record that aged out, and is never taken for one."""
+        queued_at = payload.get("queued_at")
+        if not isinstance(queued_at, (int, float)) or isinstance(queued_at, bool):
+            return False  # from before payloads said when they were queued
+        age = self.clock() - queued_at
+        return self.lease_seconds <= age < self.settings.job_ttl
 
     def _failed(self, record: JobRecord, exc: BaseException) -> float | None:
         reason = one_line(exc) or type(exc).__name__
