@@ -18,10 +18,8 @@ import sqlalchemy as sa
 from clawmem.clock import FakeClock
 from clawmem.conversations import StoredMessage
 from clawmem.extraction import HISTORY, INSTRUCTIONS, MAX_FACTS
-from clawmem.memory.sql import SqlMemory
 from clawmem.pipeline import Claw, Reply
 from clawmem.providers import OpenAICompatibleProvider
-from clawmem.recall.sources import serving_driver
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables
@@ -29,28 +27,10 @@ from clawmem.sql.schema import create_tables
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions
 
+from tests.writing import SUBJECT, USER, driver_of
+from tests.writing import make_claw as remembering_claw
+
 pytest_plugins = ["tests.loopback", "tests.dashboard_fixtures"]
-
-USER = "ana-7"
-SUBJECT = f"user:{USER}"
-
-
-def make_claw(
-    engine: sa.engine.Engine,
-    prefix: str,
-    tmp_path: Path,
-    clock: FakeClock,
-    server: Any,
-    timeout: float = 10,
-    **settings: Any,
-) -> Claw:
-    """Return a Claw from settings on this test's tables, with ``memory_writes=extract`` unless
-    told otherwise, talking to ``server`` over HTTP."""
-    url = engine.url.render_as_string(hide_password=False)
-    chosen = {"memory_writes": "extract", **settings}
-    configured = Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix, **chosen)
-    provider = OpenAICompatibleProvider(server.url, "local-model", timeout=timeout)
-    return Claw.from_settings(configured, provider, clock=clock)
 
 
 @pytest.fixture
@@ -62,10 +42,14 @@ def lite(tmp_path: Path, prefix: str) -> Iterator[sa.engine.Engine]:
     engine.dispose()
 
 
-def driver_of(claw: Claw) -> SqlMemory:
-    driver, _ = serving_driver(claw.memory, SUBJECT)
-    assert isinstance(driver, SqlMemory)
-    return driver
+def make_claw(
+    engine: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, server: Any, **settings: Any
+) -> Claw:
+    """Return a Claw as the remember tool's tests make it, with ``memory_writes=extract`` unless
+    told otherwise."""
+    return remembering_claw(
+        engine, prefix, tmp_path, clock, server, **{"memory_writes": "extract", **settings}
+    )
 
 
 def facts(*pairs: tuple[str, str]) -> str:

@@ -16,12 +16,9 @@ import sqlalchemy as sa
 from clawmem import events
 from clawmem.clock import FakeClock
 from clawmem.errors import ConfigError
-from clawmem.memory.sql import SqlMemory
 from clawmem.pipeline import Claw
 from clawmem.prompt import GuardFinding
-from clawmem.providers import OpenAICompatibleProvider
 from clawmem.providers.base import ProviderReply
-from clawmem.recall.sources import serving_driver
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
@@ -30,22 +27,9 @@ from clawmem.writes import MAX_TOOL_ROUNDS
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions
 
+from tests.writing import SUBJECT, USER, driver_of, make_claw
+
 pytest_plugins = ["tests.loopback"]
-
-USER = "ana-7"
-SUBJECT = f"user:{USER}"
-
-
-def make_claw(
-    engine: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, server: Any, **settings: Any
-) -> Claw:
-    """Return a Claw from settings on this test's tables, with ``memory_writes=tool`` unless told
-    otherwise, talking to ``server`` over HTTP."""
-    url = engine.url.render_as_string(hide_password=False)
-    chosen = {"memory_writes": "tool", **settings}
-    configured = Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix, **chosen)
-    provider = OpenAICompatibleProvider(server.url, "local-model", timeout=10)
-    return Claw.from_settings(configured, provider, clock=clock)
 
 
 @pytest.fixture
@@ -55,12 +39,6 @@ def lite(tmp_path: Path, prefix: str) -> Iterator[sa.engine.Engine]:
     create_tables(engine, prefix)
     yield engine
     engine.dispose()
-
-
-def driver_of(claw: Claw) -> SqlMemory:
-    driver, _ = serving_driver(claw.memory, SUBJECT)
-    assert isinstance(driver, SqlMemory)
-    return driver
 
 
 def tool_call(name: str, arguments: Any, call_id: str) -> dict[str, Any]:
