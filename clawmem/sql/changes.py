@@ -235,26 +235,41 @@ def read(
 ) -> tuple[bool, list[Change]]:
     """Return whether the log's triggers are all in place (as :func:`armed`) and the log's rows
     after ``after``, those numbered ``also`` and those below ``below``, in order of their
-    numbers: one statement, so a turn pays one round trip for both, and each part a range of
-    the primary key, so that a log the planner has no statistics for yet is never read whole."""
-    table = change_table(prefix)
-    columns = (table.c.seq, table.c.namespace, table.c.lookup_key, table.c.through)
-    parts = [sa.select(*columns).where(table.c.seq > after)]
+    numbers: one statement, so a turn pays one round trip for both, each part a range of the
+    primary key (a log the planner has no statistics for yet is never read whole), built once
+    per shape of the question and bound at execution."""
+    spread = len(also) > 500  # then the range from the lowest, not a list
+    select = _read_select(conn.dialect.name, prefix, bool(also) and not spread, spread, below is not None)
+    values: dict[str, Any] = {"after": after}
     if also:
-        pending = table.c.seq.in_(list(also)) if len(also) <= 500 else table.c.seq.between(min(also), after)
-        parts.append(sa.select(*columns).where(pending, table.c.seq <= after))
+        values.update(also=list(also)) if not spread else values.update(low=min(also))
     if below is not None:
-        parts.append(sa.select(*columns).where(table.c.seq < below))
-    rows = (parts[0] if len(parts) == 1 else sa.union_all(*parts)).subquery("logged")
-    triggers = _armed_select(conn.dialect.name, prefix).columns(sa.column("n", sa.Integer)).subquery("armed")
-    select = sa.select(triggers.c.n, rows.c.seq, rows.c.namespace, rows.c.lookup_key, rows.c.through)
-    found = conn.execute(select.select_from(triggers.outerjoin(rows, sa.true()))).all()
+        values["below"] = below
+    found = conn.execute(select, values).all()
     changed = {
-        int(seq): Change(int(seq), namespace, key, through)
-        for _, seq, namespace, key, through in found
-        if seq is not None
+        int(seq): Change(int(seq), namespace, key, through) for _, seq, namespace, key, through in found[1:]
     }
     return int(found[0][0] or 0) == len(_EVENTS), [changed[seq] for seq in sorted(changed)]
+
+
+@functools.cache
+def _read_select(dialect: str, prefix: str, listed: bool, spread: bool, below: bool) -> sa.TextClause:
+    quote = "`" if dialect in ("mysql", "mariadb") else '"'
+    log = f"{quote}{change_table(prefix).name}{quote}"
+    rows = f"SELECT NULL, seq, namespace, lookup_key, through FROM {log} WHERE"
+    # The triggers' count first, as a row of its own: the turn checks them with the same trip.
+    parts = [
+        f"SELECT ({_armed_select(dialect, prefix).text}) AS n, NULL, NULL, NULL, NULL",
+        f"{rows} seq > :after",
+    ]
+    if listed:
+        parts.append(f"{rows} seq IN :also AND seq <= :after")
+    if spread:
+        parts.append(f"{rows} seq BETWEEN :low AND :after")
+    if below:
+        parts.append(f"{rows} seq < :below")
+    text = sa.text(" UNION ALL ".join(parts))
+    return text.bindparams(sa.bindparam("also", expanding=True)) if listed else text
 
 
 def in_flight(
