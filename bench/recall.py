@@ -196,6 +196,7 @@ def sql_memory(url: str, data: Data, clock: FakeClock, spacing: float) -> Iterat
             # map that lets count(*) read the index alone.
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.execute(sa.text(f"VACUUM ANALYZE {table.name}"))
+                conn.execute(sa.text(f"ANALYZE {prefix}clawmem_changes"))  # the load's change log
         yield SqlMemory(engine, prefix=prefix, clock=clock)
     finally:
         drop_tables(engine, prefix)
