@@ -183,7 +183,7 @@ def init_db(site: Site, change_log: bool = False) -> tuple[list[str], list[str]]
         changes.append(f"added table {vector_table(site.prefix).name}")
     names = [*sizes.table_names(site.prefix), vector_table(site.prefix).name]
     if change_log and shape != CLAWMEM_SCHEMA and change_logs.install(site.engine, site.prefix):
-        changes.append(f"added change log {change_logs.change_table(site.prefix).name} and its triggers")
+        changes.append(change_logs.added(site.prefix))
     if shape == CLAWMEM_SCHEMA or change_log:
         names.append(change_logs.change_table(site.prefix).name)
     return names, changes

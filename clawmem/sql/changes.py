@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from clawmem.rules import validate_prefix
+from clawmem.settings import CLAWMEM_SCHEMA
 
 KEEP = 100_000  # rows a trim keeps: minutes of constant writes, far more than a turn's gap
 _EVENTS = ("insert", "update", "delete")
@@ -134,6 +135,11 @@ def describe(engine: Engine, prefix: str) -> list[str]:
         for name in trigger_names(prefix)
     ]
     return lines
+
+
+def added(prefix: str) -> str:
+    """Return the line init-db prints when it added the log of ``prefix`` to existing tables."""
+    return f"added change log {change_table(prefix).name} and its triggers"
 
 
 def install(engine: Engine, prefix: str) -> bool:
@@ -342,7 +348,7 @@ class LogState(NamedTuple):
 def state(engine: Engine, prefix: str, shape: str) -> LogState:
     """Return whether recall follows the change log of ``prefix`` or counts the namespace each
     turn, and how to turn the log on."""
-    flag, name = (" --change-log" if shape != "clawmem" else ""), change_table(prefix).name
+    flag, name = (" --change-log" if shape != CLAWMEM_SCHEMA else ""), change_table(prefix).name
     with engine.connect() as conn:
         if armed(conn, prefix):
             return LogState(True, f"recall reads only what changed, from the change log {name}")

@@ -419,11 +419,7 @@ def _install_change_log(engine: Engine, prefix: str, fresh: bool) -> list[str]:
     except sa.exc.SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         return [f"change log not installed ({reason}): recall counts the namespace each turn"]
-    return (
-        [f"added change log {change_log.change_table(prefix).name} and its triggers"]
-        if added and not fresh
-        else []
-    )
+    return [change_log.added(prefix)] if added and not fresh else []
 
 
 def drop_tables(engine: Engine, prefix: str = "") -> None:
