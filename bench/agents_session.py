@@ -28,14 +28,14 @@ from typing import Any
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from clawmem.clock import FakeClock  # noqa: E402
-from clawmem.conversations import ConversationLog, Message  # noqa: E402
-from clawmem.guards import PiiGuard  # noqa: E402
 from clawmem.integrations.openai_agents import ITEM_ROLES, ClawSession, message_for  # noqa: E402
 from clawmem.memory.array import ArrayMemory  # noqa: E402
-from clawmem.pipeline import recall_record  # noqa: E402
 from clawmem.recall import MessageAugmenter  # noqa: E402
 from clawmem.sql.engine import create_engine  # noqa: E402
 from clawmem.sql.schema import create_tables  # noqa: E402
+from clawmem.turn.conversations import ConversationLog, Message  # noqa: E402
+from clawmem.turn.guards import PiiGuard  # noqa: E402
+from clawmem.turn.pipeline import recall_record  # noqa: E402
 
 QUESTION = "Where is my order {n}? The tracking page has not changed since Monday."
 ANSWER = "It left the Leeds warehouse this morning; the courier delivers tomorrow before noon."

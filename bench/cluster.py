@@ -499,7 +499,7 @@ def erasure(hosts: list[Host], queue: Any, conversations: Any) -> dict[str, Any]
     recall, its worker's next turn, the subject, memory and conversation pages."""
     import requests
 
-    from clawmem.subjects import subject_namespace
+    from clawmem.rules import subject_namespace
 
     writer, reader = hosts[0], hosts[1]
     salt = uuid.uuid4().hex[:8]
@@ -659,12 +659,12 @@ def run_cluster(count: int, options: argparse.Namespace, dialect: str) -> dict[s
     """Run one cluster of ``count`` hosts and return its measurements."""
     import redis
 
-    from clawmem.conversations import ConversationLog
     from clawmem.jobs import TurnQueue
     from clawmem.jobs.backend import queue_name
     from clawmem.settings import Settings
     from clawmem.sql.engine import engine_for
     from clawmem.sql.sizes import drop_prefix_tables
+    from clawmem.turn.conversations import ConversationLog
     from dashboard.demo import DEMO_ALLOWED_KEY
 
     prefix = f"cl{uuid.uuid4().hex[:6]}_"

@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from clawmem.clock import FakeClock
-from clawmem.compaction import SUMMARY_INSTRUCTION, HistoryCompactor, ProviderSummarizer
-from clawmem.conversations import ConversationLog
 from clawmem.memory.array import ArrayMemory
-from clawmem.pipeline import Claw
 from clawmem.providers.base import ChatMessage, ProviderReply
 from clawmem.providers.openai import to_wire
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables
+from clawmem.turn.compaction import SUMMARY_INSTRUCTION, HistoryCompactor, ProviderSummarizer
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.pipeline import Claw
 
 QUESTIONS = [
     "Where is my order {n}? The tracking page has not changed since Monday.",

@@ -24,15 +24,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from clawmem.compaction import ExtractiveSummarizer, HistoryCompactor
-from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
 from clawmem.memory.array import ArrayMemory
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.recall import MessageAugmenter
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
+from clawmem.turn.compaction import ExtractiveSummarizer, HistoryCompactor
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.pipeline import Claw
 
 
 class Recording:

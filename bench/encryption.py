@@ -27,15 +27,15 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.codecs import StoredValues
 from clawmem.crypto import PLAIN, Cipher, Keyring, generate_key
+from clawmem.crypto.stored import StoredValues
 from clawmem.ids import new_id
 from clawmem.memory.sql import SqlMemory
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, tables
+from clawmem.turn.pipeline import Claw
 
 WORDS = [f"word{index}" for index in range(50_000)]
 KEYS = generate_key("k1")

@@ -36,14 +36,14 @@ from typing import Any
 from clawmem.clock import FakeClock
 from clawmem.crypto import generate_key
 from clawmem.crypto.keystore import KeyStore
+from clawmem.encryption.ciphers import cipher_for, keystore_of
 from clawmem.ids import new_id
-from clawmem.keystores import cipher_for, keystore_of
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 from clawmem.sql.keystore import generation_table, key_table
 from clawmem.sql.schema import create_tables
+from clawmem.turn.pipeline import Claw
 
 KEYS = generate_key("k1")
 WORDS = [f"word{index}" for index in range(5_000)]

@@ -464,8 +464,8 @@ def worker(settings: Any, folder: str) -> Any:
 def queue_outcome(direct_settings: Any, queued: Queued, wait: float) -> dict[str, int]:
     """Wait up to ``wait`` s for every queued job to finish; return how the jobs ended and
     whether each done job's turn is stored once (read straight from the servers)."""
-    from clawmem.conversations import ConversationLog
     from clawmem.jobs import TurnQueue
+    from clawmem.turn.conversations import ConversationLog
 
     queue = TurnQueue.from_settings(direct_settings)
     deadline = time.monotonic() + wait
@@ -533,9 +533,9 @@ def run_server(
 ) -> tuple[list[dict[str, Any]], dict[str, int] | None]:
     """Run the load against ``server`` through a proxy and inject each of ``faults``; return a
     row per fault (and one for the quiet start), and on Redis how the queued turns ended."""
-    from clawmem.pipeline import Claw
     from clawmem.providers.echo import EchoProvider
     from clawmem.settings import Settings
+    from clawmem.turn.pipeline import Claw
 
     parsed = make_url(url) if server != "redis" else None
     host = (parsed.host if parsed else url.split("//", 1)[1].split(":")[0].split("/")[0]) or ""
@@ -668,7 +668,7 @@ def _drop(settings: Any) -> None:
 
 def _stored_markers(settings: Any, ops: list[Op]) -> Counter[str]:
     """Count, straight from the server, the user rows that hold each turn's marker."""
-    from clawmem.conversations import ConversationLog
+    from clawmem.turn.conversations import ConversationLog
 
     log = ConversationLog.from_settings(settings)
     counts: Counter[str] = Counter()

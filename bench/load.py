@@ -66,9 +66,9 @@ def run_agent(seconds: float, out: Path) -> None:
     """Run turns for ``seconds`` (settings from ``CLAW_*``), appending one JSON line per turn
     completed (its conversation and the id of the run) to ``out``."""
     from clawmem.errors import GuardBlocked
-    from clawmem.pipeline import Claw
     from clawmem.providers.echo import EchoProvider
     from clawmem.settings import Settings
+    from clawmem.turn.pipeline import Claw
 
     settings = Settings.from_env(instance_path=os.environ["CLAW_INSTANCE_PATH"])
     claw = Claw.from_settings(settings, EchoProvider())

@@ -35,11 +35,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from clawmem.jobs import TurnQueue
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables
+from clawmem.turn.pipeline import Claw
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "Where is my parcel? It was due on Monday and the tracking page has not changed since."

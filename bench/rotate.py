@@ -29,11 +29,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from clawmem import rotation
 from clawmem.crypto import PLAIN, Cipher, Context, Keyring, generate_key
 from clawmem.ids import new_id
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites import rotation
+from clawmem.sites.site import Site
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
 

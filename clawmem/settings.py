@@ -12,16 +12,22 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from clawmem.errors import ConfigError
-from clawmem.recall.words import RECALL_STEMMINGS
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_prefix
-from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, validate_template
+from clawmem.rules import (
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_SUBJECT_NAMESPACE,
+    validate_prefix,
+    validate_template,
+)
 
 ENV_PREFIX = "CLAW_"
-# The modes of clawmem.guards.PiiGuard (named here so that settings stand below the guards).
+NO_STEMMING = "off"
+# CLAW_RECALL_STEMMING's values: words as written, or Snowball's English stems.
+RECALL_STEMMINGS = (NO_STEMMING, "english")
+# The modes of clawmem.turn.guards.PiiGuard (named here so that settings stand below the guards).
 PII_GUARD_MODES = ("block", "redact", "warn", "off")
 # Who writes memory entries besides the operator's code (SPEC 1): nobody (phpClaw), the model
-# through a `remember` tool offered in each turn (clawmem.writes), or one extraction call after
-# each turn (clawmem.extraction).
+# through a `remember` tool offered in each turn (clawmem.turn.writes), or one extraction call after
+# each turn (clawmem.turn.extraction).
 MEMORY_WRITES_MODES = ("off", "tool", "extract")
 # The shapes of the three tables (SPEC 4.8): ours, and the one phpClaw's WordPress plugin writes.
 CLAWMEM_SCHEMA = "clawmem"

@@ -62,7 +62,7 @@ def _check_keys(settings: Settings) -> dict[str, str]:
     import sqlalchemy as sa
 
     from clawmem.crypto import Cipher
-    from clawmem.encryption import check_keys
+    from clawmem.encryption.state import check_keys
     from clawmem.errors import Undecryptable
     from clawmem.sql.engine import engine_for
 

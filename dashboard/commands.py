@@ -14,12 +14,12 @@ from clawmem.cli import HELP, ClawGroup
 from clawmem.cli.audit import AuditEntry, audited
 from clawmem.cli.common import confirm_deletion
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
 from clawmem.memory.registry import open_memory
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.schema import check_shape, create_tables
 from clawmem.sql.sizes import present_tables
+from clawmem.turn.conversations import ConversationLog
 from dashboard import accounts, state
 from dashboard.demo import DEMO_ALLOWED_KEY, demo_loaded, load_demo, remove_demo
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog, Message
 from clawmem.ids import new_id
 from clawmem.memory.base import MemoryInterface
-from clawmem.pipeline import recall_record
 from clawmem.recall import MessageAugmenter
-from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace
+from clawmem.rules import DEFAULT_SUBJECT_NAMESPACE, subject_namespace
+from clawmem.turn.conversations import ConversationLog, Message
+from clawmem.turn.pipeline import recall_record
 from dashboard.state import every_item
 
 DAY = 86_400

@@ -11,8 +11,8 @@ from flask import Flask, Request, Response, abort, request, session
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from clawmem.crypto.keyfile import MIN_KEY_CHARS, kept_key
 from clawmem.errors import ConfigError
-from clawmem.keyfile import MIN_KEY_CHARS, kept_key
 
 SECRET_KEY_FILE = "secret_key"
 MIN_SECRET_KEY_CHARS = MIN_KEY_CHARS

@@ -1,6 +1,6 @@
 """The current request's clawmem site, and what views and commands read through it.
 
-Views and commands call the core's stores and operations on the current :class:`~clawmem.site.Site`
+Views and commands call the core's stores and operations on the current :class:`~clawmem.sites.site.Site`
 and never ask which driver serves them. A command acts on the site of ``CLAW_TABLE_PREFIX``; a page
 on the site its request chose among ``CLAW_SITES`` (see :mod:`dashboard.sites`).
 """
@@ -18,14 +18,14 @@ from flask import Flask, current_app, g, has_request_context
 from sqlalchemy.engine import Engine
 
 from clawmem.clock import Clock
-from clawmem.conversations import ConversationLog
 from clawmem.errors import redact
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.paging import Page
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import held_connections
+from clawmem.turn.conversations import ConversationLog
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,9 +58,9 @@ def init_app(app: Flask) -> None:
 
 def site_of(app: Flask) -> Site:
     """Return the site of ``CLAW_TABLE_PREFIX``, the one every command acts on, built once."""
-    if "clawmem.site" not in app.extensions:
-        app.extensions["clawmem.site"] = _open_site(app, app.extensions["clawmem.settings"])
-    return app.extensions["clawmem.site"]
+    if "clawmem.sites.site" not in app.extensions:
+        app.extensions["clawmem.sites.site"] = _open_site(app, app.extensions["clawmem.settings"])
+    return app.extensions["clawmem.sites.site"]
 
 
 def sites_of(app: Flask) -> dict[str, Site]:

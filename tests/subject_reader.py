@@ -19,10 +19,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
+from clawmem.turn.pipeline import Claw
 
 
 def attempt(read: Callable[[], Any]) -> dict[str, Any]:

@@ -19,9 +19,19 @@ import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 
-from clawmem import operations
 from clawmem.clock import FakeClock
-from clawmem.compaction import (
+from clawmem.errors import GuardBlocked
+from clawmem.memory.array import ArrayMemory
+from clawmem.memory.wrappers import PrivacyAwareMemory
+from clawmem.privacy import erasure
+from clawmem.privacy.subjects import Subject
+from clawmem.providers import EchoProvider, OpenAICompatibleProvider, ToolCall
+from clawmem.settings import Settings
+from clawmem.sites import operations
+from clawmem.sites.site import Site
+from clawmem.sql.conversations import StoredMessage
+from clawmem.sql.schema import tables
+from clawmem.turn.compaction import (
     SUMMARY_INSTRUCTION,
     SUMMARY_PREFIX,
     ExtractiveSummarizer,
@@ -31,17 +41,8 @@ from clawmem.compaction import (
     analyse,
     estimate_tokens,
 )
-from clawmem.conversations import ConversationLog, Message
-from clawmem.errors import GuardBlocked
-from clawmem.memory.array import ArrayMemory
-from clawmem.memory.wrappers import PrivacyAwareMemory
-from clawmem.pipeline import Claw, provider_history
-from clawmem.providers import EchoProvider, OpenAICompatibleProvider, ToolCall
-from clawmem.settings import Settings
-from clawmem.site import Site
-from clawmem.sql.conversations import StoredMessage
-from clawmem.sql.schema import tables
-from clawmem.subjects import Subject
+from clawmem.turn.conversations import ConversationLog, Message
+from clawmem.turn.pipeline import Claw, provider_history
 from dashboard import accounts, state
 from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 
@@ -273,7 +274,7 @@ def test_erase_and_prune_leave_no_summary_behind_and_export_lists_the_checkpoint
         assert summary_rows(engine, prefix, conversation_id) >= 2
 
     out = io.StringIO()
-    operations.export_subject(site, Subject(user_id="cust-42"), out)
+    erasure.export_subject(site, Subject(user_id="cust-42"), out)
     (exported,) = json.loads(out.getvalue())["conversations"]
     stored = [
         m for m in site.conversations.messages(chats["cust-42"], limit=1000).items if m.role == "summary"
@@ -284,7 +285,7 @@ def test_erase_and_prune_leave_no_summary_behind_and_export_lists_the_checkpoint
     ]
     assert all(m["tool_input"]["covers"]["messages"] > 0 for m in listed)
 
-    erased = operations.erase_subject(site, Subject(user_id="cust-42"))
+    erased = erasure.erase_subject(site, Subject(user_id="cust-42"))
     assert erased.conversations == 1
     assert summary_rows(engine, prefix, chats["cust-42"]) == 0
     assert summary_rows(engine, prefix, chats["cust-7"]) > 0, "another subject's checkpoints stay"

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.schema import tables
+from clawmem.turn.conversations import ConversationLog
 from tests.test_cli_basics import (
     FLASK,
     add_conversation,

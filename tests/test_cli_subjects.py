@@ -29,13 +29,13 @@ from hypothesis import strategies as st
 
 from clawmem.cli.audit import audit_key, subject_hash
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
 from clawmem.memory.base import contains_text
 from clawmem.memory.sql import SqlMemory
 from clawmem.records import MemoryRow
+from clawmem.rules import subject_namespace
 from clawmem.sql.schema import tables
-from clawmem.subjects import subject_namespace
+from clawmem.turn.conversations import ConversationLog
 from tests.test_cli_basics import (
     KV_DRIVERS,
     ROOT,

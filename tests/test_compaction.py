@@ -13,7 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawmem import events
-from clawmem.compaction import (
+from clawmem.errors import ProviderError
+from clawmem.ids import new_id
+from clawmem.providers import EchoProvider, OpenAICompatibleProvider
+from clawmem.sql.conversations import StoredMessage
+from clawmem.sql.schema import tables
+from clawmem.turn.compaction import (
     SUMMARY_UNAVAILABLE,
     CompactionResult,
     ExtractiveSummarizer,
@@ -24,12 +29,7 @@ from clawmem.compaction import (
     estimate_tokens,
     split_history,
 )
-from clawmem.conversations import ConversationLog
-from clawmem.errors import ProviderError
-from clawmem.ids import new_id
-from clawmem.providers import EchoProvider, OpenAICompatibleProvider
-from clawmem.sql.conversations import StoredMessage
-from clawmem.sql.schema import tables
+from clawmem.turn.conversations import ConversationLog
 
 
 def msg(role: str, content: str, **extra: Any) -> dict[str, Any]:

@@ -15,15 +15,15 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.compaction import ExtractiveSummarizer, HistoryCompactor
-from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
 from clawmem.memory.array import ArrayMemory
-from clawmem.pipeline import Claw
 from clawmem.providers.base import ProviderReply
 from clawmem.providers.echo import EchoProvider
 from clawmem.recall import MessageAugmenter
 from clawmem.sql.schema import tables
+from clawmem.turn.compaction import ExtractiveSummarizer, HistoryCompactor
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.pipeline import Claw
 
 MAX_MESSAGES = 10
 

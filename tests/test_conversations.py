@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 import clawmem
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.conversations import ConversationLog, Message
 from clawmem.errors import InvalidCursor
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.sql import SqlMemory
@@ -24,6 +23,7 @@ from clawmem.paging import encode_cursor
 from clawmem.sql.retention import delete_in_batches, iter_conversation_ids, older_than
 from clawmem.sql.schema import tables
 from clawmem.sql.subjects import iter_conversations
+from clawmem.turn.conversations import ConversationLog, Message
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import clawmem
 from clawmem.errors import ConfigError, redact
 from clawmem.ids import new_id
 from clawmem.memory.registry import MemoryRegistry, open_memory
+from clawmem.privacy.subjects import mention_pattern, mentions
+from clawmem.rules import subject_of_namespace
 from clawmem.settings import Settings
-from clawmem.subjects import mention_pattern, mentions, subject_of_namespace
 
 
 def test_import_clawmem_does_not_import_flask() -> None:

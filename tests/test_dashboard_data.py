@@ -14,11 +14,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.compaction import as_history, split_history
-from clawmem.conversations import Message
 from clawmem.ids import new_id
 from clawmem.recall import MessageAugmenter
 from clawmem.sql.schema import tables
+from clawmem.turn.compaction import as_history, split_history
+from clawmem.turn.conversations import Message
 from dashboard import accounts, state
 from tests.conftest import SQL_BACKENDS, backend_url
 from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in

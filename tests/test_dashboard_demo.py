@@ -13,10 +13,10 @@ import pytest
 from flask import Flask
 
 from clawmem.clock import FakeClock, now_seconds
-from clawmem.conversations import Message
-from clawmem.guards import scan
 from clawmem.recall.words import text_of
 from clawmem.rules import ttl_state
+from clawmem.turn.conversations import Message
+from clawmem.turn.guards import scan
 from dashboard import accounts, state, vendor
 from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 

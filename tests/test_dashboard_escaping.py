@@ -12,9 +12,9 @@ from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clawmem.conversations import Message
 from clawmem.ids import new_id
-from clawmem.subjects import subject_namespace
+from clawmem.rules import subject_namespace
+from clawmem.turn.conversations import Message
 from dashboard import create_app, state
 from dashboard.views.rendering import url_maker
 from tests.dashboard_helpers import page_text

@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import Message
+from clawmem.turn.conversations import Message
 from dashboard import state
 from dashboard.views.conversations import PAGE_SIZE
 from tests.conftest import SQL_BACKENDS

@@ -28,13 +28,13 @@ from werkzeug.test import TestResponse
 
 from clawmem.clock import FakeClock
 from clawmem.errors import ConfigError
-from clawmem.pipeline import Claw
 from clawmem.providers.base import ToolCall
 from clawmem.providers.echo import EchoProvider
 from clawmem.settings import PHPCLAW_SCHEMA
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables
+from clawmem.turn.pipeline import Claw
 from dashboard import accounts, create_app, state
 from tests.conftest import backend_url
 from tests.dashboard_helpers import ADMIN, PASSWORD, claw_words, csrf_from, page_text, sign_in

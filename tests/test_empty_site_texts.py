@@ -11,7 +11,7 @@ from collections.abc import Callable
 from flask import Flask
 from flask.testing import FlaskClient
 
-from clawmem.conversations import Message
+from clawmem.turn.conversations import Message
 from dashboard import state
 from tests.dashboard_helpers import page_text, sign_in
 

@@ -18,22 +18,22 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
 from clawmem.crypto import Cipher, Keyring, generate_key, key_id_of
-from clawmem.encryption import check_keys, encryption_state
-from clawmem.erasure import erase_subject, export_subject
+from clawmem.encryption.state import check_keys, encryption_state
 from clawmem.errors import ConfigError, PlaintextRefused, StorageError, Undecryptable
 from clawmem.memory.file import FileMemory
 from clawmem.memory.redis import RedisMemory
 from clawmem.memory.sql import SqlMemory
-from clawmem.pipeline import Claw
+from clawmem.privacy.erasure import erase_subject, export_subject
+from clawmem.privacy.subjects import Subject
 from clawmem.providers import EchoProvider
 from clawmem.providers.base import ToolCall
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import create_engine, engine_for
 from clawmem.sql.schema import create_tables, drop_tables, tables
-from clawmem.subjects import Subject
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.pipeline import Claw
 from tests.conftest import backend_url, sql_url
 
 SECRET = "Zanzibar-Quokka-7731"  # distinctive: found in raw storage only if something leaked

@@ -27,14 +27,15 @@ from hypothesis import strategies as st
 
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.conversations import Message
-from clawmem.erasure import subject_plan
 from clawmem.ids import new_id
+from clawmem.privacy.erasure import subject_plan
+from clawmem.privacy.subjects import Subject
+from clawmem.rules import subject_namespace
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
-from clawmem.subjects import Subject, subject_namespace
+from clawmem.turn.conversations import Message
 from tests.conftest import sql_url
 from tests.test_cli_basics import ROOT, add_conversation
 

@@ -26,18 +26,18 @@ from click.testing import CliRunner
 
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog, Message
 from clawmem.crypto import Cipher, Keyring, generate_key
+from clawmem.encryption.ciphers import cipher_for, keystore_of, open_keystore
 from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
-from clawmem.keystores import cipher_for, keystore_of, open_keystore
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import create_engine
 from clawmem.sql.keystore import generation_table, key_table
 from clawmem.sql.schema import create_tables, drop_tables, tables
+from clawmem.turn.conversations import ConversationLog, Message
+from clawmem.turn.pipeline import Claw
 from tests.conftest import backend_url
 
 ROOT = Path(__file__).resolve().parent.parent

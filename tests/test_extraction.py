@@ -16,13 +16,13 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import StoredMessage
-from clawmem.extraction import HISTORY, INSTRUCTIONS, MAX_FACTS
-from clawmem.pipeline import Claw, Reply
 from clawmem.providers import OpenAICompatibleProvider
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables
+from clawmem.turn.conversations import StoredMessage
+from clawmem.turn.extraction import HISTORY, INSTRUCTIONS, MAX_FACTS
+from clawmem.turn.pipeline import Claw, Reply
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions
@@ -189,12 +189,12 @@ def test_a_bad_answer_writes_nothing_and_the_turn_keeps_its_reply(
     claw = make_claw(lite, prefix, tmp_path, clock, loopback, max_value_bytes=1024)
     loopback.script("Teal is a lovely colour.", answer)
 
-    with caplog.at_level(logging.WARNING, logger="clawmem.extraction"):
+    with caplog.at_level(logging.WARNING, logger="clawmem.turn.extraction"):
         reply = claw.send("My favourite colour is teal.", user_id=USER)
 
     assert reply.text == "Teal is a lovely colour."
     assert driver_of(claw).namespaces() == []
-    (warning,) = [r for r in caplog.records if r.name == "clawmem.extraction"]
+    (warning,) = [r for r in caplog.records if r.name == "clawmem.turn.extraction"]
     assert warning.levelno == logging.WARNING and reason in warning.getMessage()
     assert "teal" not in warning.getMessage() and "secret" not in warning.getMessage()
     assistant = assistant_row(claw, reply)
@@ -214,11 +214,11 @@ def test_a_bad_answer_writes_nothing_on_every_backend(
 ) -> None:
     claw = make_claw(engine, prefix, tmp_path, clock, loopback)
     loopback.script("Noted.", facts(("colour", "teal"), ("bad\nkey", "teal")))
-    with caplog.at_level(logging.WARNING, logger="clawmem.extraction"):
+    with caplog.at_level(logging.WARNING, logger="clawmem.turn.extraction"):
         reply = claw.send("My favourite colour is teal.", user_id=USER)
     assert reply.text == "Noted."
     assert driver_of(claw).namespaces() == []
-    assert len([r for r in caplog.records if r.name == "clawmem.extraction"]) == 1
+    assert len([r for r in caplog.records if r.name == "clawmem.turn.extraction"]) == 1
 
 
 @pytest.mark.parametrize("failure", ["hang", "500", "503"])
@@ -236,12 +236,12 @@ def test_a_failing_provider_never_fails_the_turn(
     claw = make_claw(lite, prefix, tmp_path, clock, loopback, timeout=0.5)
     loopback.script("Teal is a lovely colour.", HANG if failure == "hang" else failing(int(failure)))
 
-    with caplog.at_level(logging.WARNING, logger="clawmem.extraction"):
+    with caplog.at_level(logging.WARNING, logger="clawmem.turn.extraction"):
         reply = claw.send("My favourite colour is teal.", user_id=USER)
 
     assert reply.text == "Teal is a lovely colour."
     assert driver_of(claw).namespaces() == []
-    (warning,) = [r for r in caplog.records if r.name == "clawmem.extraction"]
+    (warning,) = [r for r in caplog.records if r.name == "clawmem.turn.extraction"]
     expected = "the provider timed out" if failure == "hang" else "the provider call failed"
     assert warning.getMessage() == f"memory extraction wrote nothing: {expected}"
     assistant = assistant_row(claw, reply)
@@ -383,9 +383,9 @@ def test_a_replaced_value_is_sealed_at_rest_with_the_entry(
 def test_erasing_the_subject_takes_what_was_extracted(
     engine: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, loopback: LoopbackCompletions
 ) -> None:
-    from clawmem import operations
-    from clawmem.site import Site
-    from clawmem.subjects import Subject
+    from clawmem.privacy import erasure
+    from clawmem.privacy.subjects import Subject
+    from clawmem.sites.site import Site
 
     claw = make_claw(engine, prefix, tmp_path, clock, loopback)
     loopback.script("Noted.", facts(("city", "Lisbon")), "Noted.", facts(("city", "Porto")))
@@ -395,7 +395,7 @@ def test_erasing_the_subject_takes_what_was_extracted(
 
     url = engine.url.render_as_string(hide_password=False)
     site = Site(Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix), clock)
-    operations.erase_subject(site, Subject(user_id=USER))
+    erasure.erase_subject(site, Subject(user_id=USER))
 
     assert driver_of(claw).namespaces() == []
     assert claw.conversations.get(first.conversation_id) is None
@@ -495,9 +495,9 @@ def test_a_provider_of_the_hosts_code_that_raises_never_fails_the_turn(
         instance_path=str(tmp_path), database_url=url, table_prefix=prefix, memory_writes="extract"
     )
     claw = Claw.from_settings(settings, Scripted(), clock=clock)
-    with caplog.at_level(logging.WARNING, logger="clawmem.extraction"):
+    with caplog.at_level(logging.WARNING, logger="clawmem.turn.extraction"):
         reply = claw.send("My favourite colour is teal.", user_id=USER)
     assert reply.text == "Noted."
-    (warning,) = [r for r in caplog.records if r.name == "clawmem.extraction"]
+    (warning,) = [r for r in caplog.records if r.name == "clawmem.turn.extraction"]
     assert warning.getMessage() == "memory extraction wrote nothing: the provider call failed (RuntimeError)"
     assert driver_of(claw).namespaces() == []

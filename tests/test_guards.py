@@ -12,18 +12,18 @@ from hypothesis import strategies as st
 
 from clawmem import events
 from clawmem.clock import FakeClock
-from clawmem.compaction import HistoryCompactor, ProviderSummarizer
-from clawmem.conversations import ConversationLog
 from clawmem.errors import ConfigError, GuardBlocked
-from clawmem.guards import GuardFinding, PiiGuard, RedactingGuard, luhn_valid
 from clawmem.memory.array import ArrayMemory
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider, OpenAICompatibleProvider
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.settings import Settings
-from clawmem.skills import Skill, SkillRegistry
 from clawmem.sql.engine import create_engine, engine_for
 from clawmem.sql.schema import create_tables
+from clawmem.turn.compaction import HistoryCompactor, ProviderSummarizer
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.guards import GuardFinding, PiiGuard, RedactingGuard, luhn_valid
+from clawmem.turn.pipeline import Claw
+from clawmem.turn.skills import Skill, SkillRegistry
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions

@@ -120,6 +120,93 @@ def test_no_package_reaches_itself_through_another() -> None:
     assert cycle is None, "import loop between packages: " + " -> ".join(cycle or [])
 
 
+# The house from the ground up (docs/ARCHITECTURE.md): a package may import the ground floor and
+# the packages of the floors below its own, never one beside or above it.
+HOUSE = (
+    ("crypto",),
+    ("sql",),
+    ("recall", "providers"),
+    ("encryption",),
+    ("memory",),
+    ("turn",),
+    ("sites",),
+    ("privacy",),
+    ("jobs", "integrations"),
+    ("cli",),
+)
+FLOOR = {f"clawmem.{package}": level for level, floor in enumerate(HOUSE, start=1) for package in floor}
+# Past this many lines a module has, in practice, two jobs: split it by job. The largest modules
+# of one job (the file driver, the memory table's statements) are near 650.
+MAX_MODULE_LINES = 700
+
+
+def floor_of(node: str) -> int:
+    """Return the floor of a package node (0 for a top-level module, the ground floor)."""
+    if node in FLOOR:
+        return FLOOR[node]
+    if (CORE.parent / node.replace(".", "/")).is_dir():
+        raise AssertionError(f"{node} is not placed in HOUSE (tests/test_imports.py): give it a floor")
+    return 0
+
+
+def upward_imports(packages: dict[str, set[str]]) -> list[str]:
+    """Return each import that does not run downward, as ``"source -> target"``."""
+    found = []
+    for source, targets in sorted(packages.items()):
+        if source == "clawmem":
+            continue
+        for target in sorted(targets):
+            if (
+                target != "clawmem"
+                and floor_of(target) >= floor_of(source)
+                and not floor_of(target) == floor_of(source) == 0
+            ):
+                found.append(f"{source} -> {target}")
+    return found
+
+
+def test_every_import_runs_down_the_house() -> None:
+    assert upward_imports(package_graph(import_graph())) == []
+
+
+def test_a_ground_floor_module_importing_a_package_is_found() -> None:
+    graph = {"clawmem.codecs": {"clawmem.crypto.cipher"}, "clawmem.sql.kv": {"clawmem.codecs"}}
+    assert upward_imports(package_graph(graph)) == ["clawmem.codecs -> clawmem.crypto"]
+
+
+def test_an_import_beside_or_above_is_found() -> None:
+    graph = {"clawmem.recall.fusion": {"clawmem.providers.base", "clawmem.memory.base", "clawmem.rules"}}
+    assert upward_imports(package_graph(graph)) == [
+        "clawmem.recall -> clawmem.memory",
+        "clawmem.recall -> clawmem.providers",
+    ]
+
+
+def test_the_top_floor_holds_only_packages_and_the_ground_floor() -> None:
+    ground = sorted(path.stem for path in CORE.glob("*.py") if path.stem != "__init__")
+    assert ground == [
+        "clock", "codecs", "errors", "events", "ids", "paging", "php", "prompt", "records", "rules",
+        "settings", "text",
+    ]  # fmt: skip
+    packages = sorted(path.name for path in CORE.iterdir() if (path / "__init__.py").exists())
+    assert packages == sorted(package for floor in HOUSE for package in floor)
+
+
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda path: str(path.relative_to(CORE)))
+def test_every_package_and_module_says_what_it_holds(path: Path) -> None:
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    assert docstring, f"{path.relative_to(CORE.parent)} opens with no docstring"
+
+
+def test_no_module_is_past_the_size_of_one_job() -> None:
+    long = {
+        str(path.relative_to(CORE.parent)): lines
+        for path in sorted(CORE.rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these by job (more than {MAX_MODULE_LINES} lines): {long}"
+
+
 def test_a_loop_between_packages_is_found() -> None:
     graph = {"clawmem.memory.base": {"clawmem.sql.kv"}, "clawmem.sql.kv": {"clawmem.memory.rules"}}
     assert find_cycle(package_graph(graph), set()) == ["clawmem.memory", "clawmem.sql", "clawmem.memory"]

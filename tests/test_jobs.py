@@ -21,7 +21,7 @@ from clawmem.jobs.backend import open_huey, queue_location
 from clawmem.jobs.schedule import RETENTION_LOCK_SECONDS, decide, run_retention_tick
 from clawmem.jobs.worker import provider_from_settings
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables
 
@@ -428,7 +428,7 @@ def test_the_reaper_fails_rather_than_reruns_where_no_job_id_can_be_stored(setti
 
 
 def test_an_append_of_a_stored_job_writes_nothing(engine: Any, prefix: str, clock: FakeClock) -> None:
-    from clawmem.conversations import ConversationLog, Message
+    from clawmem.turn.conversations import ConversationLog, Message
 
     log = ConversationLog(engine, prefix, clock)
     turn = [
@@ -452,8 +452,8 @@ def test_a_running_turn_renews_its_lease_until_it_ends(settings: Settings) -> No
     import time
 
     from clawmem.jobs.backend import open_huey
-    from clawmem.pipeline import Claw
     from clawmem.providers import EchoProvider
+    from clawmem.turn.pipeline import Claw
 
     gate = threading.Event()
 
@@ -570,8 +570,8 @@ def test_a_turn_left_by_an_enqueue_that_failed_half_way_never_holds_back_its_con
     queue_settings: Settings,
 ) -> None:
     from clawmem.ids import new_id
-    from clawmem.pipeline import Claw
     from clawmem.providers import EchoProvider
+    from clawmem.turn.pipeline import Claw
 
     clock = FakeClock(START)
     site = Site(queue_settings, clock)

@@ -10,8 +10,8 @@ import pytest
 from flask import Flask
 
 from clawmem.cli.audit import AUDIT_KEY_FILE
+from clawmem.crypto.keyfile import kept_key
 from clawmem.errors import ConfigError, KeyFileError
-from clawmem.keyfile import kept_key
 from dashboard.security import SECRET_KEY_FILE
 
 pytest_plugins = ["tests.dashboard_fixtures"]

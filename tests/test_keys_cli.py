@@ -23,15 +23,15 @@ from click.testing import CliRunner
 
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
-from clawmem.conversations import Message
 from clawmem.crypto import Keyring, generate_key, key_id_of
 from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql import rotation as sql_rotation
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables, tables
+from clawmem.turn.conversations import Message
 from tests.conftest import sql_url
 from tests.test_cli_basics import ROOT
 

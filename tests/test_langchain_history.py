@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
 from clawmem.ids import new_id
 from clawmem.integrations.langchain import ClawChatMessageHistory
+from clawmem.turn.conversations import ConversationLog
 
 CHAT = [
     SystemMessage("You are the shop's support agent."),

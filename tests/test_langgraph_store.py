@@ -20,7 +20,7 @@ from clawmem.integrations.langgraph import ClawStore
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.sql import SqlMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
-from clawmem.subjects import subject_namespace
+from clawmem.rules import subject_namespace
 from tests.held_memory import HeldMemory
 from tests.test_cli_basics import build_app, claw, url_of
 

@@ -26,10 +26,10 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from clawmem.cli.audit import AUDIT_KEY_FILE, audit_key, subject_hash
-from clawmem.conversations import Message
 from clawmem.errors import redact
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import drop_tables
+from clawmem.turn.conversations import Message
 from dashboard import accounts, create_app, state
 from dashboard.devserver import PathOnlyRequestHandler
 from dashboard.views.settings import deletion_commands

@@ -16,9 +16,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.conversations import Message
 from clawmem.ids import new_id
 from clawmem.sql.schema import tables
+from clawmem.turn.conversations import Message
 from dashboard import state
 from dashboard.views.downloads import DOWNLOAD_LIMIT, spreadsheet_safe
 from tests.dashboard_helpers import page_text

@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog, Message
-from clawmem.operations import conversation_document
 from clawmem.settings import PHPCLAW_SCHEMA
+from clawmem.sites.operations import conversation_document
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from clawmem.sql.subjects import conversations_where, iter_conversations
+from clawmem.turn.conversations import ConversationLog, Message
 from tests.test_cli_basics import build_app, claw, url_of
 
 

@@ -16,13 +16,13 @@ import pytest
 import sqlalchemy as sa
 
 from bench.faults import FaultProxy
-from clawmem.conversations import ConversationLog, Message
 from clawmem.ids import new_id
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
+from clawmem.turn.conversations import ConversationLog, Message
+from clawmem.turn.pipeline import Claw
 from tests.conftest import backend_url
 
 PORTS = {"mysql": 3306, "postgres": 5432}

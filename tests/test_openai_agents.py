@@ -20,7 +20,6 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # nothing may try t
 agents = pytest.importorskip("agents")
 from agents.memory import SQLiteSession  # noqa: E402
 
-from clawmem.conversations import ConversationLog, Message  # noqa: E402
 from clawmem.errors import ValueTooLarge  # noqa: E402
 from clawmem.integrations.openai_agents import (  # noqa: E402
     ITEM_KEY,
@@ -28,6 +27,7 @@ from clawmem.integrations.openai_agents import (  # noqa: E402
     ClawSession,
     conversation_id_for,
 )
+from clawmem.turn.conversations import ConversationLog, Message  # noqa: E402
 
 USER = {"role": "user", "content": "Where is my order 1234?"}
 ASSISTANT = {

@@ -23,12 +23,12 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # nothing may try t
 agents = pytest.importorskip("agents")
 from agents.testing import ScriptedModel, assistant_message  # noqa: E402
 
-from clawmem.conversations import ConversationLog  # noqa: E402
 from clawmem.errors import GuardBlocked  # noqa: E402
-from clawmem.guards import PiiGuard  # noqa: E402
 from clawmem.integrations.openai_agents import ClawSession, conversation_id_for  # noqa: E402
 from clawmem.memory.sql import SqlMemory  # noqa: E402
 from clawmem.sql.engine import engine_for  # noqa: E402
+from clawmem.turn.conversations import ConversationLog  # noqa: E402
+from clawmem.turn.guards import PiiGuard  # noqa: E402
 from tests.test_first_run import clean_environment  # noqa: E402
 
 pytest_plugins = ["tests.dashboard_fixtures", "tests.loopback"]
@@ -103,7 +103,7 @@ def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_re
     url = engine.url.render_as_string(hide_password=False)
     code = (
         "import asyncio, json, sys\n"
-        "from clawmem.conversations import ConversationLog\n"
+        "from clawmem.turn.conversations import ConversationLog\n"
         "from clawmem.integrations.openai_agents import ClawSession\n"
         "from clawmem.sql.engine import create_engine\n"
         f"log = ConversationLog(create_engine({url!r}), {prefix!r})\n"

@@ -16,10 +16,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock, utc_datetime
-from clawmem.conversations import Message
 from clawmem.ids import new_id
-from clawmem.pipeline import billed_tokens
 from clawmem.sql.schema import tables
+from clawmem.turn.conversations import Message
+from clawmem.turn.pipeline import billed_tokens
 from dashboard import state
 from tests.conftest import SQL_BACKENDS
 from tests.dashboard_helpers import page_text

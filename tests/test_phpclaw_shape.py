@@ -30,14 +30,14 @@ from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
 from clawmem.errors import ConfigError, StorageError
 from clawmem.memory.sql import SqlMemory
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.recall import MessageAugmenter
 from clawmem.recall.phpclaw import phpclaw_overlap
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, detect_shape, drop_tables
+from clawmem.turn.pipeline import Claw
 from tests.conftest import IN_CI, backend_url
 from tests.dashboard_helpers import ADMIN, PASSWORD, sign_in
 

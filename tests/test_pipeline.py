@@ -11,19 +11,19 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.compaction import HistoryCompactor, ProviderSummarizer
-from clawmem.conversations import ConversationLog
 from clawmem.errors import GuardBlocked, InvalidKey, ProviderError
-from clawmem.guards import GuardFinding, PiiGuard
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.file import FileMemory
 from clawmem.memory.wrappers import PrivacyAwareMemory
-from clawmem.pipeline import Claw, title_from
 from clawmem.providers import EchoProvider, OpenAICompatibleProvider, ToolCall
 from clawmem.recall import MessageAugmenter
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables
+from clawmem.turn.compaction import HistoryCompactor, ProviderSummarizer
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.guards import GuardFinding, PiiGuard
+from clawmem.turn.pipeline import Claw, title_from
 
 
 @pytest.fixture
@@ -436,8 +436,8 @@ def test_record_recall_off_stores_no_recall_row(tmp_path: Path, clock: FakeClock
 def test_stats_and_the_overview_count_recall_rows_as_a_role_of_their_own(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    from clawmem import operations
-    from clawmem.site import Site
+    from clawmem.sites import operations
+    from clawmem.sites.site import Site
 
     settings = Settings(instance_path=str(tmp_path), memory_driver="array")
     site = Site(settings, clock)

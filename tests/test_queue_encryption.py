@@ -16,12 +16,12 @@ from clawmem.crypto import Cipher, Keyring, generate_key
 from clawmem.errors import Undecryptable
 from clawmem.jobs import TurnQueue
 from clawmem.jobs.backend import PayloadSeal, open_huey, queue_location
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import create_tables, drop_tables
+from clawmem.turn.pipeline import Claw
 
 MESSAGE = "my card is 4242 ZEBRAQUEUE-7731, please refund"
 DISTINCTIVE = b"ZEBRAQUEUE-7731"

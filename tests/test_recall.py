@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from clawmem import events
 from clawmem.clock import FakeClock
-from clawmem.compaction import ExtractiveSummarizer, HistoryCompactor
 from clawmem.errors import StorageError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.file import FileMemory
@@ -20,8 +19,9 @@ from clawmem.prompt import CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OV
 from clawmem.recall import MEMORY_HEADER, MessageAugmenter, injection_counts, keywords, plan
 from clawmem.recall.rankings import rank, scan_ranking
 from clawmem.recall.words import score
-from clawmem.skills import Skill, SkillRegistry
 from clawmem.text import clip
+from clawmem.turn.compaction import ExtractiveSummarizer, HistoryCompactor
+from clawmem.turn.skills import Skill, SkillRegistry
 
 # -- words -------------------------------------------------------------------------------------
 

@@ -110,12 +110,12 @@ def test_warm_skips_namespaces_a_driver_cannot_feed(tmp_path: Any, clock: FakeCl
 def test_an_erasure_reaches_the_index_a_worker_shares_with_its_parent(
     tmp_path: Any, clock: FakeClock
 ) -> None:
-    from clawmem.erasure import erase_subject
+    from clawmem.privacy.erasure import erase_subject
+    from clawmem.privacy.subjects import Subject
     from clawmem.settings import Settings
-    from clawmem.site import Site
+    from clawmem.sites.site import Site
     from clawmem.sql.engine import create_engine
     from clawmem.sql.schema import create_tables, drop_tables
-    from clawmem.subjects import Subject
 
     url = f"sqlite:///{tmp_path / 'site.db'}"
     engine = create_engine(url)

@@ -24,22 +24,24 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from clawmem import operations
 from clawmem.cli import main
 from clawmem.clock import FakeClock
 from clawmem.errors import EmbeddingMismatch
 from clawmem.memory.sql import SqlMemory
+from clawmem.privacy import erasure
+from clawmem.privacy.subjects import Subject
 from clawmem.recall import MessageAugmenter
 from clawmem.recall.embeddings import _Space, held_rows, quantise
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.persisted import CODES_MARK
 from clawmem.recall.words import text_of
+from clawmem.rules import subject_namespace
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites import operations
+from clawmem.sites.site import Site
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
 from clawmem.sql.vectors import create_vector_table, drop_vector_table, vector_table
-from clawmem.subjects import Subject, subject_namespace
 from tests import embedders
 from tests.conftest import sql_url
 from tests.embedders import Counting, HashedWords
@@ -175,7 +177,7 @@ def test_erasing_a_subject_deletes_the_vectors_of_its_entries(vector_engine, pre
     hybrid_turn(scorer, site.memory, "hello", namespace=own)
     hybrid_turn(scorer, site.memory, "hello")
     assert (own, "diet") in stored_vectors(vector_engine, prefix)
-    operations.erase_subject(site, Subject(user_id="cust-42"))
+    erasure.erase_subject(site, Subject(user_id="cust-42"))
     assert set(stored_vectors(vector_engine, prefix)) == {("n", "tea")}
 
 

@@ -16,13 +16,13 @@ import sqlalchemy as sa
 from clawmem import events
 from clawmem.clock import FakeClock
 from clawmem.errors import ConfigError
-from clawmem.pipeline import Claw
 from clawmem.prompt import GuardFinding
 from clawmem.providers.base import ProviderReply
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
-from clawmem.writes import MAX_TOOL_ROUNDS
+from clawmem.turn.pipeline import Claw
+from clawmem.turn.writes import MAX_TOOL_ROUNDS
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions
@@ -436,9 +436,9 @@ def test_an_entrys_attribution_is_sealed_at_rest_like_its_value(
 def test_erasing_the_subject_takes_what_the_model_remembered(
     engine: sa.engine.Engine, prefix: str, tmp_path: Path, clock: FakeClock, loopback: LoopbackCompletions
 ) -> None:
-    from clawmem import operations
-    from clawmem.site import Site
-    from clawmem.subjects import Subject
+    from clawmem.privacy import erasure
+    from clawmem.privacy.subjects import Subject
+    from clawmem.sites.site import Site
 
     claw = make_claw(engine, prefix, tmp_path, clock, loopback)
     loopback.script(remember("favourite_colour", "teal"), "Noted.")
@@ -446,7 +446,7 @@ def test_erasing_the_subject_takes_what_the_model_remembered(
 
     url = engine.url.render_as_string(hide_password=False)
     site = Site(Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix), clock)
-    operations.erase_subject(site, Subject(user_id=USER))
+    erasure.erase_subject(site, Subject(user_id=USER))
 
     assert driver_of(claw).namespaces() == []
     assert claw.conversations.get(reply.conversation_id) is None

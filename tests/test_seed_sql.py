@@ -11,11 +11,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
 from clawmem.crypto import PLAIN, Cipher, Keyring, generate_key
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, tables
+from clawmem.turn.conversations import ConversationLog
 from tests.conftest import backend_url
 
 DATABASE = "clawmem_seed"

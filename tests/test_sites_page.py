@@ -13,9 +13,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.isolation import check_separation
+from clawmem.privacy.isolation import check_separation
 from clawmem.settings import PHPCLAW_SCHEMA, Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.schema import create_tables, drop_tables
 from dashboard import state
 from tests.dashboard_helpers import page_text

@@ -11,13 +11,13 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
 from clawmem.errors import InvalidCursor
 from clawmem.ids import new_id
 from clawmem.memory.sql import SqlMemory
 from clawmem.paging import SORTS as KEY_SORTS
-from clawmem.sql.conversations import SORTS as CONVERSATION_SORTS
+from clawmem.sql.conversation_list import SORTS as CONVERSATION_SORTS
 from clawmem.sql.schema import create_tables, tables
+from clawmem.turn.conversations import ConversationLog
 from tests.conformance.test_operator_api import fill_sorted, walk
 
 # Lower-case letters only, so that every backend's collation orders them as Python does.
@@ -146,7 +146,7 @@ def test_search_finds_the_start_of_each_conversations_first_matching_message(
     engine: sa.engine.Engine, prefix: str
 ) -> None:
     log = ConversationLog(engine, prefix=prefix)
-    from clawmem.conversations import Message
+    from clawmem.turn.conversations import Message
 
     log.append(
         "c-refund",

@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 
 import clawmem
-from clawmem.conversations import ConversationLog
 from clawmem.memory.sql import SqlMemory
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import tables
+from clawmem.turn.conversations import ConversationLog
 from tests.conftest import sql_url
 
 KEYS = [f"key-{n}" for n in range(10)]

@@ -12,8 +12,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import Message
 from clawmem.sql.schema import tables
+from clawmem.turn.conversations import Message
 from dashboard import state
 from tests.dashboard_helpers import page_text
 

@@ -9,11 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import ConversationLog
 from clawmem.memory.array import ArrayMemory
-from clawmem.pipeline import Claw, billed_tokens
 from clawmem.providers.base import ProviderReply
 from clawmem.sql.schema import create_tables
+from clawmem.turn.conversations import ConversationLog
+from clawmem.turn.pipeline import Claw, billed_tokens
 
 
 class Billing:

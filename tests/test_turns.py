@@ -10,8 +10,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock
-from clawmem.pipeline import Claw
 from clawmem.providers import EchoProvider
+from clawmem.turn.pipeline import Claw
 from dashboard import state
 from tests.dashboard_helpers import page_text
 

@@ -25,12 +25,12 @@ from clawmem.clock import FakeClock
 from clawmem.codecs import decode_json_value
 from clawmem.memory.file import FileMemory
 from clawmem.memory.redis import RedisMemory
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.settings import Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.lenient import read_value
 from clawmem.sql.schema import create_tables, drop_tables
+from clawmem.turn.pipeline import Claw
 from dashboard import accounts, state
 from tests.conftest import backend_url, sql_url
 from tests.dashboard_helpers import ADMIN, PASSWORD

@@ -25,11 +25,11 @@ from clawmem import php
 from clawmem.clock import FakeClock
 from clawmem.codecs import decode_json_value
 from clawmem.php import PhpFormatError
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
+from clawmem.turn.pipeline import Claw
 from dashboard import accounts, create_app
 from tests.conftest import sql_url
 from tests.dashboard_helpers import ADMIN, PASSWORD, sign_in
@@ -165,7 +165,7 @@ def test_an_export_of_phpclaw_rows_is_strict_json(
     phpclaw_url: str, prefix: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     from clawmem.cli import ClawGroup
-    from clawmem.site import Site
+    from clawmem.sites.site import Site
 
     site = Site(_settings(phpclaw_url, prefix, tmp_path, "phpclaw", PHPCLAW_SCHEMA), clock)
     result = CliRunner().invoke(ClawGroup("clawmem", lambda: site), ["export", "--match", "abc"])

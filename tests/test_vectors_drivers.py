@@ -17,19 +17,21 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from clawmem import operations, rotation
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
 from clawmem.crypto import generate_key
-from clawmem.pipeline import Claw
+from clawmem.privacy import erasure
+from clawmem.privacy.subjects import Subject
 from clawmem.providers.echo import EchoProvider
 from clawmem.recall import fusion
 from clawmem.recall.embeddings import held_rows, quantise, unit
 from clawmem.recall.persisted import CODES_MARK, decode_chunk, encode_vector, print_of, print_text
-from clawmem.rotation import rotate
+from clawmem.rules import subject_namespace
 from clawmem.settings import Settings
-from clawmem.site import Site
-from clawmem.subjects import Subject, subject_namespace
+from clawmem.sites import operations, rotation
+from clawmem.sites.rotation import rotate
+from clawmem.sites.site import Site
+from clawmem.turn.pipeline import Claw
 from tests import embedders
 from tests.conftest import backend_url, sql_url
 
@@ -138,7 +140,7 @@ def test_forget_flush_sweep_expiry_and_erase_remove_vectors(make_settings, clock
     clock.advance(61)
     operations.sweep(site)
     assert vectors_of(settings) == {"toronto", "pie"}
-    operations.erase_subject(site, Subject(user_id="cust-42"))
+    erasure.erase_subject(site, Subject(user_id="cust-42"))
     assert vectors_of(settings, own) == set()
     site.memory.flush(namespace="n")
     assert vectors_of(settings) == set()
@@ -158,7 +160,7 @@ def test_an_expired_entry_loses_its_vector_by_the_change_feed(make_settings, clo
 def test_a_failing_embedder_keeps_the_write(make_settings, clock, caplog):
     settings = make_settings(RECALL_EMBEDDER="tests.embedders:failing")
     claw = claw_of(settings, clock)
-    with caplog.at_level(logging.WARNING, logger="clawmem.vector_writes"):
+    with caplog.at_level(logging.WARNING, logger="clawmem.memory.vector_writes"):
         claw.memory.set("tea", "green tea every morning", namespace="default")
     assert claw.memory.get("tea", namespace="default") == "green tea every morning"
     assert "'tea' of namespace default is stored but not embedded yet (RuntimeError)" in caplog.text

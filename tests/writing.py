@@ -10,10 +10,10 @@ import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
 from clawmem.memory.sql import SqlMemory
-from clawmem.pipeline import Claw
 from clawmem.providers import OpenAICompatibleProvider
 from clawmem.recall.sources import serving_driver
 from clawmem.settings import Settings
+from clawmem.turn.pipeline import Claw
 
 USER = "ana-7"
 SUBJECT = f"user:{USER}"

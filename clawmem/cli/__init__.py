@@ -16,10 +16,10 @@ import click
 
 from clawmem import __version__
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 
 HELP = "Inspect, retain, export and delete clawmem data of one site (CLAW_TABLE_PREFIX)."
-_SITE = "clawmem.site"
+_SITE = "clawmem.sites.site"
 
 
 class ClawGroup(click.Group):

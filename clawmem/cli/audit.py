@@ -32,9 +32,9 @@ import click
 import sqlalchemy as sa
 
 from clawmem.cli import current_site
+from clawmem.crypto.keyfile import kept_key
 from clawmem.errors import KeyFileError, StorageError, redact
 from clawmem.ids import new_id
-from clawmem.keyfile import kept_key
 from clawmem.sql.engine import describe_error
 
 HASH_HEX_CHARS = 32
@@ -53,7 +53,7 @@ def subject_hash(text: str, key: bytes) -> str:
 
 def audit_key(instance_path: str | os.PathLike[str]) -> bytes:
     """Return the install's audit key, ``<instance>/audit_key``, creating it (mode 0600, 32
-    random bytes as hex) on first use, as :func:`clawmem.keyfile.kept_key` does. Raises
+    random bytes as hex) on first use, as :func:`clawmem.crypto.keyfile.kept_key` does. Raises
     :class:`~clawmem.errors.KeyFileError` when it cannot be read or made, or is damaged."""
     key = kept_key(Path(instance_path) / AUDIT_KEY_FILE, "an audit key", "restore it from a backup")
     return key.encode("ascii", errors="replace")

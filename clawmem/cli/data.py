@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-from clawmem import operations
 from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited
 from clawmem.cli.common import (
@@ -27,11 +26,12 @@ from clawmem.cli.common import (
     plural,
     shown,
 )
-from clawmem.conversations import validate_conversation_id
 from clawmem.errors import InvalidNamespace
 from clawmem.rules import validate_namespace
+from clawmem.sites import operations
 from clawmem.sql.conversations import ORDER_COLUMNS
 from clawmem.sql.retention import parse_window
+from clawmem.turn.messages import validate_conversation_id
 
 LIST_IDS = "Also list the ids of the conversations that go."
 

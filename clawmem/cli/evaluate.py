@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from clawmem.errors import EmbedderUnavailable, EvalFileError
+from clawmem.memory.vector_writes import SEMANTIC_SCORINGS
 from clawmem.recall.eval import embed_entries, evaluate, parse, table
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.words import RECALL_STEMMINGS
 from clawmem.settings import RECALL_SCORINGS
-from clawmem.vector_writes import SEMANTIC_SCORINGS
 
 
 @click.command("eval")

@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 
-from clawmem import rotation
 from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited, one_line_errors
 from clawmem.cli.common import plural, shown, stdout_is_terminal
 from clawmem.crypto import generate_key
+from clawmem.encryption.ciphers import cipher_for, keystore_of
 from clawmem.errors import ConfigError
-from clawmem.keystores import cipher_for, keystore_of
+from clawmem.sites import rotation
 from clawmem.sql.keys import column_keys
 from clawmem.sql.schema import tables
 from clawmem.sql.sizes import present_tables

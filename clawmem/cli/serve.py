@@ -13,10 +13,10 @@ import ipaddress
 
 import click
 
-from clawmem import operations
 from clawmem.cli import current_site
 from clawmem.cli.audit import EXPECTED_FAILURES, describe_failure
 from clawmem.cli.common import check_namespace, check_text
+from clawmem.sites import operations
 
 
 def _check_address(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:

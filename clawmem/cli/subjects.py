@@ -18,7 +18,6 @@ from pathlib import Path
 
 import click
 
-from clawmem import operations
 from clawmem.cli import current_site
 from clawmem.cli.audit import (
     AUDIT_KEY_FILE,
@@ -30,10 +29,11 @@ from clawmem.cli.audit import (
 )
 from clawmem.cli.common import batch_progress, check_text, confirm_deletion, deleting_options, plural, shown
 from clawmem.cli.worker import ERASE_WAIT_SECONDS, settle_queued_turns
+from clawmem.encryption.ciphers import cipher_for, keystore_of
 from clawmem.errors import KeyFileError
-from clawmem.keystores import cipher_for, keystore_of
-from clawmem.site import Site
-from clawmem.subjects import Subject
+from clawmem.privacy import erasure
+from clawmem.privacy.subjects import Subject
+from clawmem.sites.site import Site
 
 
 def _subject(user_id: str | None, conversation: str | None, match: str | None) -> Subject:
@@ -45,7 +45,7 @@ def _subject(user_id: str | None, conversation: str | None, match: str | None) -
 # -- export -----------------------------------------------------------------------------------
 
 
-def _export_to_file(path: Path, force: bool, subject: Subject, exported: operations.Exported) -> None:
+def _export_to_file(path: Path, force: bool, subject: Subject, exported: erasure.Exported) -> None:
     # Written to a private temporary file beside the target and moved into place at the end,
     # so a failed export never leaves a partial document, and the file is never world-readable.
     if path.exists() and not force:
@@ -55,7 +55,7 @@ def _export_to_file(path: Path, force: bool, subject: Subject, exported: operati
     try:
         os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            operations.export_subject(current_site(), subject, out, exported)
+            erasure.export_subject(current_site(), subject, out, exported)
             out.flush()
             os.fsync(out.fileno())
         if force:
@@ -68,11 +68,11 @@ def _export_to_file(path: Path, force: bool, subject: Subject, exported: operati
         raise
 
 
-def _export_to_stdout(site: Site, subject: Subject, exported: operations.Exported) -> None:
+def _export_to_stdout(site: Site, subject: Subject, exported: erasure.Exported) -> None:
     # Spooled to an unnamed private file first, so a failed export prints nothing rather than
     # a truncated document, and a long one is never held in memory.
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
-        operations.export_subject(site, subject, spool, exported)
+        erasure.export_subject(site, subject, spool, exported)
         spool.seek(0)
         shutil.copyfileobj(spool, sys.stdout)
     sys.stdout.flush()
@@ -114,7 +114,7 @@ def export(
     site = current_site()
     if subject.conversation_id is not None and site.conversations.get(subject.conversation_id) is None:
         raise click.ClickException(f"no conversation with id {subject.conversation_id!r}")
-    exported = operations.Exported()
+    exported = erasure.Exported()
     try:
         if output is None:
             _export_to_stdout(site, subject, exported)
@@ -145,7 +145,7 @@ def export(
 # -- erase ------------------------------------------------------------------------------------
 
 
-def _mention_lines(plan: operations.SubjectPlan, deleting: bool) -> list[str]:
+def _mention_lines(plan: erasure.SubjectPlan, deleting: bool) -> list[str]:
     """Return what the operator must know about mentions: why they were not searched, or how
     many are listed and whether they go."""
     if not plan.mentions_searched:
@@ -163,7 +163,7 @@ def _mention_lines(plan: operations.SubjectPlan, deleting: bool) -> list[str]:
     return [f"{count} of the subject in other namespaces are kept; add --mentions to delete them"]
 
 
-def _list_mentions(plan: operations.SubjectPlan) -> None:
+def _list_mentions(plan: erasure.SubjectPlan) -> None:
     for mention in plan.mentions:
         click.echo(
             f"  mention {shown(mention.namespace)}/{shown(mention.key)} "
@@ -238,7 +238,7 @@ def erase(
         raise click.UsageError("give exactly one of --user-id or --match")
     subject = Subject(user_id=user_id, match=match)
     site = current_site()
-    plan = operations.subject_plan(site, subject)
+    plan = erasure.subject_plan(site, subject)
     click.echo(_shown_subject("user id" if user_id is not None else "match", subject, dry_run))
     memory = len(plan.entries) + (len(plan.mentions) if mentions else 0)
     summary = (
@@ -248,7 +248,7 @@ def erase(
     plan_counts = plan.counts() | {"memory": memory, "mentions_kept": 0 if mentions else len(plan.mentions)}
     keyed = user_id is not None and keystore_of(cipher_for(site.settings)) is not None
     if keyed:  # the key store's part of the plan: the subject's data key, deleted last
-        plan_counts["subject_keys"] = operations.erase_subject_key(site, subject, dry_run=True)
+        plan_counts["subject_keys"] = erasure.erase_subject_key(site, subject, dry_run=True)
     entry.counts = {"conversations": 0, "messages": 0}
     if dry_run:
         entry.counts = plan_counts
@@ -260,7 +260,7 @@ def erase(
         for line in _mention_lines(plan, mentions):
             click.echo(line)
         if verbose:
-            for conversation_id in operations.subject_conversation_ids(site, subject):
+            for conversation_id in erasure.subject_conversation_ids(site, subject):
                 click.echo(f"  conversation {shown(conversation_id)}")
             for namespace, key in plan.entries:
                 click.echo(f"  memory {shown(namespace)}/{shown(key)}")
@@ -278,7 +278,7 @@ def erase(
     if previous is not None:
         click.echo(previous.sentence())
     with batch_progress(plan.conversations, entry, verbose, "erasing") as on_batch:
-        done = operations.erase_subject(
+        done = erasure.erase_subject(
             site, subject, batch_size, on_batch=on_batch, mentions=mentions, plan=plan
         )
     entry.counts = done.counts() | {"mentions_kept": done.mentions_left}

@@ -11,12 +11,12 @@ import json
 
 import click
 
-from clawmem import operations
 from clawmem.cli import current_site
 from clawmem.cli.audit import AuditEntry, audited, one_line_errors
 from clawmem.cli.common import confirm_deletion, deleting_options, plural
 from clawmem.errors import redact
 from clawmem.settings import Settings
+from clawmem.sites import operations
 from clawmem.sql.sizes import sqlite_file_bytes
 
 

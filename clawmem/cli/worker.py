@@ -21,7 +21,7 @@ from clawmem.jobs.backend import open_huey, queue_errors, queue_location
 from clawmem.jobs.schedule import ACCEPTED_SYNTAX, RetentionSchedule, schedule_from_settings
 from clawmem.jobs.turns import LEASE_SECONDS, TurnQueue
 from clawmem.jobs.worker import add_periodic_tasks, claw_factory, provider_from_settings, run_consumer
-from clawmem.site import Site
+from clawmem.sites.site import Site
 
 RETENTION_STEPS = ("prune", "sweep")
 # How long erase --user-id waits for the subject's running turns: a live worker renews its lease

@@ -1,6 +1,11 @@
-"""Encryption at rest (SPEC 13): the sealed text envelope, the master keys, and the cipher that
-binds each ciphertext to its place. Needs the ``cryptography`` package (``clawmem[encrypt]``)
-only when keys are set."""
+"""Keys and seals (SPEC 13), with no SQL and no site: the sealed text envelope, the master keys,
+the cipher that binds each ciphertext to its place, the key store's contract with its Redis and
+file stores, stored values (codec then seal), and the private key files of the instance folder.
+Needs the ``cryptography`` package (``clawmem[encrypt]``) only when keys are set.
+
+It imports only the ground floor; :mod:`clawmem.sql` and everything above stand on it. A site's
+cipher, built from its settings, is in :mod:`clawmem.encryption`.
+"""
 
 from __future__ import annotations
 

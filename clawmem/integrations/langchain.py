@@ -31,7 +31,6 @@ from langchain_core.messages import (  # noqa: E402
 )
 from langchain_core.stores import BaseStore  # noqa: E402
 
-from clawmem.conversations import ConversationLog, validate_conversation_id  # noqa: E402
 from clawmem.errors import StorageError  # noqa: E402
 from clawmem.memory.base import DEFAULT_NAMESPACE, MemoryInterface  # noqa: E402
 from clawmem.recall.sources import serving_driver  # noqa: E402
@@ -42,6 +41,8 @@ from clawmem.rules import (  # noqa: E402
     validate_namespace,
 )
 from clawmem.sql.conversations import StoredMessage  # noqa: E402
+from clawmem.turn.conversations import ConversationLog  # noqa: E402
+from clawmem.turn.messages import validate_conversation_id  # noqa: E402
 
 
 class ClawStore(BaseStore[str, Any]):
@@ -60,7 +61,7 @@ class ClawStore(BaseStore[str, Any]):
     def from_settings(cls, settings: Any, namespace: str = DEFAULT_NAMESPACE, **options: Any) -> ClawStore:
         """Return a store over the memory ``settings`` open, behind their privacy switch."""
         from clawmem.memory.registry import open_memory
-        from clawmem.vector_writes import embed_writes
+        from clawmem.memory.vector_writes import embed_writes
 
         return cls(embed_writes(open_memory(settings, **options), settings), namespace)
 

@@ -48,8 +48,15 @@ from clawmem.integrations import stored_items as stored  # noqa: E402
 from clawmem.memory.base import MemoryInterface  # noqa: E402
 from clawmem.memory.wrappers import namespaces_any, search_any  # noqa: E402
 from clawmem.recall.sources import serving_driver  # noqa: E402
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_value, encode_value, validate_key  # noqa: E402
-from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_of_namespace, validate_template  # noqa: E402
+from clawmem.rules import (  # noqa: E402  # noqa: E402
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_SUBJECT_NAMESPACE,
+    check_value,
+    encode_value,
+    subject_of_namespace,
+    validate_key,
+    validate_template,
+)
 
 # Recall is asked for every hit of a namespace, so that a filter applied after it loses none.
 _ALL_HITS = 2**31
@@ -97,7 +104,7 @@ class ClawStore(BaseStore):
         """Return a store over the memory ``settings`` open (privacy switch included), with the
         settings' subject namespace."""
         from clawmem.memory.registry import open_memory
-        from clawmem.vector_writes import embed_writes
+        from clawmem.memory.vector_writes import embed_writes
 
         return cls(
             embed_writes(open_memory(settings, clock), settings),

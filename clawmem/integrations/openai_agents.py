@@ -29,17 +29,22 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from clawmem import events
-from clawmem.conversations import ConversationLog, Message, StoredMessage
 from clawmem.errors import InvalidKey
-from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
 from clawmem.integrations import require
-from clawmem.pipeline import recall_record, title_from
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.sources import Readable
-from clawmem.rules import check_size, encode_value
+from clawmem.rules import (
+    DEFAULT_SUBJECT_NAMESPACE,
+    check_size,
+    encode_value,
+    subject_namespace,
+    validate_template,
+)
 from clawmem.settings import Settings
-from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
+from clawmem.turn.conversations import ConversationLog, Message, StoredMessage
+from clawmem.turn.guards import Guard, PiiGuard, RedactingGuard
+from clawmem.turn.pipeline import recall_record, title_from
 
 SESSION_ID_KEY = "agents_session_id"  # in the conversation's metadata: the session id it belongs to
 ITEM_KEY = "agents_item"  # in a message's metadata: the SDK item, kept exactly
@@ -53,7 +58,7 @@ def conversation_id_for(session_id: object) -> str:
     """Return the conversation id that holds session ``session_id``: the id itself when it is a
     valid conversation id, else 26 characters of the id alphabet derived from its SHA-256, the
     same in every process. Raises ``TypeError``/``ValueError`` for a bad session id."""
-    from clawmem.conversations import validate_conversation_id
+    from clawmem.turn.messages import validate_conversation_id
 
     if not isinstance(session_id, str):
         raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
@@ -195,7 +200,7 @@ class ClawSession:
         """Return a session on the settings' database and site, with recall, subjects and the PII
         guard as configured (what :meth:`clawmem.Claw.from_settings` builds for its own turns)."""
         from clawmem.memory.registry import open_memory
-        from clawmem.vector_writes import embed_writes
+        from clawmem.memory.vector_writes import embed_writes
 
         memory = embed_writes(open_memory(settings, time.time), settings)
         augmenter = MessageAugmenter.from_settings(memory, settings)

@@ -36,8 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from clawmem.errors import InvalidNamespace
-from clawmem.rules import MAX_NAMESPACE_CHARS
-from clawmem.subjects import subject_namespace, subject_of_namespace
+from clawmem.rules import MAX_NAMESPACE_CHARS, subject_namespace, subject_of_namespace
 
 _PLAIN_LABEL = re.compile(r"[A-Za-z0-9_-]+")
 _ENCODED = "."

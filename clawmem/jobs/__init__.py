@@ -7,7 +7,7 @@
   ``CLAW_RETENTION_SCHEDULE`` prune and sweep on that cron schedule;
 - every job's state is a memory entry in ``phpclaw_jobs`` with a TTL of ``CLAW_JOB_TTL``.
 
-The queue stands above :mod:`clawmem.pipeline` and :mod:`clawmem.operations`; nothing below
+The queue stands above :mod:`clawmem.turn.pipeline` and :mod:`clawmem.sites.operations`; nothing below
 imports it.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 from clawmem.errors import ConfigError
 from clawmem.jobs.records import JobBook, JobRecord
 from clawmem.jobs.schedule import RETENTION_JOB_ID, RetentionSchedule, schedule_from_settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 
 AUDIT_TAIL_BYTES = 1 << 20  # the last run of a command is near the end of the log
 RETENTION_COMMANDS = ("prune", "sweep")

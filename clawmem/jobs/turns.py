@@ -27,17 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.conversations import validate_conversation_id, wordpress_user_id
+from clawmem.encryption.ciphers import cipher_for
 from clawmem.errors import ConfigError, InvalidKey, JobRefused, ProviderError, StorageError, Undecryptable
 from clawmem.ids import new_id
 from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
 from clawmem.jobs.leases import LeaseKeeper, pause_at
 from clawmem.jobs.records import JobBook, JobRecord, one_line
 from clawmem.jobs.recovery import cancel_subject, reap
-from clawmem.keystores import cipher_for
 from clawmem.rules import check_size
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
+from clawmem.turn.messages import validate_conversation_id, wordpress_user_id
 
 log = logging.getLogger("clawmem.worker")
 

@@ -87,7 +87,7 @@ def _from_factory(settings: Settings) -> Provider:
 def claw_factory(settings: Settings, clock: Clock = time.time) -> Callable[[], Any]:
     """Return a builder of the worker's Claw on the settings' site; each call builds a new one
     (one per worker thread), with a provider from :func:`provider_from_settings`."""
-    from clawmem.pipeline import Claw
+    from clawmem.turn.pipeline import Claw
 
     def build() -> Any:
         return Claw.from_settings(settings, provider_from_settings(settings), clock=clock)

@@ -20,8 +20,8 @@ from typing import Any
 
 from clawmem import events
 from clawmem.clock import Clock, now_seconds
-from clawmem.codecs import StoredValues, SubjectOf
 from clawmem.crypto import Cipher
+from clawmem.crypto.stored import StoredValues, SubjectOf
 from clawmem.errors import StorageError
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
 from clawmem.recall.feeds import fresh_index
@@ -42,7 +42,7 @@ from clawmem.rules import (
 DEFAULT_NAMESPACE = "default"
 
 # Called after each write a driver stored: (driver, namespace, key, value). What stands above
-# the drivers registers one (embedding on write, :mod:`clawmem.vector_writes`); a driver never
+# the drivers registers one (embedding on write, :mod:`clawmem.memory.vector_writes`); a driver never
 # knows what it does.
 WriteHook = Callable[["BaseMemory", str, str, Any], None]
 

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from clawmem.clock import Clock
-from clawmem.codecs import warn_undecryptable, warn_unreadable
+from clawmem.codecs import warn_unreadable
+from clawmem.crypto.stored import warn_undecryptable
 from clawmem.errors import CorruptStoreError, InvalidNamespace, StorageError, Undecryptable
 from clawmem.memory.base import DEFAULT_NAMESPACE, FeedingMemory, emit_write
 from clawmem.memory.file_vectors import (

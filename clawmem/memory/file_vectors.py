@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from clawmem.codecs import StoredValues, opened_vectors
+from clawmem.crypto.stored import StoredValues, opened_vectors
 from clawmem.errors import CorruptStoreError
 
 VectorRow = tuple[str, str, str]  # (key, text print, vector text)

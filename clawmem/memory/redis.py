@@ -30,7 +30,8 @@ from typing import Any
 import redis
 
 from clawmem.clock import Clock
-from clawmem.codecs import StoredValues, decode_json_value, warn_undecryptable, warn_unreadable
+from clawmem.codecs import decode_json_value, warn_unreadable
+from clawmem.crypto.stored import StoredValues, warn_undecryptable
 from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
 from clawmem.memory.base import FeedingMemory
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from clawmem.codecs import StoredValues, opened_vectors
+from clawmem.crypto.stored import StoredValues, opened_vectors
 
 VectorRow = tuple[str, str, str]  # (key, text print, vector text)
 COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place

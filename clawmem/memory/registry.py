@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 from clawmem.clock import Clock
 from clawmem.crypto import Cipher
+from clawmem.encryption.ciphers import cipher_for
 from clawmem.errors import ConfigError
-from clawmem.keystores import cipher_for
 from clawmem.memory.base import BaseMemory, MemoryInterface
 from clawmem.memory.wrappers import PrivacyAwareMemory
+from clawmem.rules import subject_of_namespace
 from clawmem.settings import PHPCLAW_SCHEMA, Settings, refuse_phpclaw_encryption
-from clawmem.subjects import subject_of_namespace
 
 DriverFactory = Callable[[Settings, Clock], MemoryInterface]
 

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from clawmem.clock import Clock
-from clawmem.codecs import StoredValues, UndecodableValue, codec_for
+from clawmem.codecs import UndecodableValue, codec_for
+from clawmem.crypto.stored import StoredValues
 from clawmem.errors import StorageError
 from clawmem.memory.base import FeedingMemory, check_filter, contains_text, passes_filter
 from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed, written_log

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from clawmem.codecs import StoredValues, UndecodableValue, warn_unreadable
+from clawmem.codecs import UndecodableValue, warn_unreadable
+from clawmem.crypto.stored import StoredValues
 from clawmem.records import Changes, FedEntry
 from clawmem.sql import changes, kv
 from clawmem.sql.lenient import as_text, read_expiry, read_value

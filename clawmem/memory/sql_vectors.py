@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy.engine import Engine
 
-from clawmem.codecs import StoredValues, opened_vectors
+from clawmem.crypto.stored import StoredValues, opened_vectors
 from clawmem.sql import vectors
 from clawmem.sql.engine import write_transaction
 from clawmem.sql.vectors import VectorRow

@@ -61,7 +61,7 @@ def _order(items: list[Scored], digits: int = SCORE_DIGITS) -> list[Scored]:
 class SemanticScorer:
     """Holds one embedder's vectors and answers the ``semantic`` and ``hybrid`` rankers.
 
-    Entries are embedded as they are written (:mod:`clawmem.vector_writes`) and by
+    Entries are embedded as they are written (:mod:`clawmem.memory.vector_writes`) and by
     ``clawmem embed``; a turn reads the vectors kept and scores an entry without one by
     ``weighted`` alone. With ``embed_on_read`` a turn also embeds the entries it finds without
     a vector of their current text (at most :data:`EMBED_PER_TURN` a turn), which makes it read

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from clawmem.settings import NO_STEMMING, RECALL_STEMMINGS
+
 MIN_WORD_CHARS = 3
 DEFAULT_TOP_K = 3
 
@@ -29,9 +31,6 @@ _LETTER_OR_DIGIT = r"[^\W_]"
 _WORD = re.compile(rf"{_LETTER_OR_DIGIT}+(?:['’\-]{_LETTER_OR_DIGIT}+)*")
 
 
-NO_STEMMING = "off"
-# CLAW_RECALL_STEMMING's values: words as written, or Snowball's English stems.
-RECALL_STEMMINGS = (NO_STEMMING, "english")
 _STEMMERS = threading.local()  # a Snowball stemmer is not safe to share between threads
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from clawmem.records import NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import kv
-from clawmem.sql.conversations import edge
+from clawmem.sql.conversation_list import edge
 from clawmem.sql.schema import tables
 
 MAX_DAYS = 366
@@ -248,7 +248,7 @@ def _usage(decoded: dict[str, Any] | None) -> Mapping[str, Any] | None:
 
 
 def _writing(decoded: dict[str, Any] | None) -> int | None:
-    # The tokens of the turn's extraction call (clawmem.extraction), billed apart from its reply.
+    # The tokens of the turn's extraction call (clawmem.turn.extraction), billed apart from its reply.
     tokens = decoded.get("memory_writing_tokens") if decoded is not None else None
     return tokens if type(tokens) is int and tokens >= 0 else None
 

@@ -18,7 +18,8 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from clawmem.clock import Clock, utc_datetime
-from clawmem.codecs import StoredValues, codec_for
+from clawmem.codecs import codec_for
+from clawmem.crypto.stored import StoredValues
 from clawmem.errors import Undecryptable
 from clawmem.ids import new_id
 from clawmem.paging import is_descending

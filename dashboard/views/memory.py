@@ -18,9 +18,8 @@ from clawmem.memory.sql import SqlMemory
 from clawmem.paging import SORTS
 from clawmem.recall.words import text_of
 from clawmem.records import MemoryRow
-from clawmem.rules import ttl_state, validate_namespace
-from clawmem.subjects import subject_of_namespace
-from clawmem.writes import ORIGINS
+from clawmem.rules import subject_of_namespace, ttl_state, validate_namespace
+from clawmem.turn.writes import ORIGINS
 from dashboard import state
 from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT, moment_text
 from dashboard.views.downloads import download as download_response

@@ -9,16 +9,16 @@ from typing import Any
 
 from flask import Blueprint, url_for
 
-from clawmem import operations
 from clawmem.clock import utc_datetime
-from clawmem.compaction import configured_thresholds
 from clawmem.errors import CorruptStoreError, StorageError, redact
 from clawmem.jobs.status import retention_status
 from clawmem.records import NamespaceCount
+from clawmem.rules import subject_namespace, subject_of_namespace
+from clawmem.sites import operations
 from clawmem.sql.activity import Activity, day_edges
 from clawmem.sql.schema import tables
 from clawmem.sql.sizes import TableStats
-from clawmem.subjects import subject_namespace, subject_of_namespace
+from clawmem.turn.compaction import configured_thresholds
 from dashboard import charts, state
 from dashboard.views.jobs import retention_view
 from dashboard.views.recall import COLD_MESSAGES, injection_survey

@@ -14,15 +14,14 @@ from flask import Blueprint, request, url_for
 
 from clawmem.clock import now_seconds
 from clawmem.errors import GuardBlocked
-from clawmem.guards import PiiGuard
 from clawmem.paging import decode_cursor, encode_cursor
 from clawmem.prompt import BELOW_MIN_SCORE, CUT_BYTE_CAP, CUT_TOP_K, INJECTED, TRUNCATED, ZERO_OVERLAP
 from clawmem.recall import DEFAULT_MAX_RECALL_BYTES, AugmentResult, EntryDecision, MessageAugmenter
 from clawmem.recall.compare import Side, compare
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.survey import InjectionSurvey, survey, unmatched_entries
-from clawmem.rules import validate_namespace
-from clawmem.subjects import subject_namespace
+from clawmem.rules import subject_namespace, validate_namespace
+from clawmem.turn.guards import PiiGuard
 from dashboard import state
 from dashboard.views.memory import ttl_label
 from dashboard.views.rendering import (

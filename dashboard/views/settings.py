@@ -7,11 +7,11 @@ from typing import Any
 from flask import Blueprint
 from sqlalchemy.exc import SQLAlchemyError
 
-from clawmem import operations
-from clawmem.compaction import configured_thresholds
-from clawmem.encryption import encryption_state
+from clawmem.encryption.state import encryption_state
 from clawmem.errors import ConfigError, redact
 from clawmem.settings import CLAWMEM_SCHEMA, ENV_PREFIX, Settings
+from clawmem.sites import operations
+from clawmem.turn.compaction import configured_thresholds
 from dashboard import state
 from dashboard.views.rendering import render_page, shell_command
 

@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint, current_app
 
 from clawmem.errors import ConfigError
-from clawmem.isolation import (
+from clawmem.privacy.isolation import (
     DRIVER_RULES,
     SAMPLE_CONVERSATIONS,
     SAMPLE_KEYS,

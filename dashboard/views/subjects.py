@@ -1,7 +1,7 @@
 """Subjects: everything export covers for one person, on one page, and its export as JSON.
 
 The page reads through the same core functions the CLI's ``export`` and ``erase`` run
-(:func:`clawmem.operations.subject_mentions`, :func:`clawmem.operations.export_subject`), so what
+(:func:`clawmem.sites.erasure.subject_mentions`, :func:`clawmem.sites.erasure.export_subject`), so what
 it lists is what those commands would take.
 """
 
@@ -14,9 +14,10 @@ from typing import Any
 from flask import Blueprint, Response, abort, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
-from clawmem import operations
 from clawmem.clock import now_seconds
-from clawmem.subjects import Subject, subject_namespace
+from clawmem.privacy import erasure
+from clawmem.privacy.subjects import Subject
+from clawmem.rules import subject_namespace
 from dashboard import state
 from dashboard.views.conversations import _row_links, _summary_row
 from dashboard.views.memory import entry_row
@@ -61,7 +62,7 @@ SEARCH_MENTIONS = "mentions"  # the query parameter that asks for the mentions o
 def _mentions(user_id: str, now: int) -> dict[str, Any]:
     """Return the first :data:`MENTIONS_LISTED` entries elsewhere that mention ``user_id``, from
     exactly the query export and erase run, and whether there are more."""
-    found = operations.subject_mentions(state.site(), Subject(user_id=user_id))
+    found = erasure.subject_mentions(state.site(), Subject(user_id=user_id))
     mentions = [row for row, _ in itertools.islice(found, MENTIONS_LISTED + 1)]
     return {
         "mentions": [entry_row(row, now) for row in mentions[:MENTIONS_LISTED]],
@@ -82,7 +83,7 @@ def detail(user_id: str) -> str:
     """
     user_id = _user_id(user_id)
     now = now_seconds(state.clock())
-    not_searched = operations.mentions_not_searched(Subject(user_id=user_id))
+    not_searched = erasure.mentions_not_searched(Subject(user_id=user_id))
     searched = not_searched is None and bool(request.args.get(SEARCH_MENTIONS))
     mentions_url = url_for("subjects.detail", user_id=user_id, **{SEARCH_MENTIONS: 1})
     shared: dict[str, Any] = {
@@ -134,7 +135,7 @@ def export(user_id: str) -> Response:
     """The subject's export, byte for byte what ``flask claw export --user-id`` writes (read-only)."""
     user_id = _user_id(user_id.removesuffix("/"))
     out = io.StringIO()
-    operations.export_subject(state.site(), Subject(user_id=user_id), out)
+    erasure.export_subject(state.site(), Subject(user_id=user_id), out)
     response = Response(out.getvalue(), mimetype="application/json")
     safe = "".join(char if char.isalnum() or char in "-_." else "_" for char in user_id)[:60]
     response.headers["Content-Disposition"] = f'attachment; filename="subject-{safe}.json"'

@@ -16,14 +16,13 @@ from typing import Any
 from flask import abort, url_for
 
 from clawmem.clock import now_seconds
-from clawmem.conversations import validate_conversation_id
 from clawmem.errors import InvalidKey
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.words import text_of
-from clawmem.rules import is_expired, validate_namespace
+from clawmem.rules import is_expired, subject_namespace, validate_namespace
 from clawmem.sql.conversations import StoredMessage
-from clawmem.subjects import subject_namespace
+from clawmem.turn.messages import validate_conversation_id
 from dashboard import state
 from dashboard.views.rendering import render_page
 

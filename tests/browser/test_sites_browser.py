@@ -15,9 +15,9 @@ from flask import Flask
 from playwright.sync_api import expect
 
 from clawmem.clock import FakeClock
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.sql.schema import create_tables
+from clawmem.turn.pipeline import Claw
 from dashboard import state
 from tests.browser.test_dashboard_browser import _shot, browser, page, server  # noqa: F401 (fixtures)
 from tests.dashboard_helpers import ADMIN, PASSWORD

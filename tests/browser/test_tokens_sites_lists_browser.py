@@ -17,10 +17,10 @@ from flask import Flask
 from playwright.sync_api import expect
 
 from clawmem.clock import FakeClock
-from clawmem.conversations import Message
-from clawmem.pipeline import Claw
 from clawmem.providers.echo import EchoProvider
 from clawmem.sql.schema import create_tables, tables
+from clawmem.turn.conversations import Message
+from clawmem.turn.pipeline import Claw
 from dashboard import state
 from tests.browser.test_dashboard_browser import ARTIFACTS, browser, server  # noqa: F401 (fixtures)
 from tests.browser.test_sites_browser import _signed_in_at

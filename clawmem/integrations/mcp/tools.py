@@ -24,7 +24,7 @@ from clawmem.integrations.mcp.results import (
     SearchHit,
 )
 from clawmem.memory.wrappers import set_any
-from clawmem.writes import attribution
+from clawmem.turn.writes import attribution
 
 KEYS_PER_PAGE = 100
 MAX_CANDIDATES = 25  # candidates a recall lists in full; the rest are counted
@@ -190,7 +190,7 @@ class MemoryTools:
             if payload.get("run_id") == run_id and payload.get("gated"):
                 gated.append(payload)
 
-        # Where the entry came from, in the shape a turn's remember tool writes (clawmem.writes):
+        # Where the entry came from, in the shape a turn's remember tool writes (clawmem.turn.writes):
         # a call of this server is part of no conversation clawmem keeps.
         origin = attribution("mcp", self.claw.clock, run_id=run_id)
         events.on("memory.write", watch)

@@ -11,17 +11,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from clawmem.clock import Clock
-from clawmem.conversations import ConversationLog
 from clawmem.crypto import Cipher
+from clawmem.encryption.ciphers import cipher_for
 from clawmem.errors import ConfigError, redact
-from clawmem.keystores import cipher_for
 from clawmem.memory.base import BaseMemory
 from clawmem.memory.registry import open_memory
+from clawmem.memory.vector_writes import embed_writes
 from clawmem.memory.wrappers import PrivacyAwareMemory
 from clawmem.settings import Settings
 from clawmem.sql.engine import engine_for
 from clawmem.sql.sizes import present_tables
-from clawmem.vector_writes import embed_writes
+from clawmem.turn.conversations import ConversationLog
 
 AUDIT_FILE = "audit.log"
 

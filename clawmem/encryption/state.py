@@ -19,7 +19,7 @@ from clawmem.sql import keys as sql
 from clawmem.sql.engine import connect
 from clawmem.sql.sizes import present_tables
 
-log = logging.getLogger("clawmem.encryption")
+log = logging.getLogger("clawmem.encryption.state")
 
 
 def _context(prefix: str, row: sql.SealedRow) -> Context:

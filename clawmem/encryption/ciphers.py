@@ -8,7 +8,7 @@ process is forgotten by every store of it at once.
 With a key store, a subject's rows are sealed under the subject's own data key: their
 conversations (and those conversations' messages) and every entry of their subject namespace.
 The key store knows a subject by its user id (hashed with the site's prefix), the name both a
-conversation's ``user_id`` and a subject namespace (:func:`clawmem.subjects.subject_of_namespace`)
+conversation's ``user_id`` and a subject namespace (:func:`clawmem.rules.subject_of_namespace`)
 lead to.
 """
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from clawmem.crypto import Cipher, Context, key_id_of
 from clawmem.crypto.keystore import CachedKeys
+from clawmem.encryption.ciphers import cipher_for, keystore_of
 from clawmem.errors import ConfigError, Undecryptable
-from clawmem.keystores import cipher_for, keystore_of
+from clawmem.rules import subject_of_namespace
 from clawmem.settings import Settings
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql import rotation as sql
 from clawmem.sql.sizes import present_tables
-from clawmem.subjects import subject_of_namespace
 
 TABLES = tuple(sql.ROTATED)
 SUBJECT_KEYS = "subject_keys"

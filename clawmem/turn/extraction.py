@@ -29,7 +29,7 @@ from clawmem.errors import ProviderError
 from clawmem.prompt import GuardFinding
 from clawmem.providers.base import Provider, ProviderReply, ToolCall
 from clawmem.records import MemoryHit
-from clawmem.writes import REMEMBER, RememberCall, RememberTool
+from clawmem.turn.writes import REMEMBER, RememberCall, RememberTool
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ A plan has three parts: the subject's conversations, the entries of their subjec
 and mentions of them in other namespaces. Export and erasure always cover the first two.
 Mentions are listed, with the matched text, and deleted only when asked for
 (``erase --mentions``). An id of only digits or shorter than
-:data:`~clawmem.subjects.MIN_MENTION_LENGTH` characters is never matched as a mention.
+:data:`~clawmem.privacy.subjects.MIN_MENTION_LENGTH` characters is never matched as a mention.
 """
 
 from __future__ import annotations
@@ -19,27 +19,26 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from clawmem.deletion import Deleted, OnBatch, delete_conversations
-from clawmem.keystores import cipher_for, keystore_of, subject_of_user
+from clawmem.encryption.ciphers import cipher_for, keystore_of, subject_of_user
 from clawmem.memory.base import contains_text
+from clawmem.privacy.subjects import (
+    Subject,
+    matched_text,
+    mention_pattern,
+    mention_search_refusal,
+    mentions,
+    text_pattern,
+)
 from clawmem.records import MemoryRow
-from clawmem.rules import is_expired
-from clawmem.site import Site
+from clawmem.rules import is_expired, subject_namespace
+from clawmem.sites.deletion import Deleted, OnBatch, delete_conversations
+from clawmem.sites.site import Site
 from clawmem.sql.conversations import Conversation
 from clawmem.sql.engine import after_erasure, connect
 from clawmem.sql.lenient import unix_to_datetime
 from clawmem.sql.retention import count_conversations, iter_conversation_ids
 from clawmem.sql.schema import tables
 from clawmem.sql.subjects import conversations_where, iter_conversations
-from clawmem.subjects import (
-    Subject,
-    matched_text,
-    mention_pattern,
-    mention_search_refusal,
-    mentions,
-    subject_namespace,
-    text_pattern,
-)
 
 EXPORT_FORMAT = "clawmem-export/1"
 
@@ -143,7 +142,7 @@ def subject_entries(site: Site, subject: Subject) -> list[MemoryRow]:
 
 def mentions_not_searched(subject: Subject) -> str | None:
     """Return why the subject's mentions are not searched (see
-    :func:`clawmem.subjects.mention_search_refusal`), or ``None`` when they are."""
+    :func:`clawmem.privacy.subjects.mention_search_refusal`), or ``None`` when they are."""
     return None if subject.user_id is None else mention_search_refusal(subject.user_id)
 
 

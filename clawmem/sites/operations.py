@@ -1,7 +1,7 @@
-"""The operations an operator runs on one site: forgetting, flushing, sweeping, retention,
-subject export and erasure, sizes and uninstall.
+"""The operations an operator runs on one site: forgetting, flushing, sweeping, retention, sizes
+and uninstall. A subject's export and erasure are in :mod:`clawmem.privacy.erasure`.
 
-Each is a function of a :class:`~clawmem.site.Site` returning a typed result. With
+Each is a function of a :class:`~clawmem.sites.site.Site` returning a typed result. With
 ``dry_run=True`` it deletes nothing and returns the same result it would have returned, so a
 preview and a run can be compared line by line. The CLI (``clawmem`` and ``flask claw``) makes
 its changes through these. Entries are reached through the operator API every driver has
@@ -19,30 +19,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from clawmem.clock import utc_datetime
-from clawmem.deletion import Deleted, OnBatch, delete_conversations
-from clawmem.erasure import (
-    EXPORT_FORMAT,
-    Exported,
-    Mention,
-    SubjectPlan,
-    conversation_document,
-    entry_document,
-    erase_subject,
-    erase_subject_key,
-    export_subject,
-    mentions_not_searched,
-    subject_conversation_ids,
-    subject_conversations,
-    subject_entries,
-    subject_mentions,
-    subject_plan,
-    unreadable_rows,
-)
 from clawmem.memory.file import remove_store_files, store_files
 from clawmem.memory.file import site_directory as file_site_directory
-from clawmem.pipeline import billed_tokens
 from clawmem.settings import CLAWMEM_SCHEMA
-from clawmem.site import Site
+from clawmem.sites.deletion import Deleted, OnBatch, delete_conversations
+from clawmem.sites.site import Site
 from clawmem.sql import activity as sql_activity
 from clawmem.sql import changes as change_logs
 from clawmem.sql import sizes
@@ -52,44 +33,28 @@ from clawmem.sql.retention import iter_conversation_ids
 from clawmem.sql.retention import older_than as older_than_condition
 from clawmem.sql.schema import check_shape, create_tables
 from clawmem.sql.vectors import create_vector_table, vector_table
+from clawmem.turn.pipeline import billed_tokens
 
-# The subject operations live in clawmem.erasure and are offered here with the rest.
 __all__ = [
     "activity",
-    "conversation_document",
     "conversations_to_prune",
     "Deleted",
-    "entry_document",
-    "erase_subject",
-    "erase_subject_key",
-    "EXPORT_FORMAT",
-    "export_subject",
-    "Exported",
     "flush_namespace",
     "forget_conversation",
     "forget_key",
     "init_db",
     "change_log_plan",
     "change_log_state",
-    "Mention",
-    "mentions_not_searched",
     "message_roles",
     "OnBatch",
     "prune",
     "retention_cutoff",
     "site_directory",
     "site_files",
-    "subject_conversation_ids",
-    "subject_conversations",
-    "subject_entries",
-    "subject_mentions",
-    "subject_plan",
-    "SubjectPlan",
     "sweep",
     "table_stats",
     "uninstall",
     "Uninstalled",
-    "unreadable_rows",
 ]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -24,18 +23,18 @@ from sqlalchemy.engine import Engine
 from clawmem import events
 from clawmem.clock import Clock, utc_datetime
 from clawmem.crypto import PLAIN, Cipher, Context
-from clawmem.errors import ConfigError, InvalidKey, Undecryptable
-from clawmem.keystores import cipher_for
-from clawmem.paging import Page, check_limit, page_of, time_cursor_key
+from clawmem.encryption.ciphers import cipher_for
+from clawmem.errors import ConfigError, Undecryptable
+from clawmem.paging import Page, check_limit, page_of
 from clawmem.php import json_encode as php_json_encode
 from clawmem.rules import (
     DEFAULT_MAX_VALUE_BYTES,
-    check_size,
     encode_value,
     validate_namespace,
     validate_prefix,
 )
 from clawmem.settings import CLAWMEM_SCHEMA, PHPCLAW_SCHEMA, Settings, refuse_phpclaw_encryption
+from clawmem.sql import conversation_list as listing
 from clawmem.sql import conversations as sql
 from clawmem.sql import sealing
 from clawmem.sql.conversations import (
@@ -47,15 +46,17 @@ from clawmem.sql.conversations import (
     StoredMessage,
 )
 from clawmem.sql.engine import connect, engine_for, retry_deadlocks, write_transaction
-from clawmem.text import utf8_len
-
-ROLES = ("system", "user", "assistant", "tool", "summary", "recall")
-# What phpClaw reads back (its Message roles); a conversation it continues must hold no other.
-PHPCLAW_ROLES = ("system", "user", "assistant", "tool")
-_WORDPRESS_USER = re.compile(r"[0-9]{1,20}")
-DEFAULT_CONVERSATION_NAMESPACE = "default"
-_CONVERSATION_ID = re.compile(r"[0-9A-Za-z_-]{1,26}")
-_LIMITS = {"title": 255, "user_id": 180, "tool_name": 255}
+from clawmem.turn.messages import (
+    DEFAULT_CONVERSATION_NAMESPACE,
+    PHPCLAW_ROLES,
+    ROLES,
+    check_messages,
+    checked_text,
+    message_page_of,
+    sizes_of,
+    validate_conversation_id,
+    wordpress_user_id,
+)
 
 # How many of the newest conversations (titles) and messages a search of sealed text decrypts
 # and scans: SQL cannot match text it cannot read. Export and erasure scan everything instead.
@@ -80,114 +81,12 @@ def _one_read(method: Callable[_P, _R]) -> Callable[_P, _R]:
     return within
 
 
-def validate_conversation_id(conversation_id: object) -> str:
-    """Return ``conversation_id`` if it can name a conversation (1-26 of A-Z a-z 0-9 _ -);
-    else raise :class:`clawmem.errors.InvalidKey`."""
-    if not isinstance(conversation_id, str) or not _CONVERSATION_ID.fullmatch(conversation_id):
-        raise InvalidKey(f"conversation id {conversation_id!r} must be 1-26 characters from A-Z a-z 0-9 _ -")
-    return conversation_id
-
-
-def _text(conversation_id: str, field: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(
-            f"conversation {conversation_id!r}: {field} must be a str or None, got {type(value).__name__}"
-        )
-    limit = _LIMITS[field.rpartition(" ")[2]]
-    if len(value) > limit:
-        raise ValueError(f"conversation {conversation_id!r}: {field} must not exceed {limit} characters")
-    return value
-
-
-def wordpress_user_id(conversation_id: str, user_id: str) -> int | None:
-    """Return ``user_id`` as phpClaw's ``user_id`` column holds it: a WordPress user id (an
-    unsigned number) or ``None`` for ``""`` (anonymous); else raise ``ValueError``."""
-    if user_id == "":
-        return None
-    if not _WORDPRESS_USER.fullmatch(user_id) or int(user_id) >= 2**64:
-        raise ValueError(
-            f"conversation {conversation_id!r}: on the {PHPCLAW_SCHEMA} schema a user id is a WordPress "
-            f"user id (a number, or '' for anonymous), got {user_id!r}"
-        )
-    return int(user_id)
-
-
-def check_messages(
-    conversation_id: str, messages: Iterable[Any], max_bytes: int = DEFAULT_MAX_VALUE_BYTES
-) -> list[Message]:
-    """Return ``messages`` as records after checking each one; raise ``TypeError`` or
-    ``ValueError`` naming the conversation and the message, before anything is written.
-
-    A message is a :class:`Message` or a dict with ``role``, ``content`` and optionally
-    ``tool_name``, ``tool_input`` and ``metadata`` (a dict). Content (and tool input and
-    metadata as JSON) may hold up to ``max_bytes`` UTF-8 bytes each.
-    """
-    records = []
-    for index, message in enumerate(messages):
-        where = f"message {index}"
-        if isinstance(message, Message):
-            fields = {
-                "role": message.role,
-                "content": message.content,
-                "tool_name": message.tool_name,
-                "tool_input": message.tool_input,
-                "metadata": message.metadata,
-            }
-        elif isinstance(message, dict):
-            extra = set(message) - {"role", "content", "tool_name", "tool_input", "metadata"}
-            if extra:
-                raise ValueError(
-                    f"conversation {conversation_id!r}: {where} has unknown fields {sorted(extra)}"
-                )
-            fields = message
-        else:
-            raise TypeError(f"conversation {conversation_id!r}: {where} must be a Message or a dict")
-        role = fields.get("role")
-        if role not in ROLES:
-            raise ValueError(
-                f"conversation {conversation_id!r}: {where} role must be one of {ROLES}, got {role!r}"
-            )
-        content = fields.get("content")
-        if content is not None:
-            if not isinstance(content, str):
-                raise TypeError(f"conversation {conversation_id!r}: {where} content must be a str or None")
-            if "\x00" in content:
-                raise ValueError(
-                    f"conversation {conversation_id!r}: {where} content contains a NUL character"
-                )
-            check_size(f"conversation {conversation_id!r} {where} content", content, max_bytes)
-        tool_input = fields.get("tool_input")
-        if tool_input is not None:
-            encode_value(conversation_id, tool_input, max_bytes)
-        metadata = fields.get("metadata")
-        if metadata is not None:
-            if not isinstance(metadata, dict):
-                raise TypeError(f"conversation {conversation_id!r}: {where} metadata must be a dict or None")
-            try:
-                encode_value(conversation_id, metadata, max_bytes)
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"conversation {conversation_id!r}: {where} metadata: {exc}") from None
-        tool_name = _text(conversation_id, f"{where} tool_name", fields.get("tool_name"))
-        records.append(Message(role, content, tool_name, tool_input, metadata))
-    return records
-
-
 class _JobStored(Exception):
     """Raised inside an append's transaction to roll it back: the job's turn is already stored."""
 
     def __init__(self, ids: list[str]) -> None:
         super().__init__("the job's turn is already stored")
         self.ids = ids
-
-
-def message_page_of(
-    rows: Sequence[StoredMessage], limit: int, descending: bool = False
-) -> Page[StoredMessage]:
-    """Return the first ``limit`` of ``rows`` (read in order, ``limit + 1`` of them when there are
-    more) as a page of messages, with the cursor that continues after it in that direction."""
-    return page_of(rows, limit, lambda m: time_cursor_key(m.created_at, m.raw_created_at, m.id, descending))
 
 
 @dataclass(frozen=True)
@@ -200,12 +99,6 @@ class TextScan:
     conversations_read: int
     messages_read: int
     complete: bool
-
-
-def sizes_of(messages: Iterable[StoredMessage]) -> list[MessageSize]:
-    """Return the :class:`MessageSize` of each of ``messages`` (as read and opened), measured
-    from its text: what :meth:`ConversationLog.message_sizes` gives when the messages are at hand."""
-    return [MessageSize(row.id, row.role, utf8_len(row.content or ""), row.tool_input) for row in messages]
 
 
 class ConversationLog:
@@ -258,7 +151,7 @@ class ConversationLog:
 
     @_one_read
     def opened(self, conversation: Conversation) -> Conversation:
-        """Return a conversation read as stored (an export's, see :mod:`clawmem.erasure`) with
+        """Return a conversation read as stored (an export's, see :mod:`clawmem.privacy.erasure`) with
         its sealed columns opened; what cannot be opened is marked unreadable, never dropped."""
         parts = [conversation.title, conversation.metadata]
         parts += [part for message in conversation.messages for part in (message.content, message.tool_input)]
@@ -362,8 +255,8 @@ class ConversationLog:
                 f"conversation {conversation_id!r}: tokens must be a whole number >= 0, got {tokens!r}"
             )
         fields: dict[str, Any] = {
-            "user_id": _text(conversation_id, "user_id", user_id) or "",
-            "title": _text(conversation_id, "title", title),
+            "user_id": checked_text(conversation_id, "user_id", user_id) or "",
+            "title": checked_text(conversation_id, "title", title),
             "metadata": None,
         }
         if metadata is not None:
@@ -562,12 +455,12 @@ class ConversationLog:
         cursor, or one of another sort.
         """
         check_limit(limit)
-        sql.check_sort(sort)
+        listing.check_sort(sort)
         if count_at_most is not None:
             check_limit(count_at_most, 1_000_000)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with connect(self.engine) as conn:
-            found, total = sql.summaries(
+            found, total = listing.summaries(
                 conn,
                 self.prefix,
                 limit=limit + 1,
@@ -580,7 +473,7 @@ class ConversationLog:
                 **filters,
             )
         found = [sealing.open_summary(self.cipher, self.prefix, summary) for summary in found]
-        return page_of(found, limit, lambda row: sql.cursor_key(row, sort, descending), total)
+        return page_of(found, limit, lambda row: listing.cursor_key(row, sort, descending), total)
 
     def count(
         self,
@@ -598,7 +491,7 @@ class ConversationLog:
             check_limit(at_most, 1_000_000)
         filters = self._scanned_filters(self._filters(user_id, namespace, since, until, query))
         with connect(self.engine) as conn:
-            return sql.count_summaries(conn, self.prefix, at_most, **filters)
+            return listing.count_summaries(conn, self.prefix, at_most, **filters)
 
     def _scanned_filters(self, filters: dict[str, Any]) -> dict[str, Any]:
         # Sealed titles and contents cannot be matched in SQL: the text search becomes the ids
@@ -628,7 +521,7 @@ class ConversationLog:
             return self._last_scan[1]
         needle = query.casefold()
         with connect(self.engine) as conn:
-            titles, contents = sql.scan_candidates(conn, self.prefix, limit + 1, **filters)
+            titles, contents = listing.scan_candidates(conn, self.prefix, limit + 1, **filters)
         complete = len(titles) <= limit and len(contents) <= limit
         titles, contents = titles[:limit], contents[:limit]
         matches: dict[str, str | None] = {}
@@ -685,7 +578,7 @@ class ConversationLog:
                 if matches.get(conversation_id) is not None
             }
         with connect(self.engine) as conn:
-            return sql.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
+            return listing.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 
     def find(self, conversation_id: str) -> ConversationRow | None:
         """Return the conversation's own row (no messages, no count: one indexed read), or ``None``."""
@@ -702,18 +595,18 @@ class ConversationLog:
         """Return up to ``limit`` user ids that have a conversation, sorted (anonymous left out)."""
         check_limit(limit, 10_000)
         with connect(self.engine) as conn:
-            return sql.subjects(conn, self.prefix, limit)
+            return listing.subjects(conn, self.prefix, limit)
 
-    def subject_totals(self, user_id: str) -> sql.SubjectTotals:
+    def subject_totals(self, user_id: str) -> listing.SubjectTotals:
         """Return how many conversations, messages said, recall records and checkpoints the
         subject ``user_id`` has, and the tokens their turns were billed."""
         with connect(self.engine) as conn:
-            return sql.subject_totals(conn, self.prefix, user_id, self.shape)
+            return listing.subject_totals(conn, self.prefix, user_id, self.shape)
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""
         with connect(self.engine) as conn:
-            found, _ = sql.summaries(
+            found, _ = listing.summaries(
                 conn, self.prefix, limit=1, conversation_id=conversation_id, shape=self.shape
             )
         return sealing.open_summary(self.cipher, self.prefix, found[0]) if found else None
@@ -746,7 +639,7 @@ class ConversationLog:
     def message_sizes(self, conversation_id: str, limit: int = 5000) -> list[MessageSize]:
         """Return the id, role, content size and ``tool_input`` of up to ``limit`` of one
         conversation's messages, oldest first: what the compaction analysis needs, without the
-        content (see :func:`clawmem.compaction.analyse_sizes`)."""
+        content (see :func:`clawmem.turn.compaction.analyse_sizes`)."""
         check_limit(limit, 100_000)
         with connect(self.engine) as conn:
             if not self.encrypted:
@@ -782,16 +675,16 @@ class ConversationLog:
     def counts(self) -> dict[str, int]:
         """Return ``{"conversations": n, "messages": n}``."""
         with connect(self.engine) as conn:
-            return sql.table_counts(conn, self.prefix)
+            return listing.table_counts(conn, self.prefix)
 
     def role_counts(self) -> dict[str, int]:
         """Return how many messages each role has (``user``, ``assistant``, ``recall``...)."""
         with connect(self.engine) as conn:
-            return sql.role_counts(conn, self.prefix)
+            return listing.role_counts(conn, self.prefix)
 
     def _edge(self, function: Any, by: str) -> datetime | None:
         with connect(self.engine) as conn:
-            return sql.edge(conn, self.prefix, function, by)
+            return listing.edge(conn, self.prefix, function, by)
 
     def oldest(self, by: str = "created_at") -> datetime | None:
         """Return the earliest ``created_at`` (or ``updated_at``) of any conversation, or ``None``."""
@@ -804,4 +697,4 @@ class ConversationLog:
     def namespaces(self) -> list[str]:
         """Return every namespace that holds a conversation, sorted."""
         with connect(self.engine) as conn:
-            return sorted(sql.conversation_namespaces(conn, self.prefix))
+            return sorted(listing.conversation_namespaces(conn, self.prefix))

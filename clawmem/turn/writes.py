@@ -9,7 +9,7 @@ deletion stays in the CLI.
 
 Attribution is the entry's metadata (on drivers that keep metadata: the sql driver on
 clawmem's tables): where the fact came from (``origin`` ``tool``, ``mcp`` for the MCP
-server's ``remember``, or ``extract`` for a turn's extraction, see :mod:`clawmem.extraction`),
+server's ``remember``, or ``extract`` for a turn's extraction, see :mod:`clawmem.turn.extraction`),
 the conversation and message that wrote it, the run, and when.
 """
 
@@ -24,7 +24,6 @@ from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.errors import InvalidKey, ValueTooLarge
-from clawmem.guards import PiiGuard
 from clawmem.prompt import GuardFinding
 from clawmem.providers.base import (
     ChatMessage,
@@ -35,6 +34,7 @@ from clawmem.providers.base import (
     summed_usage,
 )
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, encode_value, validate_key
+from clawmem.turn.guards import PiiGuard
 
 REMEMBER = "remember"
 # Rounds of tool calls one turn may run before its reply: each round is one more provider call.

@@ -1,4 +1,4 @@
-"""Who a fact belongs to: subjects, their own namespaces, and what export and erasure cover.
+"""Who a fact belongs to: subjects, and what of theirs export and erasure cover.
 
 A subject is a person the agent talks to, named by ``user_id``. What the project holds about
 one is their conversations (``user_id`` equal to theirs), every entry of their subject
@@ -7,79 +7,11 @@ namespace, and entries elsewhere whose key or value mentions their id as a whole
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from clawmem.errors import ConfigError, InvalidNamespace
 from clawmem.recall.words import text_of, whole_token_pattern
-from clawmem.rules import validate_namespace
-
-DEFAULT_SUBJECT_NAMESPACE = "user:{user_id}"
-PLACEHOLDER = "{user_id}"
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]+")
-# Encoded ids start with "." (a plain id never holds one): ".<base64url of the UTF-8 id>",
-# or ".:<sha256 hex>" when that would not fit in a namespace (":" is outside base64url).
-_ENCODED = "."
-_HASHED = ".:"
-
-
-def validate_template(template: str) -> str:
-    """Return ``template`` if it holds ``{user_id}`` once and makes valid namespaces; else raise
-    :class:`clawmem.errors.ConfigError` naming ``CLAW_SUBJECT_NAMESPACE``."""
-    if not isinstance(template, str) or template.count(PLACEHOLDER) != 1:
-        raise ConfigError(f"CLAW_SUBJECT_NAMESPACE must hold {PLACEHOLDER} exactly once, got {template!r}")
-    try:
-        validate_namespace(template.replace(PLACEHOLDER, "x"))
-    except InvalidNamespace as exc:
-        raise ConfigError(f"CLAW_SUBJECT_NAMESPACE {template!r} does not make a namespace: {exc}") from None
-    return template
-
-
-def encode_subject(user_id: str, room: int) -> str:
-    """Return ``user_id`` in namespace characters, injectively, in at most ``room`` characters.
-
-    An id of ASCII letters, digits, ``_`` and ``-`` stands for itself; any other id becomes
-    ``.`` + its base64url, or ``.:`` + its SHA-256 when that does not fit.
-    """
-    if _PLAIN_ID.fullmatch(user_id) and len(user_id) <= room:
-        return user_id
-    encoded = _ENCODED + base64.urlsafe_b64encode(user_id.encode("utf-8")).decode("ascii").rstrip("=")
-    if len(encoded) <= room:
-        return encoded
-    return _HASHED + hashlib.sha256(user_id.encode("utf-8")).hexdigest()
-
-
-def subject_namespace(user_id: str, template: str = DEFAULT_SUBJECT_NAMESPACE) -> str:
-    """Return the namespace that holds ``user_id``'s own facts (``user:cust-42`` by default).
-
-    Raises ``ValueError`` for an empty or non-str id and ``ConfigError`` for a bad template.
-    """
-    if not isinstance(user_id, str) or not user_id:
-        raise ValueError("a subject's user id must be a non-empty str")
-    validate_template(template)
-    room = 100 - (len(template) - len(PLACEHOLDER))
-    return validate_namespace(template.replace(PLACEHOLDER, encode_subject(user_id, room)))
-
-
-def subject_of_namespace(namespace: str, template: str = DEFAULT_SUBJECT_NAMESPACE) -> str | None:
-    """Return the user id behind a subject namespace when it can be read back, else ``None``
-    (not a subject namespace, or an id stored only as its hash)."""
-    head, _, tail = template.partition(PLACEHOLDER)
-    if not namespace.startswith(head) or not namespace.endswith(tail) or len(namespace) <= len(head + tail):
-        return None
-    encoded = namespace[len(head) : len(namespace) - len(tail)]
-    if _PLAIN_ID.fullmatch(encoded):
-        return encoded
-    if encoded.startswith(_HASHED) or not encoded.startswith(_ENCODED):
-        return None
-    body = encoded[len(_ENCODED) :]
-    try:
-        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8")
-    except ValueError:
-        return None
 
 
 def mention_pattern(user_id: str) -> re.Pattern[str]:

@@ -6,9 +6,9 @@
 4. Compact the history plus the augmented message.
 5. Call the provider. With ``memory_writes="tool"`` and a subject, it is offered ``remember``:
    each round of its calls is checked and answered, and it is called again for its reply
-   (:func:`clawmem.writes.converse`; every call's tokens count for the turn). With
+   (:func:`clawmem.turn.writes.converse`; every call's tokens count for the turn). With
    ``memory_writes="extract"`` and a subject, one extraction call follows the reply
-   (:mod:`clawmem.extraction`); its tokens count for the turn apart, as memory writing.
+   (:mod:`clawmem.turn.extraction`); its tokens count for the turn apart, as memory writing.
 6. Append the turn's ``recall`` record (which entries it was given), the ORIGINAL user message,
    the reply, any tool rows and, when compaction fired, its summary as a checkpoint, in one
    :meth:`ConversationLog.append`, which the privacy switch gates.
@@ -30,31 +30,30 @@ from typing import Any
 
 from clawmem import events
 from clawmem.clock import Clock
-from clawmem.compaction import SUMMARY_PREFIX, CompactionResult, ExtractiveSummarizer, HistoryCompactor
-from clawmem.conversations import (
-    ConversationLog,
-    Message,
-    StoredMessage,
-    validate_conversation_id,
-    wordpress_user_id,
-)
-from clawmem.encryption import check_keys
+from clawmem.encryption.ciphers import cipher_for
+from clawmem.encryption.state import check_keys
 from clawmem.errors import ConfigError
-from clawmem.extraction import NEAREST, Extraction, extract, history
-from clawmem.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.ids import new_id
-from clawmem.keystores import cipher_for
 from clawmem.memory.registry import open_memory
+from clawmem.memory.vector_writes import embed_writes
 from clawmem.memory.wrappers import search_any, set_any
 from clawmem.providers.base import Provider, ToolCall, takes_tools
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.sources import Readable, serving_driver
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES
+from clawmem.rules import (
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_SUBJECT_NAMESPACE,
+    subject_namespace,
+    validate_template,
+)
 from clawmem.settings import ENV_PREFIX, PHPCLAW_SCHEMA, Settings, check_memory_writes
-from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 from clawmem.text import clip
-from clawmem.vector_writes import embed_writes
-from clawmem.writes import REMEMBER, RememberCall, RememberTool, attribution, converse
+from clawmem.turn.compaction import SUMMARY_PREFIX, CompactionResult, ExtractiveSummarizer, HistoryCompactor
+from clawmem.turn.conversations import ConversationLog, Message, StoredMessage
+from clawmem.turn.extraction import NEAREST, Extraction, extract, history
+from clawmem.turn.guards import Guard, PiiGuard, RedactingGuard
+from clawmem.turn.messages import validate_conversation_id, wordpress_user_id
+from clawmem.turn.writes import REMEMBER, RememberCall, RememberTool, attribution, converse
 
 TITLE_CHARS = 80
 

@@ -15,7 +15,7 @@ from clawmem.errors import InvalidNamespace, redact
 from clawmem.memory.file import site_directory
 from clawmem.records import MemoryRow
 from clawmem.rules import validate_namespace
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.sizes import present_tables, table_names
 
 SAMPLE_NAMESPACES = 20  # of the other site's namespaces, the first by name

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from clawmem.site import Site
+from clawmem.sites.site import Site
 from clawmem.sql.engine import connect
 from clawmem.sql.retention import Batch, count_conversations, delete_in_batches
 
