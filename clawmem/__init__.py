@@ -57,6 +57,9 @@ _LAZY = {
     "open_memory": "clawmem.memory.registry",
 }
 
+# Modules offered as names of the package (``from clawmem import operations``).
+_MODULES = {"operations": "clawmem.sites.operations"}
+
 __all__ = [
     "ConfigError",
     "InvalidKey",
@@ -66,14 +69,18 @@ __all__ = [
     "events",
     "run_context",
     *sorted(_LAZY),
+    *sorted(_MODULES),
 ]
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
-    if module is None:
+    if module is None and name in _MODULES:
+        value: Any = importlib.import_module(_MODULES[name])
+    elif module is None:
         raise AttributeError(f"module 'clawmem' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    else:
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
