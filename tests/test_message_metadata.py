@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from clawmem.clock import FakeClock
+from clawmem.privacy.erasure import conversation_document
 from clawmem.settings import PHPCLAW_SCHEMA
-from clawmem.sites.operations import conversation_document
 from clawmem.sql.schema import create_tables, drop_tables, tables
 from clawmem.sql.subjects import conversations_where, iter_conversations
 from clawmem.turn.conversations import ConversationLog, Message
