@@ -186,6 +186,10 @@ def test_an_anonymous_session_offers_no_tool(lite: sa.engine.Engine, prefix: str
     memory = SqlMemory(lite, prefix=prefix, clock=clock)
     anonymous = ClawSession("shop-chat/anon", ConversationLog(lite, prefix, clock), memory=memory)
     assert anonymous.memory_tools() == []
+    # The one tool a subject's session offers writes; none deletes or expires anything.
+    named = ClawSession("shop-chat/named", ConversationLog(lite, prefix, clock), user_id=USER, memory=memory)
+    (tool,) = named.memory_tools()
+    assert tool.name == "remember" and set(tool.params_json_schema["properties"]) == {"key", "value"}
     bare = ClawSession("shop-chat/bare", ConversationLog(lite, prefix, clock), user_id=USER)
     with pytest.raises(ValueError, match="a session without memory cannot offer remember"):
         bare.memory_tools()

@@ -138,6 +138,11 @@ def test_a_run_without_a_user_is_refused_and_an_anonymous_user_gets_no_tool(
 ) -> None:
     store = _store(lite, prefix, clock)
     assert store.memory_tools(user_id="") == []
+    # The one tool writes; none deletes or expires anything.
+    (tool,) = store.memory_tools()
+    assert (
+        tool.name == "remember" and set(tool.args["key"]) >= {"type"} and set(tool.args) == {"key", "value"}
+    )
     with pytest.raises(TypeError, match="user_id must be a str or None, got int"):
         store.memory_tools(user_id=7)  # type: ignore[arg-type]
 
