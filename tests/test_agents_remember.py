@@ -33,7 +33,7 @@ from tests.writing import SUBJECT, USER  # noqa: E402
 if TYPE_CHECKING:
     from tests.loopback import LoopbackCompletions
 
-pytest_plugins = ["tests.loopback"]
+pytest_plugins = ["tests.dashboard_fixtures", "tests.loopback"]
 
 
 def remember(arguments: Any, call_id: str = "call_1") -> dict[str, Any]:
@@ -105,6 +105,8 @@ def test_a_fact_remembered_in_one_session_is_recalled_in_another_of_the_same_sub
         ("tool", "remember"),
         ("tool", None),
     ]
+    call_row = next(m for m in stored if m.tool_name == "remember")
+    assert call_row.metadata["wrote"] == {"namespace": SUBJECT, "key": "favourite_colour"}
 
     clock.advance(60)
     second = _session(engine, prefix, clock, "shop-chat/2")
@@ -193,3 +195,27 @@ def test_an_anonymous_session_offers_no_tool(lite: sa.engine.Engine, prefix: str
     bare = ClawSession("shop-chat/bare", ConversationLog(lite, prefix, clock), user_id=USER)
     with pytest.raises(ValueError, match="a session without memory cannot offer remember"):
         bare.memory_tools()
+
+
+def test_the_conversation_page_links_the_entry_a_call_wrote(
+    app: Any, signed_in: Any, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from dashboard import state
+    from tests.dashboard_helpers import page_text
+
+    with app.app_context():
+        settings = state.settings()
+    session = ClawSession.from_settings("shop-chat/page", settings, user_id=USER)
+    loopback.script(
+        remember({"key": "favourite_colour", "value": "teal"}),
+        remember({"key": "", "value": "nothing"}, "call_2"),
+        "Teal it is.",
+    )
+    _run(session, loopback, "My favourite colour is teal.")
+
+    body = " ".join(page_text(signed_in.get(f"/conversations/{session.conversation_id}")).split())
+    assert body.count("Memory this call wrote:") == 1  # the refused call wrote nothing
+    assert (
+        'Memory this call wrote: <a href="/memory/user:ana-7/entry?key=favourite_colour">'
+        "<code>favourite_colour</code></a>" in body
+    )

@@ -199,6 +199,7 @@ class ClawSession:
         self.record_recall = record_recall and "recall" in getattr(conversations, "roles", ("recall",))
         self._owned = False  # set once the conversation is seen to be this session's
         self._turn: _Turn | None = None
+        self._written: dict[str, dict[str, str]] = {}  # remember calls' writes, by the SDK's call id
 
     @classmethod
     def from_settings(cls, session_id: str, settings: Settings, user_id: str = "") -> ClawSession:
@@ -237,6 +238,11 @@ class ClawSession:
             raise TypeError(f"items must be a list, got {type(items).__name__}")
         max_bytes = self.conversations.max_value_bytes
         messages = [message_for(item, max_bytes, index) for index, item in enumerate(items)]
+        for item, message in zip(items, messages, strict=True):
+            # A remember call's row says what it wrote, as a Claw turn's does (the page links it).
+            call_id = item.get("call_id") if item.get("type") == "function_call" else None
+            if isinstance(call_id, str) and call_id in self._written and message.metadata is not None:
+                message.metadata["wrote"] = self._written.pop(call_id)
         if messages:
             await self._in_thread(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
 
@@ -310,7 +316,10 @@ class ClawSession:
         def write(arguments: str, call_id: str) -> str:
             run_id = events.current_run_id()  # the turn's, set by _in_thread
             origin = attribution("agents", clock, conversation_id=self.conversation_id, run_id=run_id)
-            return remember_now(memory, tool, arguments, call_id, origin).result  # type: ignore[arg-type]
+            done = remember_now(memory, tool, arguments, call_id, origin)  # type: ignore[arg-type]
+            if done.stores and done.key is not None:
+                self._written[call_id] = {"namespace": namespace, "key": done.key}
+            return done.result
 
         async def invoke(context: Any, arguments: str) -> str:
             call_id = getattr(context, "tool_call_id", None) or new_id()
