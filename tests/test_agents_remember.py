@@ -219,3 +219,25 @@ def test_the_conversation_page_links_the_entry_a_call_wrote(
         'Memory this call wrote: <a href="/memory/user:ana-7/entry?key=favourite_colour">'
         "<code>favourite_colour</code></a>" in body
     )
+
+
+def test_erasing_the_subject_takes_what_the_session_remembered(
+    tmp_path: Path, prefix: str, clock: FakeClock, loopback: LoopbackCompletions
+) -> None:
+    from clawmem import operations
+    from clawmem.site import Site
+    from clawmem.subjects import Subject
+
+    url = f"sqlite:///{tmp_path / 'erase.db'}"
+    settings = Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix)
+    site = Site(settings, clock)
+    operations.init_db(site)
+    session = ClawSession.from_settings("shop-chat/erase", settings, user_id=USER)
+    loopback.script(remember({"key": "favourite_colour", "value": "teal"}), "Noted.")
+    _run(session, loopback, "My favourite colour is teal.")
+    assert session.memory.get("favourite_colour", SUBJECT) == "teal"  # type: ignore[union-attr]
+
+    operations.erase_subject(site, Subject(user_id=USER))
+
+    assert session.memory.all(SUBJECT) == {}  # type: ignore[union-attr]
+    assert session.conversations.get(session.conversation_id) is None
