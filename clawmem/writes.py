@@ -8,8 +8,8 @@ saved, so a turn that fails stores no fact either. No tool here deletes or expir
 deletion stays in the CLI.
 
 The framework adapters offer the same tool and run the same checks: an Agents SDK session's
-``memory_tools()`` (:mod:`clawmem.integrations.openai_agents`) and LangGraph's
-``remember_tool`` over a ``ClawStore`` (:mod:`clawmem.integrations.langgraph`). Their runs have
+``memory_tools()`` (:mod:`clawmem.integrations.openai_agents`) and a LangGraph ``ClawStore``'s
+``memory_tools()`` (:mod:`clawmem.integrations.langgraph`). Their runs have
 no saved reply to wait for, so :func:`remember_now` writes a call's fact as soon as it is checked.
 
 Attribution is the entry's metadata (on drivers that keep metadata: the sql driver on
