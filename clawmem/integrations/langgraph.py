@@ -13,6 +13,15 @@ keeps a namespace once read or emptied); a ``$gt``-style filter on a field that 
 or not a number does not match (``InMemoryStore`` raises); ``search(query=...)`` returns only
 the items clawmem's recall scores above zero, best first; ``index`` on ``put`` is ignored,
 because recall reads every item.
+
+Memory the model writes: :meth:`ClawStore.memory_tools` returns a LangChain tool ``remember``
+(a key and a text value) for a graph's ``ToolNode``, the one :meth:`clawmem.Claw.send` offers
+with ``CLAW_MEMORY_WRITES=tool``. It writes the subject's own facts (plain keys of the subject
+namespace, not LangGraph items), so a clawmem turn or an Agents SDK session of the same user
+recalls them. A call is checked as a turn's is (:mod:`clawmem.turn.writes`) and written at once,
+attributed to origin ``langgraph``, the graph's ``thread_id``, the run and the time; a refused
+call writes nothing and is an error result (``ToolMessage`` status ``error``) telling the model
+why. No tool deletes or expires anything.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from clawmem.integrations import require
 
 require("langgraph.store.base", "langgraph")
 
+from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langchain_core.tools import BaseTool, ToolException  # noqa: E402
 from langgraph.store.base import (  # noqa: E402
     BaseStore,
     GetOp,
@@ -43,20 +54,25 @@ from langgraph.store.base import (  # noqa: E402
     validate_op_namespace,
 )
 
+from clawmem import events  # noqa: E402
 from clawmem.clock import Clock  # noqa: E402
+from clawmem.ids import new_id  # noqa: E402
 from clawmem.integrations import stored_items as stored  # noqa: E402
 from clawmem.memory.base import MemoryInterface  # noqa: E402
 from clawmem.memory.wrappers import namespaces_any, search_any  # noqa: E402
 from clawmem.recall.sources import serving_driver  # noqa: E402
-from clawmem.rules import (  # noqa: E402  # noqa: E402
+from clawmem.rules import (  # noqa: E402
     DEFAULT_MAX_VALUE_BYTES,
     DEFAULT_SUBJECT_NAMESPACE,
     check_value,
     encode_value,
+    subject_namespace,
     subject_of_namespace,
     validate_key,
     validate_template,
 )
+from clawmem.turn.guards import Guard, PiiGuard  # noqa: E402
+from clawmem.turn.writes import REMEMBER_TOOL, RememberTool, attribution, remember_now  # noqa: E402
 
 # Recall is asked for every hit of a namespace, so that a filter applied after it loses none.
 _ALL_HITS = 2**31
@@ -112,6 +128,26 @@ class ClawStore(BaseStore):
             clock=clock,
             **options,
         )
+
+    # -- memory the model writes -------------------------------------------------------------
+
+    def memory_tools(
+        self, user_id: str | None = None, guards: Iterable[Guard] | None = None
+    ) -> list[BaseTool]:
+        """Return the tools that let the model write memory: ``remember`` into the subject
+        namespace of ``user_id``, or of the run's ``config["configurable"]["user_id"]`` when
+        ``user_id`` is ``None`` (a run without one is refused, nothing written). An anonymous
+        ``user_id`` (``""``) gets no tool. ``guards`` default to ``[PiiGuard()]``, as a turn's
+        do. Raises ``TypeError`` for a ``user_id`` that is not a str."""
+        if user_id is not None and not isinstance(user_id, str):
+            raise TypeError(f"user_id must be a str or None, got {type(user_id).__name__}")
+        if user_id == "":
+            return []
+        return [
+            RememberOverStore(
+                store=self, user_id=user_id, guards=[PiiGuard()] if guards is None else list(guards)
+            )
+        ]
 
     # -- where an item lives ------------------------------------------------------------------
 
@@ -292,6 +328,40 @@ class ClawStore(BaseStore):
         return sorted(matching)[op.offset : op.offset + op.limit]
 
 
+class RememberOverStore(BaseTool):
+    """The ``remember`` tool over a :class:`ClawStore` (see :meth:`ClawStore.memory_tools`)."""
+
+    name: str = REMEMBER_TOOL.name
+    description: str = REMEMBER_TOOL.description
+    args_schema: dict[str, Any] = dict(REMEMBER_TOOL.parameters)  # checked by clawmem.turn.writes, not here
+    handle_tool_error: bool = True  # a refusal is the model's error result, not the graph's failure
+    store: Any
+    user_id: str | None = None
+    guards: list[Any] = []
+
+    def _run(self, *args: Any, config: RunnableConfig, run_manager: Any = None, **arguments: Any) -> str:
+        configurable = config.get("configurable") or {}
+        user_id = self.user_id if self.user_id is not None else configurable.get("user_id")
+        if not isinstance(user_id, str) or not user_id:
+            raise ToolException(
+                '{"stored": false, "error": "this run has no user id (configurable user_id), so there '
+                'is no subject to remember for; nothing was written"}'
+            )
+        store: ClawStore = self.store
+        namespace = subject_namespace(user_id, store.subject_template)
+        tool = RememberTool.over(store.memory, namespace, self.guards)
+        thread = configurable.get("thread_id")
+        run_id = events.current_run_id() or new_id()
+        origin = attribution("langgraph", store.clock, run_id=run_id)
+        if isinstance(thread, str):
+            origin["thread_id"] = thread[:200]  # the graph's conversation, not one clawmem keeps
+        with events.run_context(run_id):
+            done = remember_now(store.memory, tool, arguments if not args else args[0], new_id(), origin)
+        if not done.stores:
+            raise ToolException(done.result)
+        return done.result
+
+
 def matches_condition(condition: MatchCondition, labels: tuple[str, ...]) -> bool:
     """Return whether ``labels`` starts (``prefix``) or ends (``suffix``) with the condition's
     path, where ``*`` stands for any one label; raise ``ValueError`` for another match type."""
@@ -363,4 +433,4 @@ def _operator(found: Any, name: str, operand: Any) -> bool:
         return False  # a missing or non-numeric field is not greater or less than anything
 
 
-__all__ = ["ClawStore", "check_filter", "matches_condition", "matches_filter"]
+__all__ = ["ClawStore", "RememberOverStore", "check_filter", "matches_condition", "matches_filter"]

@@ -14,6 +14,15 @@ guard stops the run before anything is stored). ``call_model_input_filter`` then
 augmented text in place of that message, and the turn's ``recall`` record is stored just before
 the user message, as :meth:`clawmem.Claw.send` stores it.
 
+Memory the model writes: :meth:`ClawSession.memory_tools` returns the SDK function tool
+``remember``, the one :meth:`clawmem.Claw.send` offers with ``CLAW_MEMORY_WRITES=tool``. A call
+is checked as a turn's is (:mod:`clawmem.turn.writes`: the key rules, the size limit, the privacy
+switch, the PII guard) and its fact is written at once into the session's subject namespace,
+attributed to origin ``agents``, the session's conversation, the run and the time. A refused
+call writes nothing and tells the model why. An anonymous session offers no tool, and no tool
+deletes or expires anything. The tool is offered when the host passes it to its ``Agent``;
+``CLAW_MEMORY_WRITES`` governs :class:`clawmem.Claw`'s own turns.
+
 The SDK is imported only when a session is made; without it, one line names the extra. Every
 async method runs the synchronous core in a worker thread, so the event loop is never blocked.
 """
@@ -33,7 +42,7 @@ from clawmem.errors import InvalidKey
 from clawmem.ids import new_id
 from clawmem.integrations import require
 from clawmem.recall import AugmentResult, MessageAugmenter
-from clawmem.recall.sources import Readable
+from clawmem.recall.sources import Readable, serving_driver
 from clawmem.rules import (
     DEFAULT_SUBJECT_NAMESPACE,
     check_size,
@@ -45,6 +54,7 @@ from clawmem.settings import Settings
 from clawmem.turn.conversations import ConversationLog, Message, StoredMessage
 from clawmem.turn.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.turn.pipeline import recall_record, title_from
+from clawmem.turn.writes import RememberTool, attribution, remember_now
 
 SESSION_ID_KEY = "agents_session_id"  # in the conversation's metadata: the session id it belongs to
 ITEM_KEY = "agents_item"  # in a message's metadata: the SDK item, kept exactly
@@ -194,6 +204,7 @@ class ClawSession:
         self.record_recall = record_recall and "recall" in getattr(conversations, "roles", ("recall",))
         self._owned = False  # set once the conversation is seen to be this session's
         self._turn: _Turn | None = None
+        self._written: dict[str, dict[str, str]] = {}  # remember calls' writes, by the SDK's call id
 
     @classmethod
     def from_settings(cls, session_id: str, settings: Settings, user_id: str = "") -> ClawSession:
@@ -232,6 +243,11 @@ class ClawSession:
             raise TypeError(f"items must be a list, got {type(items).__name__}")
         max_bytes = self.conversations.max_value_bytes
         messages = [message_for(item, max_bytes, index) for index, item in enumerate(items)]
+        for item, message in zip(items, messages, strict=True):
+            # A remember call's row says what it wrote, as a Claw turn's does (the page links it).
+            call_id = item.get("call_id") if item.get("type") == "function_call" else None
+            if isinstance(call_id, str) and call_id in self._written and message.metadata is not None:
+                message.metadata["wrote"] = self._written.pop(call_id)
         if messages:
             await self._in_thread(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
 
@@ -284,6 +300,47 @@ class ClawSession:
             if isinstance(guard, RedactingGuard):
                 items[:index] = [_redacted(item, guard.redact_history) for item in items[:index]]
         return type(model_data)(input=items, instructions=model_data.instructions)
+
+    # -- memory the model writes -------------------------------------------------------------
+
+    def memory_tools(self) -> list[Any]:
+        """Return the SDK function tools that let the model write memory: ``remember`` (a key
+        and a text value) into the subject's namespace, or none for an anonymous session (no
+        ``user_id``). Raises ``ValueError`` for a session made without ``memory``."""
+        agents = require("agents", "openai-agents")
+        if not self.user_id:
+            return []
+        if self.memory is None:
+            raise ValueError("a session without memory cannot offer remember: pass memory=...")
+        memory = self.memory
+        namespace = subject_namespace(self.user_id, self.subject_template)
+        tool = RememberTool.over(memory, namespace, self.guards)  # type: ignore[arg-type]
+        driver, _ = serving_driver(memory, namespace)
+        clock = getattr(driver, "clock", time.time)
+
+        def write(arguments: str, call_id: str) -> str:
+            run_id = events.current_run_id()  # the turn's, set by _in_thread
+            origin = attribution("agents", clock, conversation_id=self.conversation_id, run_id=run_id)
+            done = remember_now(memory, tool, arguments, call_id, origin)  # type: ignore[arg-type]
+            if done.stores and done.key is not None:
+                self._written[call_id] = {"namespace": namespace, "key": done.key}
+            return done.result
+
+        async def invoke(context: Any, arguments: str) -> str:
+            call_id = getattr(context, "tool_call_id", None) or new_id()
+            turn = self._turn
+            return await self._in_thread(write, arguments, call_id, run_id=turn.run_id if turn else None)
+
+        spec = RememberTool.spec
+        return [
+            agents.FunctionTool(
+                name=spec.name,
+                description=spec.description,
+                params_json_schema=dict(spec.parameters),
+                on_invoke_tool=invoke,
+                strict_json_schema=True,
+            )
+        ]
 
     # -- the synchronous core, run in a worker thread -------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -26,6 +27,21 @@ class ToolCall:
     input: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
     arguments_error: str | None = None
+
+
+def read_arguments(arguments: Any) -> tuple[dict[str, Any], str | None]:
+    """Return a tool call's arguments as a JSON object and ``None``, or ``{}`` and why they
+    cannot be read (not JSON, not an object), as :attr:`ToolCall.arguments_error` says it.
+    ``arguments`` is the model's JSON text, or an object already decoded."""
+    if arguments is None or arguments == "":
+        arguments = "{}"
+    try:
+        decoded = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except json.JSONDecodeError:
+        return {}, "the arguments are not valid JSON"
+    if not isinstance(decoded, dict):
+        return {}, "the arguments are not a JSON object"
+    return decoded, None
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,7 @@ __all__ = [
     "ToolCall",
     "ToolCallingProvider",
     "ToolSpec",
+    "read_arguments",
     "summed_usage",
     "takes_tools",
     "token_usage",

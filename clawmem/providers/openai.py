@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clawmem.errors import ProviderError, redact
-from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall, ToolSpec, token_usage
+from clawmem.providers.base import ChatMessage, ProviderReply, ToolCall, ToolSpec, read_arguments, token_usage
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +89,7 @@ def parse_reply(data: Any) -> ProviderReply:
             raise ValueError(f"{where} needs a string name")
         # A model's arguments that cannot be read are the model's mistake, not the reply's:
         # the call is kept with the reason, so the tool can tell the model.
-        problem = None
-        try:
-            tool_input = json.loads(arguments) if isinstance(arguments, str) else arguments
-        except json.JSONDecodeError:
-            tool_input, problem = {}, "the arguments are not valid JSON"
-        if not isinstance(tool_input, dict):
-            tool_input, problem = {}, "the arguments are not a JSON object"
+        tool_input, problem = read_arguments(arguments)
         call_id = call.get("id") if isinstance(call.get("id"), str) else None
         calls.append(ToolCall(name, tool_input, call_id, problem))
     return ProviderReply(content or "", tuple(calls), token_usage(data.get("usage")))

@@ -53,7 +53,7 @@ from clawmem.turn.conversations import ConversationLog, Message, StoredMessage
 from clawmem.turn.extraction import NEAREST, Extraction, extract, history
 from clawmem.turn.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.turn.messages import validate_conversation_id, wordpress_user_id
-from clawmem.turn.writes import REMEMBER, RememberCall, RememberTool, attribution, converse
+from clawmem.turn.writes import REMEMBER, RememberCall, RememberTool, attribution, converse, store
 
 TITLE_CHARS = 80
 
@@ -275,9 +275,7 @@ class Claw:
         when memory writes are not ``tool`` or the turn is anonymous."""
         if self.memory_writes != "tool" or subject is None:
             return None
-        _, reaches = serving_driver(self.memory, subject)
-        guard = next((guard for guard in self.guards if isinstance(guard, PiiGuard)), None)
-        return RememberTool(subject, reaches, guard, self.max_value_bytes)
+        return RememberTool.over(self.memory, subject, self.guards, self.max_value_bytes)
 
     def extraction(self, subject: str | None, user: str, reply: str) -> Extraction | None:
         """Return the turn's extraction for ``subject``: the one call made and its facts
@@ -327,14 +325,10 @@ class Claw:
         """Write each stored ``remember`` call's fact into its namespace, attributed to the
         conversation, its ``tool`` row (``message_ids``, one per call) and the run."""
         for done, message_id in zip(remembered, message_ids, strict=True):
-            if done.gated:  # held back by the privacy switch, which counts it (SPEC 4.6)
-                set_any(self.memory, done.key or "", done.call.input["value"], done.namespace, None, None)
-            if not done.stores:
-                continue
             origin = attribution(
                 "tool", self.clock, conversation_id=conversation_id, message_id=message_id, run_id=run_id
             )
-            set_any(self.memory, done.key or "", done.value, done.namespace, None, origin)
+            store(self.memory, done, origin)
 
     def send(
         self,

@@ -7,23 +7,31 @@ result whether the fact will be stored; nothing is written until the turn has it
 saved, so a turn that fails stores no fact either. No tool here deletes or expires anything:
 deletion stays in the CLI.
 
+The framework adapters offer the same tool and run the same checks: an Agents SDK session's
+``memory_tools()`` (:mod:`clawmem.integrations.openai_agents`) and a LangGraph ``ClawStore``'s
+``memory_tools()`` (:mod:`clawmem.integrations.langgraph`). Their runs have
+no saved reply to wait for, so :func:`remember_now` writes a call's fact as soon as it is checked.
+
 Attribution is the entry's metadata (on drivers that keep metadata: the sql driver on
 clawmem's tables): where the fact came from (``origin`` ``tool``, ``mcp`` for the MCP
-server's ``remember``, or ``extract`` for a turn's extraction, see :mod:`clawmem.turn.extraction`),
-the conversation and message that wrote it, the run, and when.
+server's ``remember``, ``agents`` or ``langgraph`` for the adapters' tool, or ``extract`` for a
+turn's extraction, see :mod:`clawmem.turn.extraction`), the conversation and message that wrote it,
+the run, and when.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from clawmem.clock import Clock
 from clawmem.errors import InvalidKey, ValueTooLarge
+from clawmem.memory.base import MemoryInterface
+from clawmem.memory.wrappers import set_any
 from clawmem.prompt import GuardFinding
 from clawmem.providers.base import (
     ChatMessage,
@@ -31,15 +39,17 @@ from clawmem.providers.base import (
     ProviderReply,
     ToolCall,
     ToolSpec,
+    read_arguments,
     summed_usage,
 )
+from clawmem.recall.sources import serving_driver
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, encode_value, validate_key
-from clawmem.turn.guards import PiiGuard
+from clawmem.turn.guards import Guard, PiiGuard
 
 REMEMBER = "remember"
 # Rounds of tool calls one turn may run before its reply: each round is one more provider call.
 MAX_TOOL_ROUNDS = 3
-ORIGINS = ("tool", "mcp", "extract")
+ORIGINS = ("tool", "mcp", "agents", "langgraph", "extract")
 
 REMEMBER_TOOL = ToolSpec(
     name=REMEMBER,
@@ -68,8 +78,8 @@ def attribution(
     message_id: str | None = None,
     run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Return the metadata that says where a written entry came from: its ``origin`` (``tool``,
-    ``mcp`` or ``extract``), the conversation and message that wrote it (``None`` when there was none), the
+    """Return the metadata that says where a written entry came from: its ``origin`` (one of
+    :data:`ORIGINS`), the conversation and message that wrote it (``None`` when there was none), the
     run, and ``written_at`` (ISO 8601, UTC, from ``clock``). Raises ``ValueError`` for an
     unknown origin."""
     if origin not in ORIGINS:
@@ -156,6 +166,24 @@ class RememberTool:
         self.guard = guard
         self.max_value_bytes = max_value_bytes
 
+    @classmethod
+    def over(
+        cls,
+        memory: MemoryInterface,
+        namespace: str,
+        guards: Iterable[Guard],
+        max_value_bytes: int | None = None,
+    ) -> RememberTool:
+        """Return the tool that writes into ``namespace`` of ``memory``: held back where the
+        privacy switch holds that namespace's writes back, scanned by the first
+        :class:`~clawmem.turn.guards.PiiGuard` of ``guards``, values up to ``max_value_bytes``
+        (the serving driver's limit when ``None``)."""
+        driver, reaches = serving_driver(memory, namespace)
+        guard = next((guard for guard in guards if isinstance(guard, PiiGuard)), None)
+        if max_value_bytes is None:
+            max_value_bytes = getattr(driver, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES)
+        return cls(namespace, reaches, guard, max_value_bytes)
+
     def check(self, call: ToolCall, call_id: str) -> RememberCall:
         """Return the outcome of ``call``: to be stored, or refused with the reason the model is
         told. Never raises for what the model sent."""
@@ -220,6 +248,29 @@ def _valid_key(key: str) -> bool:
     except InvalidKey:
         return False
     return True
+
+
+def store(memory: MemoryInterface, done: RememberCall, origin: Mapping[str, Any]) -> None:
+    """Write one checked call's fact into its namespace of ``memory`` with the attribution
+    ``origin``; a refused call writes nothing. A call refused by the privacy switch alone is
+    still handed to the memory without attribution, so the switch counts it as held back
+    (SPEC 4.6) and writes nothing."""
+    if done.gated:
+        set_any(memory, done.key or "", done.call.input["value"], done.namespace, None, None)
+    if done.stores:
+        set_any(memory, done.key or "", done.value, done.namespace, None, origin)
+
+
+def remember_now(
+    memory: MemoryInterface, tool: RememberTool, arguments: Any, call_id: str, origin: Mapping[str, Any]
+) -> RememberCall:
+    """Check one ``remember`` call whose ``arguments`` are the model's JSON text (or an object
+    already decoded) and write its fact at once (:func:`store`); return the outcome, whose
+    ``result`` is what the model is told. Bad arguments write nothing and never raise."""
+    decoded, problem = read_arguments(arguments)
+    done = tool.check(ToolCall(REMEMBER, decoded, call_id, problem), call_id)
+    store(memory, done, origin)
+    return done
 
 
 # What a remember call past the turn's bound of tool rounds is told (it is never run).

@@ -385,6 +385,7 @@ class MessageRow(NamedTuple):
     first_fire: bool
     given: list[dict[str, Any]] | None  # a recall record's entries
     preview_url: str | None  # a user message's turn preview
+    wrote: dict[str, str] | None = None  # the entry a remember tool row wrote: key and link
 
 
 def _message_row(
@@ -414,7 +415,22 @@ def _message_row(
         first_fire=analysis is not None and analysis["first_fire_id"] == message.id,
         given=given.get(message.id) if message.role == "recall" else None,
         preview_url=turn_url(message.id) if message.role == "user" else None,
+        wrote=_wrote(message),
     )
+
+
+def _wrote(message: StoredMessage) -> dict[str, str] | None:
+    """Return the entry a ``remember`` tool row says it wrote (its metadata's ``wrote``: the
+    namespace and key), with the link to it; ``None`` for other rows and for a refused call."""
+    if message.role != "tool" or not isinstance(message.metadata, dict):
+        return None
+    wrote = message.metadata.get("wrote")
+    if not isinstance(wrote, dict):
+        return None
+    namespace, key = wrote.get("namespace"), wrote.get("key")
+    if not isinstance(namespace, str) or not isinstance(key, str):
+        return None  # another program may have written anything here
+    return {"key": key, "namespace": namespace, "url": url_for("memory.entry", namespace=namespace, key=key)}
 
 
 def _billed(message: StoredMessage) -> Billed | None:

@@ -126,9 +126,9 @@ def _subject_url(subject: str | None) -> str | None:
 
 
 def origin_of(metadata: Any) -> tuple[str | None, int]:
-    """Return who wrote an entry, from its metadata's attribution (``tool``, ``mcp`` or
-    ``extract``; ``None`` when it names none: the operator's code), and how many earlier values
-    it keeps (an extraction keeps the last few it replaced)."""
+    """Return who wrote an entry, from its metadata's attribution (one of
+    :data:`clawmem.turn.writes.ORIGINS`; ``None`` when it names none: the operator's code), and how
+    many earlier values it keeps (an extraction keeps the last few it replaced)."""
     described = metadata if isinstance(metadata, dict) else {}
     origin = described.get("origin")
     history = described.get("history")
