@@ -14,13 +14,14 @@ guard stops the run before anything is stored). ``call_model_input_filter`` then
 augmented text in place of that message, and the turn's ``recall`` record is stored just before
 the user message, as :meth:`clawmem.Claw.send` stores it.
 
-The SDK is imported only when a session is made; without it, one line names the extra. Every
-async method runs the synchronous core in a worker thread, so the event loop is never blocked.
+The SDK is imported only when a session is made; without it, one line names the extra. The
+async methods run the synchronous core on the async path (:mod:`clawmem.sql.aio`): on the event
+loop over asyncio drivers on PostgreSQL, MariaDB/MySQL and Redis, in a worker thread on SQLite
+and the file driver, so the loop is never blocked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import time
@@ -39,6 +40,7 @@ from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.sources import Readable
 from clawmem.rules import check_size, encode_value
 from clawmem.settings import Settings
+from clawmem.sql import aio
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_namespace, validate_template
 
 SESSION_ID_KEY = "agents_session_id"  # in the conversation's metadata: the session id it belongs to
@@ -218,7 +220,7 @@ class ClawSession:
         from agents.memory.session_settings import resolve_session_limit
 
         effective = resolve_session_limit(limit, self.session_settings)
-        return await self._in_thread(self._get_items, effective)
+        return await self._on_log(self._get_items, effective)
 
     async def add_items(self, items: list[Any]) -> None:
         """Store ``items`` after the existing ones, in one transaction; raise ``TypeError`` or
@@ -228,16 +230,16 @@ class ClawSession:
         max_bytes = self.conversations.max_value_bytes
         messages = [message_for(item, max_bytes, index) for index, item in enumerate(items)]
         if messages:
-            await self._in_thread(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
+            await self._on_log(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (``None`` when there is none), with the ``recall``
         record of its turn when it is a user message. Emits ``memory.forget``."""
-        return await self._in_thread(self._pop)
+        return await self._on_log(self._pop)
 
     async def clear_session(self) -> None:
         """Delete the session's conversation with every message. Emits ``memory.forget``."""
-        await self._in_thread(self._clear)
+        await self._on_log(self._clear)
 
     # -- recall in a run ----------------------------------------------------------------------
 
@@ -258,7 +260,7 @@ class ClawSession:
         self._turn = None
         text = next((t for t in map(_user_text, reversed(new_items)) if t is not None), None)
         if text is not None and self.augmenter is not None:
-            self._turn = await self._in_thread(self._augment, text, run_id=new_id())
+            self._turn = await aio.run(self._memory_on_loop(), self._augment, text, run_id=new_id())
         return [*history, *new_items]
 
     def call_model_input_filter(self, data: Any) -> Any:
@@ -280,16 +282,19 @@ class ClawSession:
                 items[:index] = [_redacted(item, guard.redact_history) for item in items[:index]]
         return type(model_data)(input=items, instructions=model_data.instructions)
 
-    # -- the synchronous core, run in a worker thread -------------------------------------------
+    # -- the synchronous core, on the async path ------------------------------------------------
 
-    async def _in_thread(self, function: Callable[..., _T], *args: Any, run_id: str | None = None) -> _T:
-        run_id = run_id or events.current_run_id() or new_id()
+    async def _on_log(self, function: Callable[..., _T], *args: Any, run_id: str | None = None) -> _T:
+        on_loop = aio.engine_on_loop(getattr(self.conversations, "engine", None))
+        return await aio.run(on_loop, function, *args, run_id=run_id)
 
-        def call() -> _T:
-            with events.run_context(run_id):
-                return function(*args)
-
-        return await asyncio.to_thread(call)
+    def _memory_on_loop(self) -> bool:
+        if self.augmenter is None:
+            return False
+        namespaces = [self.augmenter.namespace]
+        if self.user_id:
+            namespaces.append(subject_namespace(self.user_id, self.subject_template))
+        return aio.memory_on_loop(self.augmenter.memory, namespaces)
 
     def _check_owner(self) -> None:
         if self._owned:
