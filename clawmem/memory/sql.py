@@ -24,6 +24,7 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namesp
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, changes, kv, vectors
 from clawmem.sql import subjects as matching
+from clawmem.sql.aio import on_async_path
 from clawmem.sql.engine import (
     connect,
     current,
@@ -360,16 +361,16 @@ class SqlMemory(FeedingMemory):
     def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes:
         if not isinstance(cursor, SqlCursor) or cursor.broken or (cursor.known is None and held is None):
             cursor = None  # (a cursor that asked its copy which keys it holds needs it asked again)
-        if self._line is None:  # an in-memory SQLite database: one process, no marker
-            with current(self.engine).connect() as conn:
+        if self._line is None or on_async_path():  # in-memory SQLite (one process, no marker); a loop's task
+            with current(self.engine, reading=True).connect() as conn:
                 return self._follow(namespace, cursor, held, conn)
         return self._line.run(partial(self._follow, namespace, cursor, held))
 
     def _reading(self, work: Any) -> Any:
         """Run ``work(connection)`` on the reading line (on a pooled connection without one)."""
-        if self._line is not None:
+        if self._line is not None and not on_async_path():
             return self._line.run(work)
-        with current(self.engine).connect() as conn:
+        with current(self.engine, reading=True).connect() as conn:
             return work(conn)
 
     def _follow(

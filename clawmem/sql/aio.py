@@ -67,12 +67,18 @@ def thread_hop() -> Iterator[None]:
         _THREAD_ONLY.reset(token)
 
 
+def hopping() -> bool:
+    """Return whether the caller is in a :func:`thread_hop` block."""
+    return _THREAD_ONLY.get()
+
+
 async def close_engines() -> None:
     """Close the connections the running loop's twin engines hold. Call it before the loop
     ends (an app's shutdown): asyncio drivers' connections belong to one loop."""
     twins = _TWINS.pop(asyncio.get_running_loop(), {})
-    for twin in twins.values():
-        await greenlet_spawn(twin.dispose)
+    for (_engine, reading), twin in twins.items():
+        if not reading:  # a reading twin shares its twin's pool
+            await greenlet_spawn(twin.dispose)
 
 
 def on_async_path() -> bool:

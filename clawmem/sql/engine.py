@@ -338,7 +338,7 @@ def after_erasure(engine: Engine) -> None:
 # Set by clawmem.sql.aio.run while a call runs on the async path.
 _ASYNC_PATH: contextvars.ContextVar[bool] = contextvars.ContextVar("clawmem_async_path", default=False)
 # Per running event loop (gone with it), each engine's twin on the asyncio driver.
-_TWINS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Engine, Engine]] = (
+_TWINS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Engine, bool], Engine]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -352,12 +352,13 @@ def async_url(url: URL) -> URL | None:
     return url.set(drivername=f"{url.get_backend_name()}+{driver}")
 
 
-def current(engine: Engine) -> Engine:
+def current(engine: Engine, reading: bool = False) -> Engine:
     """Return the engine to run a statement on: ``engine`` itself, or on the async path (in a
     :func:`clawmem.sql.aio.run` call, on its event loop) the twin of ``engine`` on the asyncio
     driver of the same database, one per engine and loop. The twin compiles the same statements
     for the same dialect; its connections await their I/O, so the loop serves other tasks
-    meanwhile."""
+    meanwhile. ``reading``: for a read outside a transaction; on PostgreSQL the twin then reads in
+    autocommit, one round trip with no ``BEGIN`` or ``ROLLBACK`` (as a reading line does)."""
     if not _ASYNC_PATH.get() or engine.dialect.is_async:
         return engine
     url = async_url(engine.url)
@@ -367,10 +368,15 @@ def current(engine: Engine) -> Engine:
     twins = _TWINS.get(loop)
     if twins is None:
         twins = _TWINS[loop] = {}
-    twin = twins.get(engine)
+    twin = twins.get((engine, reading))
+    if twin is None and reading:
+        twin = current(engine)
+        if twin.dialect.name == "postgresql":
+            twin = twin.execution_options(isolation_level="AUTOCOMMIT")
+        twins[engine, reading] = twin
     if twin is None:
         size = getattr(engine.pool, "size", lambda: _TWIN_POOL)()
-        twin = twins[engine] = create_engine(url, pool_size=size, max_overflow=_TWIN_OVERFLOW)  # type: ignore[arg-type]
+        twin = twins[engine, reading] = create_engine(url, pool_size=size, max_overflow=_TWIN_OVERFLOW)  # type: ignore[arg-type]
     return twin
 
 
@@ -406,8 +412,8 @@ def held_connections() -> Iterator[None]:
 def connect(engine: Engine) -> Iterator[Connection]:
     """Yield a connection to read on: the one :func:`held_connections` holds for ``engine``, else
     a new one from the pool, returned when the block ends."""
-    engine = current(engine)
     held = _HELD.get()
+    engine = current(engine, reading=held is None)
     if held is None:
         with engine.connect() as connection:
             yield connection
