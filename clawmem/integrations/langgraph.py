@@ -17,7 +17,6 @@ because recall reads every item.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -49,6 +48,7 @@ from clawmem.memory.base import MemoryInterface  # noqa: E402
 from clawmem.memory.wrappers import namespaces_any, search_any  # noqa: E402
 from clawmem.recall.sources import serving_driver  # noqa: E402
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, check_value, encode_value, validate_key  # noqa: E402
+from clawmem.sql import aio  # noqa: E402
 from clawmem.subjects import DEFAULT_SUBJECT_NAMESPACE, subject_of_namespace, validate_template  # noqa: E402
 
 # Recall is asked for every hit of a namespace, so that a filter applied after it loses none.
@@ -171,8 +171,10 @@ class ClawStore(BaseStore):
         return [step() for step in steps]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run :meth:`batch` in a worker thread, so the event loop keeps serving other tasks."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """Run :meth:`batch` on the async path (:mod:`clawmem.sql.aio`): on the event loop over
+        asyncio drivers on PostgreSQL, MariaDB/MySQL and Redis, else in a worker thread, so the
+        loop keeps serving other tasks either way."""
+        return await aio.run(aio.every_driver_on_loop(self.memory), self.batch, list(ops))
 
     def _plan(self, op: Op) -> Callable[[], Result]:
         if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):

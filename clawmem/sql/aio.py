@@ -121,6 +121,21 @@ def driver_on_loop(driver: Any) -> bool:
     return engine_on_loop(getattr(driver, "engine", None))
 
 
+def every_driver_on_loop(memory: Any) -> bool:
+    """Return whether every driver behind ``memory`` (through its wrappers and a router's
+    routes) takes the async path: for a caller that may reach any namespace (a LangGraph batch,
+    the MCP tools)."""
+    from clawmem.recall.sources import Wrapper, conforms
+
+    while True:
+        routes = getattr(memory, "drivers", None)
+        if callable(routes) and hasattr(memory, "routes"):
+            return all(every_driver_on_loop(driver) for driver in routes())
+        if not conforms(memory, Wrapper):
+            return driver_on_loop(memory)
+        memory = memory.serving("default")[0]
+
+
 def memory_on_loop(memory: Any, namespaces: Iterable[str]) -> bool:
     """Return whether every driver that serves ``namespaces`` of ``memory`` (behind any
     wrappers) takes the async path: a call that reaches one in a worker thread's place would
