@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
+import importlib.util
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -105,12 +107,22 @@ def holding(lock: threading.Lock) -> Iterator[None]:
 
 def engine_on_loop(engine: Any) -> bool:
     """Return whether calls on ``engine`` take the async path: a PostgreSQL or MariaDB/MySQL
-    engine (SQLite has no asyncio driver here, and keeps the worker thread)."""
+    engine whose asyncio driver is installed (the ``postgres`` and ``mysql`` extras bring them;
+    SQLite has none here, and keeps the worker thread, as does a server without its driver)."""
     from sqlalchemy.engine import Engine
 
     from clawmem.sql.engine import async_url
 
-    return isinstance(engine, Engine) and async_url(engine.url) is not None
+    if not isinstance(engine, Engine):
+        return False
+    url = async_url(engine.url)
+    return url is not None and installed(url.get_driver_name())
+
+
+@functools.cache
+def installed(driver: str) -> bool:
+    """Return whether the asyncio driver module ``driver`` and greenlet can be imported."""
+    return all(importlib.util.find_spec(module) is not None for module in (driver, "greenlet"))
 
 
 def driver_on_loop(driver: Any) -> bool:
