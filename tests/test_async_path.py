@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 pytest.importorskip("agents")
 
+from clawmem import events  # noqa: E402
 from clawmem.conversations import ConversationLog  # noqa: E402
 from clawmem.crypto import generate_key  # noqa: E402
 from clawmem.errors import Undecryptable  # noqa: E402
@@ -105,3 +107,29 @@ def test_an_engine_takes_the_async_path_on_a_server_database_only(engine: Any, s
     assert aio.path_name(aio.engine_on_loop(engine)) == (
         aio.THREAD_HOP if sql_backend == "sqlite" else aio.ASYNC_DRIVER
     )
+
+
+@pytest.mark.parametrize("driver", ["redis", "sql-postgres", "sql-mysql", "sql-sqlite", "file"])
+def test_a_langgraph_store_reads_on_the_loops_thread_where_its_driver_has_an_async_client(
+    run: Run, make_driver: Any, driver: str
+) -> None:
+    from clawmem.integrations.langgraph import ClawStore
+
+    store = ClawStore(make_driver(driver))
+    threads: list[int] = []
+
+    def seen(event: dict[str, Any]) -> None:
+        threads.append(threading.get_ident())
+
+    async def put_and_get() -> tuple[int, Any]:
+        await store.aput(("docs",), "k", {"text": "kept"})
+        return threading.get_ident(), await store.aget(("docs",), "k")
+
+    events.on("memory.read", seen)
+    try:
+        loop_thread, found = run(put_and_get())
+    finally:
+        events.off("memory.read", seen)
+    assert found is not None and found.value == {"text": "kept"} and threads
+    on_loop = driver in ("redis", "sql-postgres", "sql-mysql") and not aio.hopping()
+    assert all((thread == loop_thread) is on_loop for thread in threads)

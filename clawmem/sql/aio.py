@@ -75,8 +75,12 @@ def hopping() -> bool:
 
 
 async def close_engines() -> None:
-    """Close the connections the running loop's twin engines hold. Call it before the loop
-    ends (an app's shutdown): asyncio drivers' connections belong to one loop."""
+    """Close the connections the running loop's twin engines and Redis clients hold. Call it
+    before the loop ends (an app's shutdown): asyncio drivers' connections belong to one loop."""
+    import sys
+
+    if "clawmem.memory.redis_loop" in sys.modules:  # a Redis driver made twins on this loop
+        await sys.modules["clawmem.memory.redis_loop"].close_clients()
     twins = _TWINS.pop(asyncio.get_running_loop(), {})
     for (_engine, reading), twin in twins.items():
         if not reading:  # a reading twin shares its twin's pool
