@@ -26,6 +26,9 @@ class ArrayMemory(FeedingMemory):
     new generation, and a cursor of an older one gets the whole namespace again.
     """
 
+    # No I/O: an async caller runs it on its loop (clawmem.sql.aio.driver_on_loop), no thread.
+    async_ready = True
+
     name = "array"
     at_rest = False  # nothing outlives the process, so nothing is sealed
     backend_errors = ()
