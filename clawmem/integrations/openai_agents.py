@@ -270,7 +270,9 @@ class ClawSession:
         model_data = data.model_data
         if turn is None:
             return model_data
-        items = [copy.deepcopy(item) for item in model_data.input]
+        # Only the items replaced below are new (``_with_text`` and ``_redacted`` build new ones
+        # and change none in place): the others are passed on as the SDK gave them.
+        items = list(model_data.input)
         for index in reversed(range(len(items))):
             if _user_text(items[index]) == turn.text:
                 items[index] = _with_text(items[index], turn.augment.text)
