@@ -26,12 +26,15 @@ class ArrayMemory(FeedingMemory):
     new generation, and a cursor of an older one gets the whole namespace again.
     """
 
-    # No I/O: an async caller runs it on its loop (clawmem.sql.aio.driver_on_loop), no thread.
-    async_ready = True
-
     name = "array"
     at_rest = False  # nothing outlives the process, so nothing is sealed
     backend_errors = ()
+
+    @property
+    def async_ready(self) -> bool:
+        """Whether an async caller runs this driver on its loop (:func:`clawmem.sql.aio.driver_on_loop`):
+        it does no I/O. A subclass may wait on something, so it keeps the worker thread."""
+        return type(self) is ArrayMemory
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         super().__init__(clock, max_value_bytes)
