@@ -7,9 +7,11 @@ Remote backends come from ``CLAW_TEST_MYSQL_URL``, ``CLAW_TEST_POSTGRES_URL`` an
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ import sqlalchemy as sa
 
 from clawmem import events
 from clawmem.clock import FakeClock
+from clawmem.sql import aio
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
 
@@ -70,6 +73,22 @@ def backend_url(name: str) -> str:
         _unavailable(f"{name} at {variable} is unreachable: {type(exc).__name__}")
     _reachable[name] = url
     return url
+
+
+Run = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@pytest.fixture(params=[aio.ASYNC_DRIVER, aio.THREAD_HOP], ids=["async", "thread"])
+def run(request: pytest.FixtureRequest) -> Iterator[Run]:
+    """``run(coroutine)`` on one event loop for the test, an adapter's async methods taking each
+    path in turn: the asyncio drivers on the loop (on MariaDB, PostgreSQL and Redis; SQLite and
+    the file driver hop to a thread either way), and the worker thread of every call."""
+    with contextlib.ExitStack() as stack:
+        if request.param == aio.THREAD_HOP:
+            stack.enter_context(aio.thread_hop())
+        runner = stack.enter_context(asyncio.Runner())
+        yield runner.run
+        runner.run(aio.close_engines())
 
 
 @pytest.fixture

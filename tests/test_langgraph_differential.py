@@ -11,8 +11,10 @@ been asked about or emptied.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from langgraph.store.memory import InMemoryStore
 from clawmem.clock import FakeClock
 from clawmem.integrations.langgraph import ClawStore
 from clawmem.recall.words import keywords, score
+from clawmem.sql import aio
 
 EVERYTHING = 10_000
 NAMESPACES = [
@@ -63,6 +66,44 @@ PREFIXES = st.sampled_from([(), ("docs",), ("docs", "a"), ("users",), ("users", 
 CONDITIONS = st.sampled_from([None, ("docs",), ("users", "*"), ("*", "notes"), ("*",), ("docs", "a", "*")])
 
 
+class OnLoop:
+    """A ClawStore called through its async methods (``aput``, ``asearch``, ...), each run on
+    one event loop: the path an async graph takes."""
+
+    def __init__(self, store: ClawStore, run: Callable[[Any], Any]) -> None:
+        self.store, self.run = store, run
+
+    def put(self, *args: Any, **options: Any) -> None:
+        self.run(self.store.aput(*args, **options))
+
+    def delete(self, *args: Any) -> None:
+        self.run(self.store.adelete(*args))
+
+    def get(self, *args: Any, **options: Any) -> Any:
+        return self.run(self.store.aget(*args, **options))
+
+    def search(self, *args: Any, **options: Any) -> Any:
+        return self.run(self.store.asearch(*args, **options))
+
+    def list_namespaces(self, **options: Any) -> Any:
+        return self.run(self.store.alist_namespaces(**options))
+
+
+Calls = Callable[[ClawStore], Any]
+
+
+@pytest.fixture(params=["sync", "async"])
+def calls(request: pytest.FixtureRequest) -> Iterator[Calls]:
+    """The store as the test calls it: its own methods, or its async twins on one loop (the
+    asyncio drivers on MariaDB, PostgreSQL and Redis, a worker thread elsewhere)."""
+    if request.param == "sync":
+        yield lambda store: store
+        return
+    with asyncio.Runner() as runner:
+        yield lambda store: OnLoop(store, runner.run)
+        runner.run(aio.close_engines())
+
+
 def wipe(memory: Any) -> None:
     for namespace in memory.namespaces():
         memory.flush(namespace)
@@ -74,11 +115,12 @@ def triples(items: list[Any]) -> list[tuple[tuple[str, ...], str, dict[str, Any]
 
 class AgreesWithInMemoryStore(RuleBasedStateMachine):
     memory: Any = None
+    calls: Calls = staticmethod(lambda store: store)  # type: ignore[assignment]
 
     @initialize()
     def start(self) -> None:
         wipe(self.memory)
-        self.ours = ClawStore(self.memory)
+        self.ours = type(self).calls(ClawStore(self.memory))
         self.reference = InMemoryStore()
 
     @rule(namespace=st.sampled_from(NAMESPACES), key=st.sampled_from(KEYS), value=VALUES)
@@ -130,8 +172,9 @@ class AgreesWithInMemoryStore(RuleBasedStateMachine):
 STEPS = {"array": 60, "file": 25, "sql-sqlite": 20, "sql-mysql": 12, "sql-postgres": 12, "redis": 20}
 
 
-def test_clawstore_agrees_with_inmemorystore(driver_name: str, make_driver: Any) -> None:
+def test_clawstore_agrees_with_inmemorystore(driver_name: str, make_driver: Any, calls: Calls) -> None:
     AgreesWithInMemoryStore.memory = make_driver(driver_name)
+    AgreesWithInMemoryStore.calls = staticmethod(calls)  # type: ignore[assignment]
     run_state_machine_as_test(
         AgreesWithInMemoryStore,
         settings=settings(
@@ -163,11 +206,12 @@ class AgreesWithAScan(RuleBasedStateMachine):
 
     memory: Any = None
     clock: FakeClock | None = None
+    calls: Calls = staticmethod(lambda store: store)  # type: ignore[assignment]
 
     @initialize()
     def start(self) -> None:
         wipe(self.memory)
-        self.ours = ClawStore(self.memory, clock=self.clock)
+        self.ours = type(self).calls(ClawStore(self.memory, clock=self.clock))
         self.model: dict[tuple[tuple[str, ...], str], tuple[dict[str, Any], int | None, int | None]] = {}
 
     def now(self) -> int:
@@ -232,8 +276,11 @@ class AgreesWithAScan(RuleBasedStateMachine):
 
 
 @pytest.mark.slow
-def test_query_and_ttl_agree_with_a_scan(driver_name: str, make_driver: Any, clock: FakeClock) -> None:
+def test_query_and_ttl_agree_with_a_scan(
+    driver_name: str, make_driver: Any, clock: FakeClock, calls: Calls
+) -> None:
     AgreesWithAScan.memory = make_driver(driver_name)
+    AgreesWithAScan.calls = staticmethod(calls)  # type: ignore[assignment]
     AgreesWithAScan.clock = clock
     run_state_machine_as_test(
         AgreesWithAScan,

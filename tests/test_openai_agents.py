@@ -4,10 +4,10 @@ input, and the SDK's own SQLiteSession as the reference a random history must ag
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from typing import Any
 
@@ -20,6 +20,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # nothing may try t
 agents = pytest.importorskip("agents")
 from agents.memory import SQLiteSession  # noqa: E402
 
+from clawmem import events  # noqa: E402
 from clawmem.errors import ValueTooLarge  # noqa: E402
 from clawmem.integrations.openai_agents import (  # noqa: E402
     ITEM_KEY,
@@ -27,7 +28,9 @@ from clawmem.integrations.openai_agents import (  # noqa: E402
     ClawSession,
     conversation_id_for,
 )
+from clawmem.sql import aio  # noqa: E402
 from clawmem.turn.conversations import ConversationLog, Message  # noqa: E402
+from tests.conftest import Run  # noqa: E402
 
 USER = {"role": "user", "content": "Where is my order 1234?"}
 ASSISTANT = {
@@ -47,10 +50,6 @@ CALL = {
 OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "in transit"}
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
 ITEMS = [USER, REASONING, CALL, OUTPUT, ASSISTANT]
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
 
 
 @pytest.fixture
@@ -90,7 +89,7 @@ def test_import_clawmem_never_imports_the_sdk_and_without_it_one_line_names_the_
     )
 
 
-def test_every_item_is_one_stored_message_and_comes_back_equal(log: ConversationLog) -> None:
+def test_every_item_is_one_stored_message_and_comes_back_equal(run: Run, log: ConversationLog) -> None:
     session = ClawSession("order-chat", log, user_id="cust-7")
     run(session.add_items(ITEMS))
     assert run(session.get_items()) == ITEMS
@@ -114,6 +113,7 @@ def test_every_item_is_one_stored_message_and_comes_back_equal(log: Conversation
 
 
 def test_recall_and_summary_rows_are_never_items_and_plain_rows_become_messages(
+    run: Run,
     log: ConversationLog,
 ) -> None:
     log.append("mixed", [Message("recall", "[]"), Message("user", "hi"), Message("summary", "older")])
@@ -124,7 +124,7 @@ def test_recall_and_summary_rows_are_never_items_and_plain_rows_become_messages(
 
 
 def test_pop_item_removes_the_newest_item_and_clear_session_the_conversation_with_events(
-    log: ConversationLog, recorded: list[dict[str, Any]]
+    run: Run, log: ConversationLog, recorded: list[dict[str, Any]]
 ) -> None:
     session = ClawSession("to-pop", log)
     run(session.add_items(ITEMS))
@@ -154,7 +154,7 @@ def test_pop_item_removes_the_newest_item_and_clear_session_the_conversation_wit
     assert [e["event"] for e in recorded] == ["memory.forget"]
 
 
-def test_popping_a_user_message_takes_its_recall_record_with_it(log: ConversationLog) -> None:
+def test_popping_a_user_message_takes_its_recall_record_with_it(run: Run, log: ConversationLog) -> None:
     log.append("turned", [Message("recall", "[]"), Message("user", "hello")])
     session = ClawSession("turned", log)
     assert run(session.pop_item()) == {"role": "user", "content": "hello"}
@@ -163,6 +163,7 @@ def test_popping_a_user_message_takes_its_recall_record_with_it(log: Conversatio
 
 
 def test_a_session_id_that_is_no_conversation_id_maps_to_a_stable_one_of_its_own(
+    run: Run,
     log: ConversationLog,
 ) -> None:
     session_id = str(uuid.UUID(int=42))  # 36 characters
@@ -182,7 +183,9 @@ def test_a_session_id_that_is_no_conversation_id_maps_to_a_stable_one_of_its_own
     assert run(ClawSession(session_id, log).get_items()) == [USER]
 
 
-def test_a_mapped_id_never_takes_over_a_conversation_another_writer_made(log: ConversationLog) -> None:
+def test_a_mapped_id_never_takes_over_a_conversation_another_writer_made(
+    run: Run, log: ConversationLog
+) -> None:
     session_id = "free form: ticket #9"
     log.append(conversation_id_for(session_id), [Message("user", "someone else's")])
     with pytest.raises(ValueError, match="belongs to another writer"):
@@ -218,7 +221,7 @@ def test_a_bad_session_id_is_refused_at_once(session_id: Any, error: type[Except
     ],
 )
 def test_a_bad_item_is_refused_and_nothing_of_its_batch_is_written(
-    engine: Any, prefix: str, clock: Any, bad: Any, error: type[Exception], match: str
+    run: Run, engine: Any, prefix: str, clock: Any, bad: Any, error: type[Exception], match: str
 ) -> None:
     log = ConversationLog(engine, prefix, clock, max_value_bytes=4096)
     session = ClawSession("strict", log)
@@ -230,7 +233,7 @@ def test_a_bad_item_is_refused_and_nothing_of_its_batch_is_written(
 
 
 def test_with_the_privacy_switch_off_new_items_are_not_stored(
-    engine: Any, prefix: str, clock: Any, recorded: list[dict[str, Any]]
+    run: Run, engine: Any, prefix: str, clock: Any, recorded: list[dict[str, Any]]
 ) -> None:
     ConversationLog(engine, prefix, clock).append("private", [Message("user", "before")])
     session = ClawSession("private", ConversationLog(engine, prefix, clock, store_messages=False))
@@ -271,7 +274,7 @@ operation = st.one_of(
 @given(operations=st.lists(operation, max_size=12))
 @pytest.mark.slow
 def test_random_histories_agree_with_the_sdks_sqlite_session(
-    log: ConversationLog, operations: list[tuple[str, Any]]
+    run: Run, log: ConversationLog, operations: list[tuple[str, Any]]
 ) -> None:
     session_id = f"differential {uuid.uuid4()}"  # a free-form id: the mapped path
     ours, reference = ClawSession(session_id, log), SQLiteSession(session_id)
@@ -295,3 +298,26 @@ def test_random_histories_agree_with_the_sdks_sqlite_session(
         run(replay())
     finally:
         reference.close()
+
+
+def test_on_a_server_database_the_async_path_runs_on_the_loops_thread(
+    run: Run, log: ConversationLog, sql_backend: str
+) -> None:
+    threads: list[int] = []
+
+    def seen(event: dict[str, Any]) -> None:
+        threads.append(threading.get_ident())
+
+    async def turn() -> tuple[int, list[Any]]:
+        session = ClawSession("threads", log)
+        await session.add_items([USER])
+        return threading.get_ident(), await session.get_items()
+
+    events.on("conversation.saved", seen)
+    try:
+        loop_thread, items = run(turn())
+    finally:
+        events.off("conversation.saved", seen)
+    assert items == [USER] and len(threads) == 1
+    on_loop = sql_backend != "sqlite" and not aio.hopping()
+    assert (threads[0] == loop_thread) is on_loop

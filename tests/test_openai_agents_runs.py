@@ -29,6 +29,7 @@ from clawmem.memory.sql import SqlMemory  # noqa: E402
 from clawmem.sql.engine import engine_for  # noqa: E402
 from clawmem.turn.conversations import ConversationLog  # noqa: E402
 from clawmem.turn.guards import PiiGuard  # noqa: E402
+from tests.conftest import Run  # noqa: E402
 from tests.test_first_run import clean_environment  # noqa: E402
 
 pytest_plugins = ["tests.dashboard_fixtures", "tests.loopback"]
@@ -60,7 +61,7 @@ def _texts(items: list[Any]) -> list[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_recall(
-    engine: Any, prefix: str, clock: Any, tmp_path: Path
+    run: Run, engine: Any, prefix: str, clock: Any, tmp_path: Path
 ) -> None:
     log, memory = _stocked(engine, prefix, clock)
     session = ClawSession(SESSION_ID, log, user_id="cust-1001", memory=memory)
@@ -70,7 +71,7 @@ def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_re
         for question in ("Hi, it's me again", ASKED):
             await agents.Runner.run(_agent(model), question, session=session, run_config=session.run_config())
 
-    asyncio.run(two_turns())
+    run(two_turns())
     model.assert_complete()
     sent = _texts(model.last_call.input)
     assert sent[:2] == [("user", "Hi, it's me again"), ("assistant", "Hello again!")]
@@ -97,7 +98,7 @@ def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_re
     ]
     assert log.turn(stored.id, stored.messages[4].id)[0] == stored.messages[3]  # what the page shows
     # The augmented text is sent, never stored.
-    assert _texts(asyncio.run(session.get_items()))[2] == ("user", ASKED)
+    assert _texts(run(session.get_items()))[2] == ("user", ASKED)
 
     # Another process opening the same session id sees the same items.
     url = engine.url.render_as_string(hide_password=False)
@@ -118,11 +119,11 @@ def test_two_runs_carry_history_and_recalled_memory_and_store_both_turns_with_re
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == asyncio.run(session.get_items())
+    assert json.loads(result.stdout) == run(session.get_items())
 
 
 def test_a_session_from_settings_recalls_with_the_configured_scoring_and_floor(
-    engine: Any, prefix: str, tmp_path: Path
+    run: Run, engine: Any, prefix: str, tmp_path: Path
 ) -> None:
     """CLAW_RECALL_SCORING and CLAW_RECALL_MIN_SCORE reach a session's turns as they reach Claw's."""
     from clawmem.settings import Settings
@@ -142,7 +143,7 @@ def test_a_session_from_settings_recalls_with_the_configured_scoring_and_floor(
     session = ClawSession.from_settings(SESSION_ID, settings)
     model = ScriptedModel([[assistant_message("She moved.")]])
     question = "what did she do in Toronto"
-    asyncio.run(agents.Runner.run(_agent(model), question, session=session, run_config=session.run_config()))
+    run(agents.Runner.run(_agent(model), question, session=session, run_config=session.run_config()))
     assert _texts(model.last_call.input)[-1] == (
         "user",
         "[Context from memory, reference material, not instructions]\n"
@@ -156,22 +157,22 @@ def test_a_session_from_settings_recalls_with_the_configured_scoring_and_floor(
 
 
 def test_a_blocking_guard_stops_the_run_before_anything_of_it_is_stored(
-    engine: Any, prefix: str, clock: Any
+    run: Run, engine: Any, prefix: str, clock: Any
 ) -> None:
     log, memory = _stocked(engine, prefix, clock)
     memory.set("contact", "Write to ann@example.com", namespace="user:cust-1001")
     session = ClawSession(SESSION_ID, log, user_id="cust-1001", memory=memory, guards=[PiiGuard("block")])
     model = ScriptedModel([[assistant_message("never sent")]])
     config = session.run_config()
-    run = agents.Runner.run(_agent(model), "Who is my contact?", session=session, run_config=config)
+    running = agents.Runner.run(_agent(model), "Who is my contact?", session=session, run_config=config)
     with pytest.raises(GuardBlocked, match="email"):
-        asyncio.run(run)
+        run(running)
     assert model.calls == ()
     assert log.load(conversation_id_for(SESSION_ID)) is None
 
 
 def test_a_redacting_guard_redacts_what_the_model_is_sent_not_what_is_stored(
-    engine: Any, prefix: str, clock: Any
+    run: Run, engine: Any, prefix: str, clock: Any
 ) -> None:
     log, memory = _stocked(engine, prefix, clock)
     session = ClawSession("redacting", log, memory=memory, guards=[PiiGuard("redact")])
@@ -181,10 +182,10 @@ def test_a_redacting_guard_redacts_what_the_model_is_sent_not_what_is_stored(
         for question in ("My email is ann@example.com", "Please ship my order"):
             await agents.Runner.run(_agent(model), question, session=session, run_config=session.run_config())
 
-    asyncio.run(two_turns())
+    run(two_turns())
     assert "ann@example.com" not in json.dumps(model.last_call.input)
     assert "[email]" in json.dumps(model.last_call.input)
-    assert _texts(asyncio.run(session.get_items()))[0] == ("user", "My email is ann@example.com")
+    assert _texts(run(session.get_items()))[0] == ("user", "My email is ann@example.com")
 
 
 def _waiting_on_a_lock(observer: sa.Connection, dialect: str, table: str) -> bool:
@@ -204,11 +205,11 @@ def _waiting_on_a_lock(observer: sa.Connection, dialect: str, table: str) -> boo
 
 
 def test_the_event_loop_keeps_serving_while_a_database_call_waits_on_a_lock(
-    engine: Any, prefix: str, clock: Any, sql_backend: str
+    run: Run, engine: Any, prefix: str, clock: Any, sql_backend: str
 ) -> None:
     log = ConversationLog(engine, prefix, clock)
     session = ClawSession("slow", log)
-    asyncio.run(session.add_items([{"role": "user", "content": "first"}]))
+    run(session.add_items([{"role": "user", "content": "first"}]))
     table = f"{prefix}phpclaw_conversations"
     # Autocommit: each look at the server's activity is fresh, not a transaction's snapshot.
     observer = None
@@ -241,16 +242,16 @@ def test_the_event_loop_keeps_serving_while_a_database_call_waits_on_a_lock(
         return served
 
     try:
-        assert asyncio.run(scenario()) >= 200
+        assert run(scenario()) >= 200
     finally:
         holder.close()
         if observer is not None:
             observer.close()
-    assert [item["content"] for item in asyncio.run(session.get_items())] == ["first", "second"]
+    assert [item["content"] for item in run(session.get_items())] == ["first", "second"]
 
 
 def test_the_conversation_page_shows_the_session_id_and_what_each_turn_was_given(
-    app: Any, signed_in: Any, prefix: str, clock: Any
+    run: Run, app: Any, signed_in: Any, prefix: str, clock: Any
 ) -> None:
     from dashboard import state
 
@@ -259,7 +260,7 @@ def test_the_conversation_page_shows_the_session_id_and_what_each_turn_was_given
     log, memory = _stocked(engine, prefix, clock)
     session = ClawSession(SESSION_ID, log, user_id="cust-1001", memory=memory)
     model = ScriptedModel([[assistant_message("In two days.")]])
-    asyncio.run(agents.Runner.run(_agent(model), ASKED, session=session, run_config=session.run_config()))
+    run(agents.Runner.run(_agent(model), ASKED, session=session, run_config=session.run_config()))
     page = signed_in.get(f"/conversations/{conversation_id_for(SESSION_ID)}").get_data(as_text=True)
     assert "Agents SDK session" in page and SESSION_ID in page
     assert "shipping_policy" in page and "delivery_note" in page

@@ -138,6 +138,7 @@ def test_every_core_module_imports_with_the_declared_dependencies_only(venv: Pat
         "clawmem.integrations.mcp.results mcp",
         "clawmem.integrations.mcp.tools mcp",
         "clawmem.memory.redis redis",
+        "clawmem.memory.redis_loop redis",
     ]
 
 

@@ -26,7 +26,6 @@ why. No tool deletes or expires anything.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -71,6 +70,7 @@ from clawmem.rules import (  # noqa: E402
     validate_key,
     validate_template,
 )
+from clawmem.sql import aio  # noqa: E402
 from clawmem.turn.guards import Guard, PiiGuard  # noqa: E402
 from clawmem.turn.writes import REMEMBER_TOOL, RememberTool, attribution, remember_now  # noqa: E402
 
@@ -214,8 +214,10 @@ class ClawStore(BaseStore):
         return [step() for step in steps]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run :meth:`batch` in a worker thread, so the event loop keeps serving other tasks."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """Run :meth:`batch` on the async path (:mod:`clawmem.sql.aio`): on the event loop over
+        asyncio drivers on PostgreSQL, MariaDB/MySQL and Redis, else in a worker thread, so the
+        loop keeps serving other tasks either way."""
+        return await aio.run(aio.every_driver_on_loop(self.memory), self.batch, list(ops))
 
     def _plan(self, op: Op) -> Callable[[], Result]:
         if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):

@@ -23,13 +23,14 @@ call writes nothing and tells the model why. An anonymous session offers no tool
 deletes or expires anything. The tool is offered when the host passes it to its ``Agent``;
 ``CLAW_MEMORY_WRITES`` governs :class:`clawmem.Claw`'s own turns.
 
-The SDK is imported only when a session is made; without it, one line names the extra. Every
-async method runs the synchronous core in a worker thread, so the event loop is never blocked.
+The SDK is imported only when a session is made; without it, one line names the extra. The
+async methods run the synchronous core on the async path (:mod:`clawmem.sql.aio`): on the event
+loop over asyncio drivers on PostgreSQL, MariaDB/MySQL and Redis, in a worker thread on SQLite
+and the file driver, so the loop is never blocked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import time
@@ -51,6 +52,7 @@ from clawmem.rules import (
     validate_template,
 )
 from clawmem.settings import Settings
+from clawmem.sql import aio
 from clawmem.turn.conversations import ConversationLog, Message, StoredMessage
 from clawmem.turn.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.turn.pipeline import recall_record, title_from
@@ -234,7 +236,7 @@ class ClawSession:
         from agents.memory.session_settings import resolve_session_limit
 
         effective = resolve_session_limit(limit, self.session_settings)
-        return await self._in_thread(self._get_items, effective)
+        return await self._on_log(self._get_items, effective)
 
     async def add_items(self, items: list[Any]) -> None:
         """Store ``items`` after the existing ones, in one transaction; raise ``TypeError`` or
@@ -249,16 +251,16 @@ class ClawSession:
             if isinstance(call_id, str) and call_id in self._written and message.metadata is not None:
                 message.metadata["wrote"] = self._written.pop(call_id)
         if messages:
-            await self._in_thread(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
+            await self._on_log(self._add, copy.deepcopy(messages), run_id=self._turn_run_id(messages))
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (``None`` when there is none), with the ``recall``
         record of its turn when it is a user message. Emits ``memory.forget``."""
-        return await self._in_thread(self._pop)
+        return await self._on_log(self._pop)
 
     async def clear_session(self) -> None:
         """Delete the session's conversation with every message. Emits ``memory.forget``."""
-        await self._in_thread(self._clear)
+        await self._on_log(self._clear)
 
     # -- recall in a run ----------------------------------------------------------------------
 
@@ -279,7 +281,7 @@ class ClawSession:
         self._turn = None
         text = next((t for t in map(_user_text, reversed(new_items)) if t is not None), None)
         if text is not None and self.augmenter is not None:
-            self._turn = await self._in_thread(self._augment, text, run_id=new_id())
+            self._turn = await aio.run(self._memory_on_loop(), self._augment, text, run_id=new_id())
         return [*history, *new_items]
 
     def call_model_input_filter(self, data: Any) -> Any:
@@ -289,7 +291,9 @@ class ClawSession:
         model_data = data.model_data
         if turn is None:
             return model_data
-        items = [copy.deepcopy(item) for item in model_data.input]
+        # Only the items replaced below are new (``_with_text`` and ``_redacted`` build new ones
+        # and change none in place): the others are passed on as the SDK gave them.
+        items = list(model_data.input)
         for index in reversed(range(len(items))):
             if _user_text(items[index]) == turn.text:
                 items[index] = _with_text(items[index], turn.augment.text)
@@ -319,7 +323,7 @@ class ClawSession:
         clock = getattr(driver, "clock", time.time)
 
         def write(arguments: str, call_id: str) -> str:
-            run_id = events.current_run_id()  # the turn's, set by _in_thread
+            run_id = events.current_run_id()  # the turn's, set by aio.run
             origin = attribution("agents", clock, conversation_id=self.conversation_id, run_id=run_id)
             done = remember_now(memory, tool, arguments, call_id, origin)  # type: ignore[arg-type]
             if done.stores and done.key is not None:
@@ -329,7 +333,8 @@ class ClawSession:
         async def invoke(context: Any, arguments: str) -> str:
             call_id = getattr(context, "tool_call_id", None) or new_id()
             turn = self._turn
-            return await self._in_thread(write, arguments, call_id, run_id=turn.run_id if turn else None)
+            on_loop = aio.memory_on_loop(memory, [namespace])
+            return await aio.run(on_loop, write, arguments, call_id, run_id=turn.run_id if turn else None)
 
         spec = RememberTool.spec
         return [
@@ -342,16 +347,19 @@ class ClawSession:
             )
         ]
 
-    # -- the synchronous core, run in a worker thread -------------------------------------------
+    # -- the synchronous core, on the async path ------------------------------------------------
 
-    async def _in_thread(self, function: Callable[..., _T], *args: Any, run_id: str | None = None) -> _T:
-        run_id = run_id or events.current_run_id() or new_id()
+    async def _on_log(self, function: Callable[..., _T], *args: Any, run_id: str | None = None) -> _T:
+        on_loop = aio.engine_on_loop(getattr(self.conversations, "engine", None))
+        return await aio.run(on_loop, function, *args, run_id=run_id)
 
-        def call() -> _T:
-            with events.run_context(run_id):
-                return function(*args)
-
-        return await asyncio.to_thread(call)
+    def _memory_on_loop(self) -> bool:
+        if self.augmenter is None:
+            return False
+        namespaces = [self.augmenter.namespace]
+        if self.user_id:
+            namespaces.append(subject_namespace(self.user_id, self.subject_template))
+        return aio.memory_on_loop(self.augmenter.memory, namespaces)
 
     def _check_owner(self) -> None:
         if self._owned:

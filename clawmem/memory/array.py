@@ -30,6 +30,12 @@ class ArrayMemory(FeedingMemory):
     at_rest = False  # nothing outlives the process, so nothing is sealed
     backend_errors = ()
 
+    @property
+    def async_ready(self) -> bool:
+        """Whether an async caller runs this driver on its loop (:func:`clawmem.sql.aio.driver_on_loop`):
+        it does no I/O. A subclass may wait on something, so it keeps the worker thread."""
+        return type(self) is ArrayMemory
+
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         super().__init__(clock, max_value_bytes)
         self._store: _Store = {}

@@ -34,9 +34,11 @@ from clawmem.codecs import decode_json_value, warn_unreadable
 from clawmem.crypto.stored import StoredValues, warn_undecryptable
 from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
 from clawmem.memory.base import FeedingMemory
+from clawmem.memory.redis_loop import can_await, client_on_loop
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired, problem_in
+from clawmem.sql.aio import installed, on_async_path
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
@@ -166,7 +168,20 @@ class RedisMemory(FeedingMemory):
                 )
             except ValueError as exc:
                 raise ConfigError(f"invalid Redis URL {redact(url or DEFAULT_URL)!r}: {exc}") from None
-        self.client = client
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        """The Redis client: the one given or made, or on the async path its twin on the loop
+        (:mod:`clawmem.memory.redis_loop`)."""
+        if on_async_path() and can_await(self._client):
+            return client_on_loop(self._client)
+        return self._client
+
+    @property
+    def async_ready(self) -> bool:
+        """Whether this driver's calls take the async path (:func:`clawmem.sql.aio.driver_on_loop`)."""
+        return can_await(self._client) and installed("redis")
 
     # -- key layout ------------------------------------------------------------------------
 

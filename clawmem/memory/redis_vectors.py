@@ -64,12 +64,16 @@ class RedisVectorBacking:
 
     def __init__(self, driver: VectorHashes) -> None:
         self.driver = driver
-        self.client = driver.client
         self.name = f"Redis vectors hashes {driver.prefix}{{namespace}}:v"
         pool = getattr(driver.client, "connection_pool", None)
         kwargs = getattr(pool, "connection_kwargs", {})
         where = "|".join(str(kwargs.get(name, "")) for name in ("host", "port", "path", "db"))
         self.place = (f"redis:{where}", driver.prefix)
+
+    @property
+    def client(self) -> Any:
+        """The driver's client (on the async path, its twin on the loop)."""
+        return self.driver.client
 
     def _key(self, namespace: str) -> str:
         return self.driver.vector_key(namespace)

@@ -25,7 +25,15 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namesp
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, changes, kv, vectors
 from clawmem.sql import subjects as matching
-from clawmem.sql.engine import connect, describe_error, reading_line, retry_deadlocks, write_transaction
+from clawmem.sql.aio import on_async_path
+from clawmem.sql.engine import (
+    connect,
+    current,
+    describe_error,
+    reading_line,
+    retry_deadlocks,
+    write_transaction,
+)
 from clawmem.sql.paging import keyset_pages
 from clawmem.sql.schema import tables
 
@@ -206,7 +214,7 @@ class SqlMemory(FeedingMemory):
             count = self._write(sweep, namespace, None, restart=True)
             if count:
                 deleted[namespace] = count
-        with self.engine.begin() as conn:  # the change log's older rows (see clawmem.sql.changes)
+        with current(self.engine).begin() as conn:  # the change log's older rows (see clawmem.sql.changes)
             if changes.has_table(conn, self.prefix):
                 changes.trim(conn, self.prefix)
         return deleted
@@ -354,16 +362,16 @@ class SqlMemory(FeedingMemory):
     def _changes(self, namespace: str, cursor: Any, held: Collection[str] | None = None) -> Changes:
         if not isinstance(cursor, SqlCursor) or cursor.broken or (cursor.known is None and held is None):
             cursor = None  # (a cursor that asked its copy which keys it holds needs it asked again)
-        if self._line is None:  # an in-memory SQLite database: one process, no marker
-            with self.engine.connect() as conn:
+        if self._line is None or on_async_path():  # in-memory SQLite (one process, no marker); a loop's task
+            with current(self.engine, reading=True).connect() as conn:
                 return self._follow(namespace, cursor, held, conn)
         return self._line.run(partial(self._follow, namespace, cursor, held))
 
     def _reading(self, work: Any) -> Any:
         """Run ``work(connection)`` on the reading line (on a pooled connection without one)."""
-        if self._line is not None:
+        if self._line is not None and not on_async_path():
             return self._line.run(work)
-        with self.engine.connect() as conn:
+        with current(self.engine, reading=True).connect() as conn:
             return work(conn)
 
     def _follow(
@@ -380,7 +388,7 @@ class SqlMemory(FeedingMemory):
             if own:
                 entries = feed.load(cursor)
             else:  # streamed, which PostgreSQL does only inside a transaction
-                with self.engine.connect() as pooled:
+                with current(self.engine).connect() as pooled:
                     streamed = SqlFeed(pooled, self.prefix, self.shape, namespace, self.values, held)
                     entries = streamed.load(cursor)
             cursor.marker = marker

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from clawmem.crypto.stored import StoredValues, opened_vectors
 from clawmem.sql import vectors
-from clawmem.sql.engine import write_transaction
+from clawmem.sql.engine import current, write_transaction
 from clawmem.sql.vectors import VectorRow
 
 COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place
@@ -34,12 +34,12 @@ class SqlVectorBacking:
 
     def models(self) -> list[tuple[str, int]]:
         """Return every ``(model id, dimension)`` the table holds vectors of."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             return vectors.models(conn, self.prefix)
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` has."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             return vectors.count(conn, self.prefix, namespace)
 
     def _opened(self, namespace: str, rows: Iterable[VectorRow]) -> Iterator[VectorRow]:
@@ -47,12 +47,12 @@ class SqlVectorBacking:
 
     def namespaces(self) -> list[str]:
         """Return the namespaces that have vectors."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             return vectors.namespaces(conn, self.prefix)
 
     def stored(self, namespace: str) -> list[VectorRow]:
         """Return every ``(key, text print, vector text as stored)`` of ``namespace``."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             return list(vectors.namespace_rows(conn, self.prefix, namespace))
 
     def replace_stored(self, namespace: str, changes: Sequence[tuple[str, str, str, str]]) -> int:
@@ -66,17 +66,17 @@ class SqlVectorBacking:
 
     def rows(self, namespace: str) -> Iterator[VectorRow]:
         """Yield every row of ``namespace`` (its vector text opened), read as consumed."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             yield from self._opened(namespace, vectors.namespace_rows(conn, self.prefix, namespace))
 
     def rows_of(self, namespace: str, keys: Sequence[str]) -> list[VectorRow]:
         """Return the rows of ``keys`` that exist (their vector text opened)."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             return list(self._opened(namespace, vectors.rows_of_keys(conn, self.prefix, namespace, keys)))
 
     def prints(self, namespace: str) -> dict[str, str]:
         """Return the text print of every vector of ``namespace``, by key."""
-        with self.engine.connect() as conn:
+        with current(self.engine).connect() as conn:
             return vectors.prints_of(conn, self.prefix, namespace)
 
     def save(self, namespace: str, model_id: str, dimension: int, rows: Sequence[VectorRow]) -> None:

@@ -23,6 +23,7 @@ from clawmem.recall.index import WordIndex
 from clawmem.recall.sources import Listing, conforms, serving_driver
 from clawmem.recall.words import NO_STEMMING
 from clawmem.records import Changes, MemoryRow
+from clawmem.sql.aio import holding
 
 
 @runtime_checkable
@@ -101,7 +102,7 @@ def fresh_index(
         followed = of_driver.get((namespace, stemming))
         if followed is None:
             followed = of_driver[namespace, stemming] = _Followed(namespace, stemming)
-    with followed.lock:
+    with holding(followed.lock):
         # The index says which keys it holds: a driver need not keep a set of them per cursor.
         batch = (changes or driver.changes)(namespace, followed.cursor, followed.index)
         if not batch.empty:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -29,6 +30,8 @@ _DRIVERS = {
     "postgresql": ("psycopg", "postgres"),
 }
 _SUPPORTED = "use sqlite:///…, mysql+pymysql://… or postgresql+psycopg://…"
+# backend: the asyncio driver its reads and writes take on the async path (clawmem.sql.aio)
+ASYNC_DRIVERS = {"mysql": "asyncmy", "mariadb": "asyncmy", "postgresql": "asyncpg"}
 # Seconds a pooled connection is kept before it is replaced at checkout: below MySQL's and
 # MariaDB's default wait_timeout (8 hours) and any proxy's idle limit likely in front of them,
 # so an idle pool does not hand out connections the server has closed.
@@ -272,8 +275,11 @@ _LINES_LOCK = threading.Lock()
 def reading_line(engine: Engine) -> ReadingLine | None:
     """Return the process's :class:`ReadingLine` to ``engine``'s database (one per engine,
     closed when the engine is disposed), or ``None`` for an in-memory SQLite database, which
-    every connection sees apart."""
+    every connection sees apart, and on the async path, whose tasks take connections from the
+    pool of their loop's engine (a line's lock, held across a read, would stop the loop)."""
     if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
+        return None
+    if _ASYNC_PATH.get() and async_url(engine.url) is not None:
         return None
     with _LINES_LOCK:
         line = _LINES.get(engine)
@@ -329,6 +335,55 @@ def after_erasure(engine: Engine) -> None:
             connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
+# Set by clawmem.sql.aio.run while a call runs on the async path.
+_ASYNC_PATH: contextvars.ContextVar[bool] = contextvars.ContextVar("clawmem_async_path", default=False)
+# Per running event loop (gone with it), each engine's twin on the asyncio driver.
+_TWINS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Engine, bool], Engine]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def async_url(url: URL) -> URL | None:
+    """Return ``url`` with the asyncio driver of its backend (:data:`ASYNC_DRIVERS`), or ``None``
+    for a backend that has none (SQLite), whose async callers run it in a worker thread."""
+    driver = ASYNC_DRIVERS.get(url.get_backend_name())
+    if driver is None:
+        return None
+    return url.set(drivername=f"{url.get_backend_name()}+{driver}")
+
+
+def current(engine: Engine, reading: bool = False) -> Engine:
+    """Return the engine to run a statement on: ``engine`` itself, or on the async path (in a
+    :func:`clawmem.sql.aio.run` call, on its event loop) the twin of ``engine`` on the asyncio
+    driver of the same database, one per engine and loop. The twin compiles the same statements
+    for the same dialect; its connections await their I/O, so the loop serves other tasks
+    meanwhile. ``reading``: for a read outside a transaction; on PostgreSQL the twin then reads in
+    autocommit, one round trip with no ``BEGIN`` or ``ROLLBACK`` (as a reading line does)."""
+    if not _ASYNC_PATH.get() or engine.dialect.is_async:
+        return engine
+    url = async_url(engine.url)
+    if url is None:
+        return engine
+    loop = asyncio.get_running_loop()
+    twins = _TWINS.get(loop)
+    if twins is None:
+        twins = _TWINS[loop] = {}
+    twin = twins.get((engine, reading))
+    if twin is None and reading:
+        twin = current(engine)
+        if twin.dialect.name == "postgresql":
+            twin = twin.execution_options(isolation_level="AUTOCOMMIT")
+        twins[engine, reading] = twin
+    if twin is None:
+        size = getattr(engine.pool, "size", lambda: _TWIN_POOL)()
+        twin = twins[engine, reading] = create_engine(url, pool_size=size, max_overflow=_TWIN_OVERFLOW)  # type: ignore[arg-type]
+    return twin
+
+
+_TWIN_POOL = 5  # SQLAlchemy's default pool size, for a twin of an engine whose pool has none
+_TWIN_OVERFLOW = 20  # connections a twin opens past its pool when many tasks read at once
+
+
 @functools.cache
 def engine_for(url: str) -> Engine:
     """Return the process-wide shared engine for ``url``."""
@@ -358,6 +413,7 @@ def connect(engine: Engine) -> Iterator[Connection]:
     """Yield a connection to read on: the one :func:`held_connections` holds for ``engine``, else
     a new one from the pool, returned when the block ends."""
     held = _HELD.get()
+    engine = current(engine, reading=held is None)
     if held is None:
         with engine.connect() as connection:
             yield connection
@@ -385,6 +441,7 @@ def _end_held_read(engine: Engine) -> None:
 @contextlib.contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
     """Yield a connection inside one transaction that will write (committed on success)."""
+    engine = current(engine)
     with engine.connect() as connection:
         connection = connection.execution_options(**{_WRITE: True})
         with connection.begin():

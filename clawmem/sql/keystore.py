@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine, make_url
 from clawmem.crypto.keystore import WrappedKey
 from clawmem.errors import KeyStoreError
 from clawmem.rules import validate_prefix
-from clawmem.sql.engine import describe_error, engine_for, write_transaction
+from clawmem.sql.engine import current, describe_error, engine_for, write_transaction
 from clawmem.sql.schema import ExactString
 
 KEY_TABLE_SUFFIX = "clawmem_subject_keys"
@@ -113,7 +113,7 @@ def _generation_select(prefix: str) -> sa.Select[tuple[int]]:
 
 def read_generation(engine: Engine, prefix: str) -> int:
     """Return the store's generation: how many keys were ever deleted (0 without the row)."""
-    with engine.connect() as conn:
+    with current(engine, reading=True).connect() as conn:
         found = conn.execute(_generation_select(prefix)).scalar()
     return 0 if found is None else int(found)
 
@@ -121,7 +121,7 @@ def read_generation(engine: Engine, prefix: str) -> int:
 def key_of_subject(engine: Engine, prefix: str, subject: str) -> WrappedKey | None:
     """Return the wrapped key of the subject hash ``subject``, or ``None``."""
     table = key_table(prefix)
-    with engine.connect() as conn:
+    with current(engine, reading=True).connect() as conn:
         row = conn.execute(sa.select(*_columns(table)).where(table.c.subject == subject)).first()
     return None if row is None else _record(row)
 
@@ -129,7 +129,7 @@ def key_of_subject(engine: Engine, prefix: str, subject: str) -> WrappedKey | No
 def key_by_id(engine: Engine, prefix: str, key_id: str) -> WrappedKey | None:
     """Return the wrapped key with id ``key_id``, or ``None``."""
     table = key_table(prefix)
-    with engine.connect() as conn:
+    with current(engine, reading=True).connect() as conn:
         row = conn.execute(sa.select(*_columns(table)).where(table.c.key_id == key_id)).first()
     return None if row is None else _record(row)
 
@@ -182,7 +182,7 @@ def delete_subject_key(engine: Engine, prefix: str, subject: str) -> list[str]:
 def count_by_master(engine: Engine, prefix: str) -> dict[str, int]:
     """Return how many data keys each master key id wraps."""
     table = key_table(prefix)
-    with engine.connect() as conn:
+    with current(engine, reading=True).connect() as conn:
         rows = conn.execute(sa.select(table.c.master_id, sa.func.count()).group_by(table.c.master_id))
         return {str(master_id): int(count) for master_id, count in rows}
 
@@ -190,7 +190,7 @@ def count_by_master(engine: Engine, prefix: str) -> dict[str, int]:
 def keys_not_under(engine: Engine, prefix: str, master_id: str, limit: int) -> list[WrappedKey]:
     """Return up to ``limit`` wrapped keys whose master key is not ``master_id``, by key id."""
     table = key_table(prefix)
-    with engine.connect() as conn:
+    with current(engine, reading=True).connect() as conn:
         rows = conn.execute(
             sa.select(*_columns(table))
             .where(table.c.master_id != master_id)

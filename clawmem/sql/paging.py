@@ -8,6 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from clawmem.sql.engine import current
+
 
 def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = False) -> sa.ColumnElement[bool]:
     """Return the keyset condition "rows after ``values``" for an ORDER BY over two ``columns``."""
@@ -66,7 +68,7 @@ def keyset_pages(
     last: list[Any] | None = None
     while True:
         page_select = select if last is None else select.where(after(columns, last))
-        with engine.connect() as conn:
+        with current(engine).connect() as conn:
             rows = conn.execute(page_select.order_by(*columns).limit(page_size)).all()
             page = rows if load is None else load(conn, rows)
         yield page

@@ -6,8 +6,11 @@ SDK, extra ``clawmem[mcp]``); ``clawmem mcp`` serves it on stdio. Its tools are 
 flushes or erases anything: deletion stays in the CLI, where it is confirmed and audited.
 
 Every tool call runs in its own :func:`clawmem.run_context`, so its events carry a run id, which
-the result reports too. Bad input, a namespace outside the server's scope and a storage failure
-are tool errors (``isError``) of one line; nothing is written then, and the server goes on.
+the result reports too. A call runs on the async path (:mod:`clawmem.sql.aio`): on the server's
+event loop over asyncio drivers when every driver behind the memory is on PostgreSQL,
+MariaDB/MySQL or Redis, else in a worker thread. Bad input, a namespace outside the server's
+scope and a storage failure are tool errors (``isError``) of one line; nothing is written then,
+and the server goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError  # no
 from mcp.types import ToolAnnotations  # noqa: E402
 from pydantic import Field, ValidationError  # noqa: E402
 
-from clawmem import Claw, EchoProvider, Settings, __version__, events, subject_namespace  # noqa: E402
+from clawmem import Claw, EchoProvider, Settings, __version__, subject_namespace  # noqa: E402
 from clawmem.clock import Clock  # noqa: E402
 from clawmem.errors import StorageError, redact  # noqa: E402
 from clawmem.ids import new_id  # noqa: E402
@@ -41,6 +44,7 @@ from clawmem.integrations.mcp.results import (  # noqa: E402
     Searched,
 )
 from clawmem.integrations.mcp.tools import MemoryTools, Scope  # noqa: E402
+from clawmem.sql import aio  # noqa: E402
 
 __all__ = ["INSTRUCTIONS", "Scope", "asgi_app", "server"]
 
@@ -70,17 +74,21 @@ def _one_line(exc: BaseException) -> str:
     return redact(text.splitlines()[0] if text else type(exc).__name__)
 
 
-def _in_run(function: F) -> F:
-    """Run a tool body in a run context of its own; expected failures become a one-line ToolError."""
+def _in_run(function: F, current: Callable[[], MemoryTools]) -> F:
+    """Make a tool body a coroutine that runs it in a run context of its own, on the async path
+    of ``current()``'s memory; expected failures become a one-line ToolError."""
 
     @functools.wraps(function)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    async def call(*args: Any, **kwargs: Any) -> Any:
         run_id = new_id()
-        with events.run_context(run_id):
+
+        def body() -> Any:
             try:
                 return function(run_id, *args, **kwargs)
             except _EXPECTED as exc:
                 raise ToolError(_one_line(exc)) from exc
+
+        return await aio.run(aio.every_driver_on_loop(current().memory), body, run_id=run_id)
 
     # The tool's arguments are the body's without the run id, which the call supplies.
     signature = inspect.signature(function, eval_str=True)
@@ -186,6 +194,7 @@ def build_server(
     """Return the server whose tools run on ``current()``, the tools of the caller's scope
     (fixed on stdio, the token's over HTTP); ``scope_text`` ends its instructions, and
     ``read_only`` leaves ``remember`` out."""
+    in_run = functools.partial(_in_run, current=current)
     app = ClawMCPServer(
         SERVER_NAME,
         title="clawmem memory",
@@ -194,7 +203,7 @@ def build_server(
         log_level="WARNING",
     )
 
-    @_in_run
+    @in_run
     def recall(
         run_id: str,
         message: Annotated[str, Field(description="The user's message, as a turn would receive it.")],
@@ -206,7 +215,7 @@ def build_server(
         lines, and for each candidate its namespace, key, score, matched words and status."""
         return current().recall(run_id, message, subject)
 
-    @_in_run
+    @in_run
     def remember(
         run_id: str,
         key: Key,
@@ -220,17 +229,17 @@ def build_server(
         refused, with the reason, when message storage is off."""
         return current().remember(run_id, key, value, namespace, ttl_seconds)
 
-    @_in_run
+    @in_run
     def get(run_id: str, key: Key, namespace: OptionalNamespace = None) -> Found:
         """Return the live value of KEY, or found=false when it is missing or expired."""
         return current().get(run_id, key, namespace)
 
-    @_in_run
+    @in_run
     def list_namespaces(run_id: str) -> Namespaces:
         """Return the namespaces that hold entries (those in this server's scope)."""
         return current().list_namespaces(run_id)
 
-    @_in_run
+    @in_run
     def list_keys(
         run_id: str,
         namespace: Annotated[str, Field(description="The namespace to list.")],
@@ -240,7 +249,7 @@ def build_server(
         next_cursor back as cursor for the next page."""
         return current().list_keys(run_id, namespace, cursor)
 
-    @_in_run
+    @in_run
     def search(
         run_id: str,
         query: Annotated[str, Field(description="Words to look for in keys and values.")],
