@@ -34,12 +34,21 @@ from clawmem.vector_writes import SEMANTIC_SCORINGS
     default=None,
     help="Words as written (off) or Snowball stems (english); default CLAW_RECALL_STEMMING.",
 )
-def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, stemming: str | None) -> None:
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(["category"]),
+    default=None,
+    help="Also print each scoring's figures per question category (the lines' 'category').",
+)
+def evaluate_command(
+    file: Path, scorings: tuple[str, ...], top_k: int | None, stemming: str | None, by: str | None
+) -> None:
     """Print recall@1, recall@3, recall@k and MRR per scoring for the questions of FILE.
 
-    FILE holds JSON lines: questions {"message", "keys", "namespace"?, "subject"?} and, to be
-    self-contained, entries {"namespace", "key", "value"} (then an in-process memory holds just
-    them and the site's memory is not read).
+    FILE holds JSON lines: questions {"message", "keys", "namespace"?, "subject"?, "category"?}
+    and, to be self-contained, entries {"namespace", "key", "value", "metadata"?} (then an
+    in-process memory holds just them and the site's memory is not read).
     """
     from clawmem.cli import current_site
     from clawmem.memory.array import ArrayMemory
@@ -51,8 +60,8 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, s
         raise click.ClickException(f"{file}: {exc}") from None
     if entries:
         memory = ArrayMemory()
-        for namespace, key, value in entries:
-            memory.set(key, value, namespace=namespace)
+        for entry in entries:
+            memory.set(entry.key, entry.value, namespace=entry.namespace)
         k, default_namespace = top_k or 3, "default"
         if any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
             # Without the extra, each semantic scoring says so below, skipped or refused.
@@ -69,16 +78,15 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, s
     for scoring in scorings or RECALL_SCORINGS:
         with click.progressbar(length=len(questions), label=scoring, file=sys.stderr) as bar:
             try:
-                results.append(
-                    evaluate(
-                        memory,
-                        questions,
-                        scoring,
-                        ranker_for(scoring, stemming=stemming),
-                        k,
-                        default_namespace,
-                        bar.update,
-                    )
+                results += evaluate(
+                    memory,
+                    questions,
+                    scoring,
+                    ranker_for(scoring, stemming=stemming),
+                    k,
+                    default_namespace,
+                    bar.update,
+                    by_category=by == "category",
                 )
             except EmbedderUnavailable as exc:
                 if scorings:
