@@ -3,17 +3,61 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
 import click
 
 from clawmem.errors import EmbedderUnavailable, EvalFileError
-from clawmem.recall.eval import embed_entries, evaluate, parse, table
+from clawmem.memory.array import ArrayMemory
+from clawmem.recall.eval import EvalEntry, embed_entries, evaluate, parse, table
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.words import RECALL_STEMMINGS
+from clawmem.records import MemoryRow
+from clawmem.rules import decode_value
 from clawmem.settings import RECALL_SCORINGS
 from clawmem.vector_writes import SEMANTIC_SCORINGS
+
+
+class EvalMemory(ArrayMemory):
+    """The in-process memory of an eval file's entries, keeping each one's metadata (as SQL
+    does), so that a scoring reads an entry's time (metadata ``at``) as it would on a site."""
+
+    keeps_metadata = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._metadata: dict[tuple[str, str], str | None] = {}
+
+    def _set(  # type: ignore[override]
+        self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int, described: str | None
+    ) -> None:
+        super()._set(key, encoded, namespace, expires_at, now)
+        with self._lock:
+            self._metadata[namespace, key] = described
+
+    def _described(self, rows: list[MemoryRow]) -> list[MemoryRow]:
+        with self._lock:
+            held = [self._metadata.get((row.namespace, row.key)) for row in rows]
+        return [
+            row if text is None else dataclasses.replace(row, metadata=decode_value(text))
+            for row, text in zip(rows, held, strict=True)
+        ]
+
+    def _records(self, namespace: str) -> list[MemoryRow]:
+        return self._described(super()._records(namespace))
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        return self._described(super()._fetch(namespace, keys))
+
+
+def load_entries(entries: list[EvalEntry]) -> EvalMemory:
+    """Return an :class:`EvalMemory` holding an eval file's entries (with their metadata)."""
+    memory = EvalMemory()
+    for entry in entries:
+        memory.set(entry.key, entry.value, namespace=entry.namespace, metadata=entry.metadata)
+    return memory
 
 
 @click.command("eval")
@@ -51,7 +95,6 @@ def evaluate_command(
     in-process memory holds just them and the site's memory is not read).
     """
     from clawmem.cli import current_site
-    from clawmem.memory.array import ArrayMemory
 
     try:
         with file.open(encoding="utf-8") as lines:
@@ -59,9 +102,7 @@ def evaluate_command(
     except (EvalFileError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{file}: {exc}") from None
     if entries:
-        memory = ArrayMemory()
-        for entry in entries:
-            memory.set(entry.key, entry.value, namespace=entry.namespace)
+        memory = load_entries(entries)
         k, default_namespace = top_k or 3, "default"
         if any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
             # Without the extra, each semantic scoring says so below, skipped or refused.
