@@ -124,7 +124,7 @@ def _list(scores: np.ndarray, depth: int) -> np.ndarray:
 
 
 def rrf(keyword: np.ndarray, meaning: np.ndarray, share: float, k: float, depth: int) -> np.ndarray:
-    """Today's fusion: weighted reciprocal ranks over each list's first ``depth``."""
+    """The earlier fusion: weighted reciprocal ranks over each list's first ``depth``."""
     fused = np.zeros(keyword.size)
     for rank, at in enumerate(_list(keyword, depth), 1):
         fused[at] += share / (k + rank)
