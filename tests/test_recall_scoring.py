@@ -195,14 +195,22 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(stemming, corpu
     semantic = scorer.semantic(memory, message, ["sub", "main"], 0, stemming)
     got = [(c.namespace, c.key) for c in semantic.first(100)]
     assert got == [(ns, key) for ns, key, _ in semantic_order]
-    # hybrid: weighted reciprocal ranks over weighted's and semantic's first DEPTH
+    # hybrid: z-scores over weighted's and semantic's first DEPTH, an absent entry given the
+    # lowest score its list could hold (0 when the list is not cut, else the list's last)
     keyword = reference_weighted(message, stored, stemming)
+    share = fusion_module.WEIGHTED_SHARE
     fused: dict[tuple[str, str], float] = {}
-    share, k = fusion_module.WEIGHTED_SHARE, fusion_module.RRF_K
-    for rank, (ns, key, _) in enumerate(keyword[:depth], 1):
-        fused[ns, key] = share / (k + rank)
-    for rank, (ns, key, _) in enumerate(semantic_order[:depth], 1):
-        fused[ns, key] = fused.get((ns, key), 0.0) + (1 - share) / (k + rank)
+    # (the cosines semantic gave, whose order is checked above: the fusion is what is checked here)
+    lists = [keyword[:depth], [(c.namespace, c.key, c.score) for c in semantic.first(100)][:depth]]
+    union = {(ns, key) for listed in lists for ns, key, _ in listed}
+    for listed, weight in zip(lists, (share, 1 - share), strict=True):
+        values = np.array([score for _, _, score in listed], dtype=float)
+        held = {(ns, key): score for ns, key, score in listed}
+        absent = (values[-1] if len(listed) >= depth else 0.0) if len(listed) else 0.0
+        mean, deviation = (values.mean(), values.std()) if len(listed) else (0.0, 0.0)
+        for nk in union:
+            z = (held.get(nk, absent) - mean) / deviation if deviation > 1e-12 else 0.0
+            fused[nk] = fused.get(nk, 0.0) + weight * z
     expected = sorted(fused, key=lambda nk: (-round(fused[nk], 9), nk[1], order[nk[0]]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fusion_module, "DEPTH", depth)

@@ -3,17 +3,60 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
 import click
 
 from clawmem.errors import EmbedderUnavailable, EvalFileError
+from clawmem.memory.array import ArrayMemory
 from clawmem.memory.vector_writes import SEMANTIC_SCORINGS
-from clawmem.recall.eval import embed_entries, evaluate, parse, table
+from clawmem.recall.eval import EvalEntry, embed_entries, evaluate, parse, table
 from clawmem.recall.phpclaw import ranker_for
-from clawmem.recall.words import RECALL_STEMMINGS
-from clawmem.settings import RECALL_SCORINGS
+from clawmem.records import MemoryRow
+from clawmem.rules import decode_value
+from clawmem.settings import RECALL_SCORINGS, RECALL_STEMMINGS
+
+
+class EvalMemory(ArrayMemory):
+    """The in-process memory of an eval file's entries, keeping each one's metadata (as SQL
+    does), so that a scoring reads an entry's time (metadata ``at``) as it would on a site."""
+
+    keeps_metadata = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._metadata: dict[tuple[str, str], str | None] = {}
+
+    def _set(  # type: ignore[override]
+        self, key: str, encoded: str, namespace: str, expires_at: int | None, now: int, described: str | None
+    ) -> None:
+        super()._set(key, encoded, namespace, expires_at, now)
+        with self._lock:
+            self._metadata[namespace, key] = described
+
+    def _described(self, rows: list[MemoryRow]) -> list[MemoryRow]:
+        with self._lock:
+            held = [self._metadata.get((row.namespace, row.key)) for row in rows]
+        return [
+            row if text is None else dataclasses.replace(row, metadata=decode_value(text))
+            for row, text in zip(rows, held, strict=True)
+        ]
+
+    def _records(self, namespace: str) -> list[MemoryRow]:
+        return self._described(super()._records(namespace))
+
+    def _fetch(self, namespace: str, keys: set[str]) -> list[MemoryRow]:
+        return self._described(super()._fetch(namespace, keys))
+
+
+def load_entries(entries: list[EvalEntry]) -> EvalMemory:
+    """Return an :class:`EvalMemory` holding an eval file's entries (with their metadata)."""
+    memory = EvalMemory()
+    for entry in entries:
+        memory.set(entry.key, entry.value, namespace=entry.namespace, metadata=entry.metadata)
+    return memory
 
 
 @click.command("eval")
@@ -34,15 +77,23 @@ from clawmem.settings import RECALL_SCORINGS
     default=None,
     help="Words as written (off) or Snowball stems (english); default CLAW_RECALL_STEMMING.",
 )
-def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, stemming: str | None) -> None:
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(["category"]),
+    default=None,
+    help="Also print each scoring's figures per question category (the lines' 'category').",
+)
+def evaluate_command(
+    file: Path, scorings: tuple[str, ...], top_k: int | None, stemming: str | None, by: str | None
+) -> None:
     """Print recall@1, recall@3, recall@k and MRR per scoring for the questions of FILE.
 
-    FILE holds JSON lines: questions {"message", "keys", "namespace"?, "subject"?} and, to be
-    self-contained, entries {"namespace", "key", "value"} (then an in-process memory holds just
-    them and the site's memory is not read).
+    FILE holds JSON lines: questions {"message", "keys", "namespace"?, "subject"?, "category"?}
+    and, to be self-contained, entries {"namespace", "key", "value", "metadata"?} (then an
+    in-process memory holds just them and the site's memory is not read).
     """
     from clawmem.cli import current_site
-    from clawmem.memory.array import ArrayMemory
 
     try:
         with file.open(encoding="utf-8") as lines:
@@ -50,9 +101,7 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, s
     except (EvalFileError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{file}: {exc}") from None
     if entries:
-        memory = ArrayMemory()
-        for namespace, key, value in entries:
-            memory.set(key, value, namespace=namespace)
+        memory = load_entries(entries)
         k, default_namespace = top_k or 3, "default"
         if any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
             # Without the extra, each semantic scoring says so below, skipped or refused.
@@ -69,16 +118,15 @@ def evaluate_command(file: Path, scorings: tuple[str, ...], top_k: int | None, s
     for scoring in scorings or RECALL_SCORINGS:
         with click.progressbar(length=len(questions), label=scoring, file=sys.stderr) as bar:
             try:
-                results.append(
-                    evaluate(
-                        memory,
-                        questions,
-                        scoring,
-                        ranker_for(scoring, stemming=stemming),
-                        k,
-                        default_namespace,
-                        bar.update,
-                    )
+                results += evaluate(
+                    memory,
+                    questions,
+                    scoring,
+                    ranker_for(scoring, stemming=stemming),
+                    k,
+                    default_namespace,
+                    bar.update,
+                    by_category=by == "category",
                 )
             except EmbedderUnavailable as exc:
                 if scorings:

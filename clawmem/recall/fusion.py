@@ -3,14 +3,19 @@
 ``semantic`` ranks the embedded entries of the namespaces read by the cosine of their vector to
 the message's. ``hybrid`` ranks the union of ``weighted``'s first :data:`DEPTH` candidates and
 ``semantic``'s first :data:`DEPTH`, so a keyword-only and a meaning-only candidate can each be
-injected. Its fused score is a weighted reciprocal rank fusion::
+injected. Its fused score adds the two scores, each standardised over its own list::
 
-    fused(e) = WEIGHTED_SHARE / (RRF_K + rank_w(e)) + (1 - WEIGHTED_SHARE) / (RRF_K + rank_s(e))
+    fused(e) = WEIGHTED_SHARE * z_w(e) + (1 - WEIGHTED_SHARE) * z_s(e) [+ TIME_WEIGHT]
+    z_w(e)   = (weighted(e) - mean) / deviation, over weighted's list (likewise z_s for cosines)
 
-where ``rank_w`` and ``rank_s`` are the entry's 1-based ranks in the ``weighted`` and
-``semantic`` orders; an entry past :data:`DEPTH` in one list (or absent from it: no shared word,
-or no vector yet) gets no term for it. An entry without a vector is thus scored by ``weighted``
-alone, and the report says how many entries are embedded.
+An entry absent from a list is given the lowest score that list could still hold for it: 0
+when the list holds every candidate (weighted: no shared word; semantic: no vector yet), else
+the list's last score; a list whose scores are all equal gives every entry 0. When the message
+names a time (:func:`clawmem.recall.timing.named_periods`: "in July 2023", "last week"), a
+candidate whose time (:func:`clawmem.recall.timing.entry_time`: metadata ``at``, else
+``updated_at``) falls in one of them gains :data:`TIME_WEIGHT`; its signals say which. An entry
+without a vector is thus scored by ``weighted`` alone, and the report says how many entries are
+embedded.
 
 When every namespace is served by a driver with a word index and the vectors are kept for the
 scorer (not embedded as a turn reads them), neither reads a namespace whole: a ``semantic`` turn
@@ -22,9 +27,11 @@ the int8 codes of the vectors held. Else they read the namespaces whole, as
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from clawmem.recall.candidates import Candidate, Ranking
@@ -42,13 +49,17 @@ from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
 from clawmem.recall.semantic_index import IndexedSemantic, Source
 from clawmem.recall.sources import Readable, conforms, serving_driver
+from clawmem.recall.timing import Period, entry_time, named_periods
 from clawmem.recall.weighted_index import IndexedWeighted
 from clawmem.recall.words import NO_STEMMING, entry_words, keywords
 
-DEPTH = 100  # each list's first entries that hybrid fuses (on LoCoMo's dev split 50 fused as well as all)
+# Chosen by leave-one-conversation-out on LoCoMo's dev split (python -m bench.tune, stemming
+# english; README "Recall scorings"), each on four conversations and scored on the fifth, a
+# setting worth the mean of it and its grid neighbours:
+DEPTH = 100  # 50 to 300 gave 0.70-0.71 recall@3 on all five (flat); the folds chose 50, 100 or 200
+WEIGHTED_SHARE = 0.5  # 0.4 to 0.6 gave 0.70-0.71 (flat); the folds chose 0.5 three times, 0.4 twice
+TIME_WEIGHT = 3.0  # 0 gave 0.705, 3 gave 0.725 on all five; the folds chose 3 three times, 8 twice
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
-RRF_K = 1.0  # tuned on LoCoMo conversations 0-4 only (60 gave 0.654 recall@3 there, 1 gave 0.683)
-WEIGHTED_SHARE = 0.5
 
 
 COSINE_DIGITS = 5  # float32 cosines are compared rounded, so equal texts tie
@@ -173,7 +184,9 @@ class SemanticScorer:
         held = {(entry.namespace, entry.key): entry.words for entry in entries}
         for item in meaning[:DEPTH]:
             item.matched = tuple(word for word in words if word in held[item.namespace, item.key])
-        ranking = ScoredRanking(words, fuse(keyword, meaning[:DEPTH]), 0, len(entries))
+        periods = named_periods(message, now)
+        when = _times(memory, keyword, meaning[:DEPTH]) if periods else {}
+        ranking = ScoredRanking(words, fuse(keyword, meaning[:DEPTH], periods, when), 0, len(entries))
         ranking.zero_overlap = len(entries) - ranking.candidate_count
         ranking.embedded = embedded  # type: ignore[attr-defined]
         return ranking
@@ -212,35 +225,91 @@ class SemanticScorer:
         # semantic's first DEPTH, each read back and checked as a semantic turn's are
         semantic = IndexedSemantic(words, query, self._followed(sources, now), now, COSINE_DIGITS, stemming)
         meaning = [semantic.explain(candidate) for candidate in semantic.first(DEPTH)]
+        periods = named_periods(message, now)
+        when = _times({n: d for n, d, _ in sources}, keyword, meaning) if periods else {}
         return FusedRanking(
-            words, fuse(keyword, meaning), keyword_ranking, semantic.embedded, sizes, stemming
+            words, fuse(keyword, meaning, periods, when), keyword_ranking, semantic.embedded, sizes, stemming
         )
 
 
-def fuse(keyword: Sequence[Scored], meaning: Sequence[Scored]) -> list[Scored]:
+def _times(
+    memory: Readable | dict[str, Any], keyword: Sequence[Scored], meaning: Sequence[Scored]
+) -> dict[tuple[str, str], float]:
+    """Return the time of each candidate of the two lists that has one, read back by key (one
+    read a namespace); ``memory`` is the memory read, or each namespace's driver."""
+    keys: dict[str, set[str]] = {}
+    for item in (*keyword, *meaning):
+        keys.setdefault(item.namespace, set()).add(item.key)
+    out = {}
+    for namespace, wanted in keys.items():
+        driver = memory[namespace] if isinstance(memory, dict) else serving_driver(memory, namespace)[0]
+        fetch = getattr(driver, "fetch", None)
+        if fetch is None:  # a memory that cannot read rows back keeps no time
+            continue
+        for key, row in fetch(namespace, sorted(wanted)).items():
+            moment = entry_time(key, getattr(row, "updated_at", None), getattr(row, "metadata", None))
+            if moment is not None:
+                out[namespace, key] = moment
+    return out
+
+
+def standardised(scores: Sequence[float], cut: bool) -> tuple[list[float], float]:
+    """Return ``scores`` (one list, in rank order) as z-scores over the list, and the z-score an
+    entry absent from it is given: the last score's when the list is ``cut``, else 0's."""
+    if not scores:
+        return [], 0.0
+    count = len(scores)
+    mean = sum(scores) / count
+    deviation = math.sqrt(sum((score - mean) ** 2 for score in scores) / count)
+    if deviation <= 1e-12:
+        return [0.0] * count, 0.0
+    absent = scores[-1] if cut else 0.0
+    return [(score - mean) / deviation for score in scores], (absent - mean) / deviation
+
+
+def fuse(
+    keyword: Sequence[Scored],
+    meaning: Sequence[Scored],
+    periods: Sequence[Period] = (),
+    when: dict[tuple[str, str], float] | None = None,
+) -> list[Scored]:
     """Return the fused candidates of ``weighted``'s and ``semantic``'s lists (each in rank
-    order, already cut at :data:`DEPTH`), each with its signals (module docstring)."""
+    order, already cut at :data:`DEPTH`), each with its signals (module docstring): ``periods``
+    are the times the message names, ``when`` the candidates' times."""
+    z_keyword, keyword_absent = standardised([item.score for item in keyword], len(keyword) >= DEPTH)
+    # the cosines as semantic ranks them (rounded), so the held vectors' and a full read's agree
+    z_meaning, meaning_absent = standardised([item.score for item in meaning], len(meaning) >= DEPTH)
     fused: dict[tuple[str, str], Scored] = {}
-    for rank, item in enumerate(keyword, 1):
+    for rank, (item, z) in enumerate(zip(keyword, z_keyword, strict=True), 1):
         fused[item.namespace, item.key] = Scored(
             item.namespace,
             item.key,
             item.text,
-            WEIGHTED_SHARE / (RRF_K + rank),
+            WEIGHTED_SHARE * z,
             item.order,
             item.matched,
             item.weights,
             {"weighted": item.score, "weighted_rank": rank},
         )
-    for rank, item in enumerate(meaning, 1):
+    for rank, (item, z) in enumerate(zip(meaning, z_meaning, strict=True), 1):
         found = fused.get((item.namespace, item.key))
         if found is None:
-            found = Scored(item.namespace, item.key, item.text, 0.0, item.order, item.matched)
+            found = Scored(item.namespace, item.key, item.text, WEIGHTED_SHARE * keyword_absent, item.order)
+            found.matched = item.matched
             fused[item.namespace, item.key] = found
-        found.score += (1 - WEIGHTED_SHARE) / (RRF_K + rank)
+        found.score += (1 - WEIGHTED_SHARE) * z
         found.signals.update(cosine=item.signals["cosine"], semantic_rank=rank)
     scored = list(fused.values())
     for item in scored:
+        if "semantic_rank" not in item.signals:
+            item.score += (1 - WEIGHTED_SHARE) * meaning_absent
+        moment = (when or {}).get((item.namespace, item.key))
+        if moment is not None and periods:
+            item.signals["time"] = datetime.fromtimestamp(moment, UTC).date().isoformat()
+            named = next((period for period in periods if period.holds(moment)), None)
+            if named is not None:
+                item.score += TIME_WEIGHT
+                item.signals["time_named"] = named.text
         item.signals["fused"] = item.score
     return scored
 

@@ -27,6 +27,8 @@ def explain(ranking: Ranking, candidate: Candidate) -> tuple[tuple[str, str], ..
         ("weighted_rank", "weighted rank"),
         ("cosine", "cosine"),
         ("semantic_rank", "semantic rank"),
+        ("time", "time"),
+        ("time_named", "time named"),
         ("fused", "fused"),
     ):
         if name in scored.signals:

@@ -50,7 +50,8 @@ SCORING_WORDS = {
     "weighted": "weighted: rarer words weigh more (BM25 over the namespaces read together), words of the "
     "key and the value",
     "semantic": "semantic: the cosine of local sentence embeddings of the message and each entry",
-    "hybrid": "hybrid: weighted and semantic fused by reciprocal rank over both candidate lists",
+    "hybrid": "hybrid: weighted and semantic fused by z-scores over both candidate lists, and lifted "
+    "when the entry's time falls in one the message names",
 }
 STATUS_WORDS = {
     INJECTED: "injected",
