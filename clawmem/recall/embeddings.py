@@ -12,8 +12,9 @@ in process; :mod:`clawmem.recall.persisted` keeps the vectors of the sql driver'
 the database too, so that neither a restart nor a second worker embeds an entry again.
 A vector is held as int8 codes with one float32 scale a row (:func:`quantise`): 516 bytes
 where float32 took 2 KB. The cosines recall ranks by are those of the held vectors, computed
-in float32 (:func:`held_cosines`), the same for every scoring and for every reader of a store;
-:meth:`VectorStore.nearest` answers a namespace's first vectors by one pass over its codes.
+exactly in fixed point (:func:`held_cosines`), the same for every scoring and for every reader of
+a store; :meth:`VectorStore.nearest` answers a namespace's first vectors by one fast pass over its
+codes (:func:`approximate_cosines`) and the exact cosines of the few rows it leaves.
 float16 would keep more digits but numpy has no fast product for it (its rows convert to
 float32 ten times slower than int8's), and a cosine's error from int8 (some 4e-4 on 512
 dimensions) is below the gaps that decide a ranking.

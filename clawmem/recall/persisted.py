@@ -36,8 +36,9 @@ TRIM_AFTER = 10_000  # loads of this many vectors hand the heap their row texts 
 class VectorBacking(Protocol):
     """Where a persisted store keeps its rows: one database and table prefix (the sql driver's
     table), one Redis key prefix (a hash per namespace), or one site's directory (a file per
-    namespace). ``stored`` and ``replace_stored`` give and take vector texts as stored (sealed),
-    for a key rotation."""
+    namespace). ``stored`` and ``replace_stored`` give and take vectors as stored (sealed),
+    for a key rotation. ``writes_bytes`` says whether a vector saved is stored as packed bytes
+    (else as text), and ``make_binary`` makes a store of text hold bytes (``embed --replace``)."""
 
     name: str  # what an error names it by
     place: tuple[str, str]  # what tells two backings of one table apart from others
