@@ -34,9 +34,10 @@ import numpy as np
 from bench.recall import rss_bytes
 from clawmem.memory.array import ArrayMemory
 from clawmem.recall import MessageAugmenter
-from clawmem.recall.embeddings import UniversalSentenceEncoder
-from clawmem.recall.fusion import SemanticScorer
+from clawmem.recall.embeddings import UniversalSentenceEncoder, VectorStore, held_rows, one_blas_thread, unit
+from clawmem.recall.fusion import COSINE_DIGITS, DEPTH, SemanticScorer
 from clawmem.recall.phpclaw import RANKERS
+from clawmem.recall.semantic_index import MARGIN
 
 VOCABULARY = 50_000
 ZIPF = 1.1
@@ -146,6 +147,44 @@ def main() -> None:
             f"{median_cpu['weighted'] / median_cpu['clawmem']:.2f}x CPU"
         )
     print(f"  vectors: {per_entry / 1024:.2f} KB RSS per entry (held as 512 int8 codes and a scale, 0.5 KB)")
+    if "hybrid" in median_cpu:
+        beside_float32(store, encoder, messages, median_cpu["hybrid"], options.size)
+
+
+def beside_float32(
+    store: VectorStore, encoder: UniversalSentenceEncoder, messages: list[str], turn: float, size: int
+) -> None:
+    """Print the same vectors held as float32 beside the int8 codes: their RSS, and a hybrid
+    turn whose nearest vectors were one exact float32 product and a partial selection (the
+    turn measured, less its nearest pass, plus that product)."""
+    space = store._space("bench")
+    queries = [unit(encoder.embed([f"{message} f"])[0]) for message in messages]
+    gc.collect()
+    before = rss_bytes()
+    rows = held_rows(space.held(np.arange(space.size)))  # float32, 2 KB a row
+    float32_entry = (rss_bytes() - before) / size
+    wanted = DEPTH + MARGIN
+    held_ms, float32_ms = [], []
+    for query in queries:
+        start = time.process_time()
+        store.nearest("bench", query, wanted, COSINE_DIGITS)
+        held_ms.append((time.process_time() - start) * 1000)
+        start = time.process_time()
+        with one_blas_thread():
+            cosines = rows @ query
+        best = np.argpartition(cosines, cosines.size - wanted)[cosines.size - wanted :]
+        sorted(best.tolist(), key=lambda row: -cosines[row])
+        float32_ms.append((time.process_time() - start) * 1000)
+    held, exact = statistics.median(held_ms), statistics.median(float32_ms)
+    print(f"  beside float32 (the same vectors; CPU medians of {len(queries)} queries):")
+    arrays = store.nbytes() / size / 1024
+    print(
+        f"    RSS per entry      int8 codes {arrays:.2f} KB of arrays, float32 {float32_entry / 1024:.2f} KB"
+    )
+    print(f"    nearest {wanted} pass  int8 codes {held:.1f} ms, float32 product {exact:.1f} ms")
+    swapped = turn - held + exact
+    print(f"    hybrid turn        int8 codes {turn:.1f} ms, float32 (its nearest swapped) {swapped:.1f} ms")
+    del rows
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ against the configured limit, and every error names the key.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -115,3 +116,33 @@ def readable_entries(
 def codec_for(shape: str) -> ValueCodec:
     """Return the value codec of a table shape (``clawmem`` or ``phpclaw-wordpress``)."""
     return CODECS[shape]
+
+
+# -- vectors: packed int8 codes, or their text -------------------------------------------------
+
+VECTOR_MARK = "i8:"  # begins a vector's text (never a character of base64): its packed bytes in base64
+VectorData = bytes | str  # a vector as a backing holds it: packed bytes, or a text (sealed, or older)
+
+
+def vector_text(data: VectorData) -> str:
+    """Return a vector as text: packed bytes as ``VECTOR_MARK`` and their base64 (what a
+    backing that holds only text stores, and what is sealed), a text as it is."""
+    if isinstance(data, str):
+        return data
+    return VECTOR_MARK + base64.b64encode(data).decode("ascii")
+
+
+def read_vector(raw: bytes | memoryview | str | None) -> VectorData:
+    """Return a stored vector as read from a backing that holds bytes: text where its bytes are
+    ASCII (sealed, or of an older format stored as text), else packed bytes. Packed bytes are
+    ASCII only when every code and scale byte is below 128, which a unit vector's never are
+    together; such a row reads as an unreadable text, and is embedded again."""
+    if raw is None:
+        return ""
+    if isinstance(raw, str):
+        return raw
+    data = bytes(raw)
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        return data

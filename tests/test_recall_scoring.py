@@ -20,7 +20,7 @@ from clawmem.prompt import INJECTED
 from clawmem.recall import MessageAugmenter, weighted_index
 from clawmem.recall import fusion as fusion_module
 from clawmem.recall import index as index_module
-from clawmem.recall.embeddings import VectorStore, _reaching, held_cosines, held_rows, quantise, unit
+from clawmem.recall.embeddings import VectorStore, _reaching, held_cosines, quantise, unit
 from clawmem.recall.fusion import SemanticScorer
 from clawmem.recall.phpclaw import ranker_for
 from clawmem.recall.scoring import weighted_scan
@@ -157,14 +157,13 @@ def test_weighted_lets_a_rare_word_outweigh_common_ones():
 
 
 def _cosines(embedder, message, texts):
-    """Cosines of the vectors as a store holds them (int8 codes and a scale, in float64 here)."""
-    q = embedder.embed([message])[0]
-    rows = held_rows(quantise(unit(embedder.embed(texts)))) if texts else []
-    out = []
-    for row in rows:
-        denominator = np.linalg.norm(q) * np.linalg.norm(row)
-        out.append(float(q @ row / denominator) if denominator else 0.0)
-    return out
+    """Cosines of the vectors as a store holds them (int8 codes and a scale) to the unit query,
+    by the one definition every reader uses (:func:`held_cosines`, exact in fixed point)."""
+    if not texts:
+        return []
+    held = quantise(unit(embedder.embed(texts)))
+    query = unit(embedder.embed([message]))[0]
+    return [float(cosine) for cosine in held_cosines(held.codes, held.scales, query)]
 
 
 @pytest.mark.parametrize("stemming", STEMMINGS)
@@ -484,3 +483,33 @@ def test_cut_decisions_carry_their_signals_too():
     memory = _memory({"n": {f"k{n}": f"apple note{n}x" for n in range(6)}})
     result = MessageAugmenter(memory, namespace="n", top_k=1, ranker=weighted).augment("apple")
     assert all(dict(d.signals)["words"].startswith("apple ") for d in result.decisions)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["simsimd", "numpy"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_nearest_random_vectors_equal_a_full_sort_with_and_without_simsimd(monkeypatch, fast, seed):
+    """The first pass only picks rows; the cosines and order given are those of every row's
+    held cosine, found the same with int8 products in SIMD or numpy's float32 product."""
+    from clawmem.recall import embeddings
+
+    if not fast:
+        monkeypatch.setattr(embeddings, "_SIMSIMD", [None])
+    else:
+        assert embeddings._simsimd() is not None, "clawmem[semantic] installs simsimd"
+    rng = np.random.default_rng(seed)
+    store = VectorStore(HashedWords())
+    rows = unit(rng.standard_normal((6000, store.dimension)).astype(np.float32))
+    space = store._space("n")
+    space.append_many([f"k{n:05d}" for n in range(len(rows))], list(range(len(rows))), rows)
+    query = unit(rng.standard_normal(store.dimension).astype(np.float32))
+    cosines = held_cosines(space.matrix[: space.size], space.scales[: space.size], query)
+    rounded = np.round(cosines, 5)
+    expected = sorted(range(len(rows)), key=lambda n: (-rounded[n], n))[:50]
+    found = store.nearest("n", query, 50, 5)
+    assert [key for key, _, _ in found] == [f"k{n:05d}" for n in expected]
+    assert [cosine for _, _, cosine in found] == [float(cosines[n]) for n in expected]
+    # a row's held cosine is the same to the last bit however many rows are taken with it
+    picked = np.array(expected[::-1])
+    assert (
+        held_cosines(space.matrix[picked], space.scales[picked], query).tolist() == cosines[picked].tolist()
+    )

@@ -33,7 +33,6 @@ from clawmem.privacy.subjects import Subject
 from clawmem.recall import MessageAugmenter
 from clawmem.recall.embeddings import _Space, held_rows, quantise
 from clawmem.recall.fusion import SemanticScorer
-from clawmem.recall.persisted import CODES_MARK
 from clawmem.recall.words import text_of
 from clawmem.rules import subject_namespace
 from clawmem.settings import Settings
@@ -400,8 +399,8 @@ def test_the_bundled_encoder_embeds_to_the_table_with_sockets_blocked(
             sa.select(table.c.model_id, table.c.dimension, table.c.vector)
         ).first()
     assert model.startswith("usem3-") and dimension == 512
-    assert stored.startswith(CODES_MARK) and len(stored) == len(CODES_MARK) + 688  # 516 bytes
-    raw = base64.b64decode(stored[len(CODES_MARK) :])
+    raw = bytes(stored)  # a binary column: the scale and the codes, 516 bytes
+    assert len(raw) == 4 + 512
     vector = np.frombuffer(raw[4:], dtype=np.int8) * np.frombuffer(raw[:4], dtype="<f4")[0]
     assert vector.shape == (512,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-2
     del memory
@@ -478,9 +477,11 @@ def sealed_memory(engine: Any, prefix: str, clock: FakeClock, keys: str | None) 
 
 
 def stored_texts(engine: Any, prefix: str) -> dict[str, str]:
+    """Return each vector as the table holds it: sealed, the ASCII of its sealed text."""
     table = vector_table(prefix)
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(table.c.lookup_key, table.c.vector)).all())
+        rows = conn.execute(sa.select(table.c.lookup_key, table.c.vector)).all()
+    return {key: bytes(stored).decode("ascii") for key, stored in rows}
 
 
 def test_with_encryption_on_the_vectors_are_sealed_and_read_back(vector_engine, prefix, clock):

@@ -20,6 +20,8 @@ from click.testing import CliRunner
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
 from clawmem.crypto import generate_key
+from clawmem.memory.file_vectors import FileVectorBacking
+from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.privacy import erasure
 from clawmem.privacy.subjects import Subject
 from clawmem.providers.echo import EchoProvider
@@ -31,6 +33,7 @@ from clawmem.settings import Settings
 from clawmem.sites import operations, rotation
 from clawmem.sites.rotation import rotate
 from clawmem.sites.site import Site
+from clawmem.sql.vectors import vector_table
 from clawmem.turn.pipeline import Claw
 from tests import embedders
 from tests.conftest import backend_url, sql_url
@@ -325,30 +328,49 @@ def test_a_chunk_of_both_formats_decodes_each_row_by_its_own():
     assert np.array_equal(held.codes[1::2], quantise(vectors[1::2]).codes)
 
 
-def _to_float32_format(settings: Settings, namespace: str) -> None:
-    """Rewrite every vector of ``namespace`` as a store held it before int8 codes (sealed
-    again when encryption is on), as an older clawmem left it."""
+def _to_old_format(settings: Settings, namespace: str, form: str) -> None:
+    """Rewrite every vector of ``namespace`` as an older clawmem stored it (sealed again when
+    encryption is on): the base64 of float32 (``float32``) or the text of int8 codes
+    (``codes``), in a column of text on SQL, as a table made then has."""
     backing = Site(settings).driver.vector_backing()
     ((model, dimension),) = backing.models()
     rows = list(backing.rows(namespace))
     held, _, ok = decode_chunk([text for _, _, text in rows], [p for _, p, _ in rows], dimension)
     assert ok.all()
     vectors = unit(held_rows(held))
-    old = [
-        (key, printed, _float32_text(vector)) for (key, printed, _), vector in zip(rows, vectors, strict=True)
-    ]
+    encode = _float32_text if form == "float32" else encode_vector
+    if isinstance(backing, SqlVectorBacking):
+        _text_column(backing)
+    old = [(key, printed, encode(vector)) for (key, printed, _), vector in zip(rows, vectors, strict=True)]
     backing.save(namespace, model, dimension, old)
 
 
+def _text_column(backing: SqlVectorBacking) -> None:
+    """Make the vectors table's column text again, emptied, as a table made before it was binary."""
+    name = vector_table(backing.prefix).name
+    with backing.engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {name}")
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"ALTER TABLE {name} ALTER COLUMN vector TYPE text")
+        elif conn.dialect.name == "mysql":
+            conn.exec_driver_sql(
+                f"ALTER TABLE {name} MODIFY vector MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL"
+            )
+    backing._binary = None  # looked up again, as by a new process
+    assert backing.binary == (backing.engine.dialect.name == "sqlite")  # SQLite's text holds bytes
+
+
+@pytest.mark.parametrize("form", ["float32", "codes"])
 @pytest.mark.parametrize("keys", ["", OLD], ids=["plain", "sealed"])
-def test_a_store_of_float32_vectors_is_read_until_embed_replace_rewrites_it(make_settings, clock, keys):
+def test_a_store_of_an_older_format_is_read_until_embed_replace_rewrites_it(make_settings, clock, keys, form):
     settings = make_settings(ENCRYPTION_KEYS=keys)
     claw = claw_of(settings, clock)
     for key, text in ENTRIES.items():
         claw.memory.set(key, text, namespace="default")
-    _to_float32_format(settings, "default")
+    _to_old_format(settings, "default", form)
     backing = Site(settings).driver.vector_backing()
-    assert not any(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
+    assert all(isinstance(text, str) for _, _, text in backing.rows("default"))
+    assert all(text.startswith(CODES_MARK) == (form == "codes") for _, _, text in backing.rows("default"))
 
     restart()
     result = claw_of(settings, clock).augmenter.augment("where did she move")
@@ -360,9 +382,21 @@ def test_a_store_of_float32_vectors_is_read_until_embed_replace_rewrites_it(make
     site = Site(settings, clock)
     done = cli(site, "embed", "--embedder", COUNTING, "--replace")
     assert done.exit_code == 0, done.output
-    assert "rewrote 3 vectors of the float32 format as int8 codes" in done.output
-    assert all(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
-    assert all(text.startswith("cm1$old1$") == bool(keys) for _, _, text in backing.stored("default"))
+    on_sql_text = isinstance(backing, SqlVectorBacking) and backing.engine.dialect.name != "sqlite"
+    assert ("made the vector column" in done.output) == on_sql_text
+    backing = Site(settings).driver.vector_backing()  # as a new process finds it
+    as_bytes = backing.writes_bytes  # not sealed, and not a file's JSON
+    assert as_bytes == (not keys and not isinstance(backing, FileVectorBacking))
+    rewritten = form == "float32" or as_bytes
+    assert ("rewrote 3 vectors of an older format as int8 codes" in done.output) == rewritten
+    if as_bytes:
+        ((_, dimension),) = backing.models()
+        assert all(
+            isinstance(data, bytes) and len(data) == 4 + dimension for _, _, data in backing.stored("default")
+        )
+    else:
+        assert all(text.startswith(CODES_MARK) for _, _, text in backing.rows("default"))
+        assert all(text.startswith("cm1$old1$") == bool(keys) for _, _, text in backing.stored("default"))
     assert "rewrote" not in cli(site, "embed", "--embedder", COUNTING, "--replace").output  # once
     restart()
     result = claw_of(settings, clock).augmenter.augment("where did she move")

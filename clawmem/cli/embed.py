@@ -71,9 +71,11 @@ def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int,
             click.echo(f"deleted {dropped:,} vectors of other models")
     store = PersistedVectors(embedder, backing)
     if replace and not dry_run:
+        if backing.make_binary():
+            click.echo(f"made the vector column of {backing.name} binary")
         converted = sum(store.convert(namespace) for namespace in backing.namespaces())
         if converted:
-            click.echo(f"rewrote {converted:,} vectors of the float32 format as int8 codes")
+            click.echo(f"rewrote {converted:,} vectors of an older format as int8 codes")
     now = int(site.clock())
     plan: list[tuple[str, list[tuple[str, str]]]] = []
     entries_total = 0

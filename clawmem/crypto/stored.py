@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from clawmem.codecs import JSON, ValueCodec, warn_unreadable
+from clawmem.codecs import JSON, ValueCodec, VectorData, vector_text, warn_unreadable
 from clawmem.crypto.cipher import PLAIN, Cipher, Context
 from clawmem.errors import UndecodableValue, Undecryptable
 
@@ -74,17 +74,31 @@ class StoredValues:
                 warn_undecryptable(exc)
 
 
+def stored_vector(
+    values: StoredValues, namespace: str, key: str, data: VectorData, binary: bool
+) -> VectorData:
+    """Return what a backing stores of a vector: sealed text when encryption is on, else its
+    packed bytes where the backing holds bytes (``binary``) and its text where it does not."""
+    if values.cipher.enabled:
+        return values.seal(namespace, key, vector_text(data), "vector")
+    return data if binary else vector_text(data)
+
+
 def opened_vectors(
-    values: StoredValues, namespace: str, rows: Iterable[tuple[str, str, str]], column: str = "vector"
-) -> Iterator[tuple[str, str, str]]:
-    """Yield each ``(key, text print, stored vector text)`` of ``namespace`` with its vector
-    text opened by ``values``' cipher; one that cannot be opened (a key no longer held, or
+    values: StoredValues, namespace: str, rows: Iterable[tuple[str, str, VectorData]], column: str = "vector"
+) -> Iterator[tuple[str, str, VectorData]]:
+    """Yield each ``(key, text print, stored vector)`` of ``namespace`` with its vector text
+    opened by ``values``' cipher; one that cannot be opened (a key no longer held, or
     altered) as empty, so that it is embedded again. Without encryption the rows pass as they
-    are, with no per-row work (a worker's first turn loads every vector of a namespace)."""
+    are, with no per-row work (a worker's first turn loads every vector of a namespace).
+    Packed bytes are plaintext: passed as they are, or refused (as empty) in strict mode."""
     if not values.cipher.enabled and not values.cipher.strict:
         yield from rows
         return
     for key, printed, stored in rows:
+        if isinstance(stored, bytes):
+            yield key, printed, b"" if values.cipher.strict else stored
+            continue
         try:
             yield key, printed, values.open(namespace, key, stored, column)
         except Undecryptable:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from clawmem.crypto.stored import StoredValues, opened_vectors
+from clawmem.crypto.stored import StoredValues, opened_vectors, stored_vector
 from clawmem.errors import CorruptStoreError
 
 VectorRow = tuple[str, str, str]  # (key, text print, vector text)
@@ -164,13 +164,22 @@ class FileVectorBacking:
         """Return the text print of every vector of ``namespace``, by key."""
         return {key: printed for key, (printed, _) in self._held(namespace).items()}
 
+    writes_bytes = False  # a sidecar is JSON: a vector is stored as the text of its packed bytes
+
+    def make_binary(self) -> bool:
+        """Nothing to change: a sidecar holds text."""
+        return False
+
     def save(self, namespace: str, model_id: str, dimension: int, rows: Sequence[VectorRow]) -> None:
         """Create or replace ``rows`` (their vector text sealed when encryption is on), under
         the namespace's lock."""
         if not rows:
             return
-        seal = self.driver.values.seal
-        sealed = {key: [printed, seal(namespace, key, text, COLUMN)] for key, printed, text in rows}
+        values = self.driver.values
+        sealed = {
+            key: [printed, stored_vector(values, namespace, key, data, binary=False)]
+            for key, printed, data in rows
+        }
         path = self._path(namespace)
         with self.driver.locked(namespace):
             sidecar = read_sidecar(path)

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from clawmem.crypto.stored import StoredValues, opened_vectors
+from clawmem.codecs import VectorData, read_vector
+from clawmem.crypto.stored import StoredValues, opened_vectors, stored_vector
 
-VectorRow = tuple[str, str, str]  # (key, text print, vector text)
+VectorRow = tuple[str, str, VectorData]  # (key, text print, vector: packed bytes, or text)
 COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place
 MODEL_FIELD = "\x00model"
 _BATCH = 1000  # fields per HMGET/HDEL, so no single command grows with the namespace
@@ -43,9 +44,17 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
-def _row(key: str, raw: bytes | str) -> tuple[str, str, str]:
-    printed, _, stored = _text(raw).partition(":")
-    return key, printed, stored
+def _row(key: str, raw: bytes | str) -> tuple[str, str, VectorData]:
+    if isinstance(raw, str):
+        printed, _, text = raw.partition(":")
+        return key, printed, text
+    printed_bytes, _, stored = raw.partition(b":")
+    return key, printed_bytes.decode("ascii", "replace"), read_vector(stored)
+
+
+def _field(printed: str, data: VectorData) -> bytes:
+    """Return a hash field's value: the text print, ":", and the vector (bytes or text)."""
+    return printed.encode("ascii") + b":" + (data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
 class VectorHashes(Protocol):
@@ -74,6 +83,15 @@ class RedisVectorBacking:
     def client(self) -> Any:
         """The driver's client (on the async path, its twin on the loop)."""
         return self.driver.client
+
+    @property
+    def writes_bytes(self) -> bool:
+        """Return whether a vector saved is stored as its packed bytes (when not sealed)."""
+        return not self.driver.values.cipher.enabled
+
+    def make_binary(self) -> bool:
+        """Nothing to change: a hash holds bytes."""
+        return False
 
     def _key(self, namespace: str) -> str:
         return self.driver.vector_key(namespace)
@@ -135,10 +153,10 @@ class RedisVectorBacking:
         """Create or replace ``rows`` (their vector text sealed when encryption is on)."""
         if not rows:
             return
-        seal = self.driver.values.seal
-        mapping: dict[str, str] = {MODEL_FIELD: f"{model_id}\t{dimension}"}
-        for key, printed, text in rows:
-            mapping[key] = f"{printed}:{seal(namespace, key, text, COLUMN)}"
+        values = self.driver.values
+        mapping: dict[str, str | bytes] = {MODEL_FIELD: f"{model_id}\t{dimension}"}
+        for key, printed, data in rows:
+            mapping[key] = _field(printed, stored_vector(values, namespace, key, data, binary=True))
         pipe = self.client.pipeline(transaction=True)
         pipe.hset(self._key(namespace), mapping=mapping)
         pipe.sadd(self.driver.vectors_key, namespace)
@@ -149,7 +167,7 @@ class RedisVectorBacking:
         still holds what was read; return how many changed."""
         pipe = self.client.pipeline(transaction=False)
         for key, printed, old, new in changes:
-            pipe.eval(_REPLACE_LUA, 1, self._key(namespace), key, f"{printed}:{old}", f"{printed}:{new}")
+            pipe.eval(_REPLACE_LUA, 1, self._key(namespace), key, _field(printed, old), _field(printed, new))
         return sum(int(done) for done in pipe.execute())
 
     def delete(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, str]]) -> None:

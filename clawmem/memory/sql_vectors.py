@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy.engine import Engine
 
-from clawmem.crypto.stored import StoredValues, opened_vectors
+from clawmem.codecs import VectorData
+from clawmem.crypto.stored import StoredValues, opened_vectors, stored_vector
 from clawmem.sql import vectors
 from clawmem.sql.engine import current, write_transaction
 from clawmem.sql.vectors import VectorRow
@@ -31,6 +32,25 @@ class SqlVectorBacking:
         self.name = vectors.vector_table(prefix).name
         # Where the vectors are: stores of one place are shared by every driver on it.
         self.place = (engine.url.render_as_string(hide_password=False), prefix)
+        self._binary: bool | None = None  # whether the column is binary, looked up once
+
+    @property
+    def binary(self) -> bool:
+        """Return whether the table's column is binary (one made before holds text)."""
+        if self._binary is None:
+            self._binary = vectors.is_binary(self.engine, self.prefix)
+        return self._binary
+
+    @property
+    def writes_bytes(self) -> bool:
+        """Return whether a vector saved is stored as its packed bytes (not sealed, binary column)."""
+        return self.binary and not self.values.cipher.enabled
+
+    def make_binary(self) -> bool:
+        """Make a column that holds text binary (``clawmem embed --replace``); return whether it changed."""
+        changed = vectors.make_binary(self.engine, self.prefix)
+        self._binary = True
+        return changed
 
     def models(self) -> list[tuple[str, int]]:
         """Return every ``(model id, dimension)`` the table holds vectors of."""
@@ -55,12 +75,15 @@ class SqlVectorBacking:
         with current(self.engine).connect() as conn:
             return list(vectors.namespace_rows(conn, self.prefix, namespace))
 
-    def replace_stored(self, namespace: str, changes: Sequence[tuple[str, str, str, str]]) -> int:
-        """Store each ``(key, text print, vector text read, new vector text)`` where the row
-        still holds what was read, in one transaction; return how many changed."""
+    def replace_stored(
+        self, namespace: str, changes: Sequence[tuple[str, str, VectorData, VectorData]]
+    ) -> int:
+        """Store each ``(key, text print, vector read, new vector)`` where the row still holds
+        what was read, in one transaction; return how many changed."""
+        binary = self.binary
         with write_transaction(self.engine) as conn:
             return sum(
-                vectors.replace_vector(conn, self.prefix, namespace, key, old, new)
+                vectors.replace_vector(conn, self.prefix, namespace, key, old, new, binary)
                 for key, _, old, new in changes
             )
 
@@ -80,11 +103,14 @@ class SqlVectorBacking:
             return vectors.prints_of(conn, self.prefix, namespace)
 
     def save(self, namespace: str, model_id: str, dimension: int, rows: Sequence[VectorRow]) -> None:
-        """Create or replace ``rows`` (their vector text sealed when encryption is on)."""
-        seal = self.values.seal
-        sealed = [(key, printed, seal(namespace, key, text, COLUMN)) for key, printed, text in rows]
+        """Create or replace ``rows`` (sealed when encryption is on, as text where the column is)."""
+        binary = self.binary
+        stored = [
+            (key, printed, stored_vector(self.values, namespace, key, data, binary))
+            for key, printed, data in rows
+        ]
         with write_transaction(self.engine) as conn:
-            vectors.upsert_vectors(conn, self.prefix, namespace, model_id, dimension, sealed)
+            vectors.upsert_vectors(conn, self.prefix, namespace, model_id, dimension, stored, binary)
 
     def delete(self, namespace: str, gone: Sequence[str], stale: Sequence[tuple[str, str]]) -> None:
         """Delete the rows of ``gone``, and each ``(key, print)`` of ``stale`` still of that print."""

@@ -21,12 +21,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from clawmem.codecs import VECTOR_MARK, VectorData, vector_text
 from clawmem.errors import EmbeddingMismatch
 from clawmem.recall.embeddings import Embedder, Quantised, VectorStore, _Space, quantise, text_print, unit
 from clawmem.recall.feeds import release_scratch
 from clawmem.recall.sources import conforms
 
-VectorRow = tuple[str, str, str]  # (key, text print as 16 hex digits, vector text)
+VectorRow = tuple[str, str, VectorData]  # (key, text print as 16 hex digits, vector: bytes or text)
 ADOPT_CHUNK = 1024  # rows read back are held a chunk at a time
 TRIM_AFTER = 10_000  # loads of this many vectors hand the heap their row texts took back
 
@@ -35,11 +36,15 @@ TRIM_AFTER = 10_000  # loads of this many vectors hand the heap their row texts 
 class VectorBacking(Protocol):
     """Where a persisted store keeps its rows: one database and table prefix (the sql driver's
     table), one Redis key prefix (a hash per namespace), or one site's directory (a file per
-    namespace). ``stored`` and ``replace_stored`` give and take vector texts as stored (sealed),
-    for a key rotation."""
+    namespace). ``stored`` and ``replace_stored`` give and take vectors as stored (sealed),
+    for a key rotation. ``writes_bytes`` says whether a vector saved is stored as packed bytes
+    (else as text), and ``make_binary`` makes a store of text hold bytes (``embed --replace``)."""
 
     name: str  # what an error names it by
     place: tuple[str, str]  # what tells two backings of one table apart from others
+    writes_bytes: bool  # whether a vector saved is stored as packed bytes (else as text)
+
+    def make_binary(self) -> bool: ...
 
     def models(self) -> list[tuple[str, int]]: ...
 
@@ -86,59 +91,108 @@ def print_of(stored: str) -> int | None:
     return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else None
 
 
-CODES_MARK = "i8:"  # begins a vector text of today's format: never a character of base64
+CODES_MARK = VECTOR_MARK  # begins a vector text of int8 codes: never a character of base64
+
+
+def pack_vector(vector: np.ndarray) -> bytes:
+    """Return a unit vector as a backing that holds bytes stores it: its scale (little-endian
+    float32) and its int8 codes (:func:`quantise`), 516 bytes for 512 dimensions."""
+    return packed(quantise(np.asarray(vector, dtype=np.float32).reshape(1, -1)), 0)
+
+
+def packed(held: Quantised, row: int) -> bytes:
+    """Return row ``row`` of ``held`` packed (see :func:`pack_vector`)."""
+    return held.scales[row : row + 1].astype("<f4").tobytes() + held.codes[row].tobytes()
 
 
 def encode_vector(vector: np.ndarray) -> str:
-    """Return a unit vector as a row holds it (the backing seals it): ``CODES_MARK`` and the
-    base64 of its scale (little-endian float32) and its int8 codes (:func:`quantise`), 688
-    characters for 512 dimensions where float32's base64 took 2,732."""
-    return held_text(quantise(np.asarray(vector, dtype=np.float32).reshape(1, -1)), 0)
+    """Return a unit vector as a backing that holds text stores it (and as it is sealed):
+    ``CODES_MARK`` and the base64 of its packed bytes, 691 characters for 512 dimensions
+    where float32's base64 took 2,732."""
+    return vector_text(pack_vector(vector))
 
 
 def held_text(held: Quantised, row: int) -> str:
-    """Return row ``row`` of ``held`` as a row holds it (see :func:`encode_vector`)."""
-    raw = held.scales[row : row + 1].astype("<f4").tobytes() + held.codes[row].tobytes()
-    return CODES_MARK + base64.b64encode(raw).decode("ascii")
+    """Return row ``row`` of ``held`` as text (see :func:`encode_vector`)."""
+    return vector_text(packed(held, row))
 
 
-def is_float32_text(text: str) -> bool:
-    """Return whether a vector text is of the format before int8 codes (base64 of float32)."""
-    return bool(text) and not text.startswith(CODES_MARK)
+def is_float32_text(text: VectorData) -> bool:
+    """Return whether a stored vector is of the format before int8 codes (base64 of float32)."""
+    return isinstance(text, str) and bool(text) and not text.startswith(CODES_MARK)
 
 
 Decoded = tuple[Quantised, np.ndarray, np.ndarray]  # held rows, text prints, which rows are readable
+_PACKED, _CODES, _FLOAT32 = 0, 1, 2  # the three forms a stored vector comes in
 
 
-def decode_chunk(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
+def _form(data: VectorData) -> int:
+    if isinstance(data, bytes):
+        return _PACKED
+    return _CODES if data.startswith(CODES_MARK) else _FLOAT32
+
+
+def decode_chunk(texts: Sequence[VectorData], prints: Sequence[str], dimension: int) -> Decoded:
     """Return the vectors of ``texts`` as the store holds them (:class:`Quantised`), the text
-    prints of ``prints`` (16 hex digits each) as int64, and which rows are readable. A text is
-    either today's (``CODES_MARK`` and base64 of scale and codes) or the older base64 of
-    little-endian float32, read and quantised as it loads (until ``clawmem embed --replace``
-    rewrites it): a chunk may mix both. A row of the wrong length, a print that is not one, or
-    a value that is not finite is unreadable (embedded again, never trusted)."""
-    marked = np.fromiter((text.startswith(CODES_MARK) for text in texts), dtype=bool, count=len(texts))
-    if marked.all():
-        return _decode_codes([text[len(CODES_MARK) :] for text in texts], prints, dimension)
-    if not marked.any():
-        return _decode_float32(texts, prints, dimension)
+    prints of ``prints`` (16 hex digits each) as int64, and which rows are readable. A stored
+    vector is packed bytes (scale and codes, today's format where a backing holds bytes), a
+    text of them (``CODES_MARK`` and base64, where it holds text, or sealed), or the older
+    base64 of little-endian float32, read and quantised as it loads (until ``clawmem embed
+    --replace`` rewrites it): a chunk may mix them. A row of the wrong length, a print that is
+    not one, or a value that is not finite is unreadable (embedded again, never trusted)."""
+    forms = np.fromiter(map(_form, texts), dtype=np.int8, count=len(texts))
+    present = np.unique(forms).tolist()
+    if len(present) == 1:
+        return _DECODERS[present[0]](texts, prints, dimension)
     held = Quantised(np.zeros((len(texts), dimension), dtype=np.int8), np.zeros(len(texts), dtype=np.float32))
     printed = np.zeros(len(texts), dtype=np.int64)
     ok = np.zeros(len(texts), dtype=bool)
-    for chosen, decoded in (
-        (np.flatnonzero(marked), _decode_codes),
-        (np.flatnonzero(~marked), _decode_float32),
-    ):
-        part_texts = [texts[at] for at in chosen.tolist()]
-        if decoded is _decode_codes:
-            part_texts = [text[len(CODES_MARK) :] for text in part_texts]
-        part, part_prints, part_ok = decoded(part_texts, [prints[at] for at in chosen.tolist()], dimension)
+    for form in present:
+        chosen = np.flatnonzero(forms == form)
+        part, part_prints, part_ok = _DECODERS[form](
+            [texts[at] for at in chosen.tolist()], [prints[at] for at in chosen.tolist()], dimension
+        )
         held.codes[chosen], held.scales[chosen] = part.codes, part.scales
         printed[chosen], ok[chosen] = part_prints, part_ok
     return held, printed, ok
 
 
-def _decode_float32(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
+def _decode_packed(datas: Sequence[Any], prints: Sequence[str], dimension: int) -> Decoded:
+    size = 4 + dimension
+    count = len(datas)
+    ok = np.fromiter((len(data) == size for data in datas), dtype=bool, count=count)
+    ok &= np.fromiter((len(printed) == 16 for printed in prints), dtype=bool, count=count)
+    filler = bytes(size)
+    joined = b"".join(data if fits else filler for data, fits in zip(datas, ok.tolist(), strict=True))
+    raw = np.frombuffer(joined, dtype=np.uint8).reshape(count, size)
+    try:
+        hexes = "".join(text if fits else "0" * 16 for text, fits in zip(prints, ok.tolist(), strict=True))
+        printed = np.frombuffer(bytes.fromhex(hexes), dtype="<i8").astype(np.int64)
+    except ValueError:  # a print that is not hex: each row alone
+        printed = np.zeros(count, dtype=np.int64)
+        for row, text in enumerate(prints):
+            found = print_of(text) if ok[row] else None
+            ok[row] = found is not None
+            printed[row] = found or 0
+    return _held_of(raw, printed, ok)
+
+
+def _decode_codes(texts: Sequence[Any], prints: Sequence[str], dimension: int) -> Decoded:
+    raw, printed, ok = decode_raw([text[len(CODES_MARK) :] for text in texts], prints, 4 + dimension)
+    return _held_of(raw, printed, ok)
+
+
+def _held_of(raw: np.ndarray, printed: np.ndarray, ok: np.ndarray) -> Decoded:
+    """Return rows of packed bytes (scale, then codes) as held, refusing the unreadable ones."""
+    scales = np.ascontiguousarray(raw[:, :4]).view("<f4").reshape(-1).astype(np.float32)
+    ok &= np.isfinite(scales) & (scales >= 0)
+    codes = np.array(raw[:, 4:]).view(np.int8)
+    ok &= (codes != -128).all(axis=1)  # never written: a row holding it is not of clawmem
+    scales[~ok] = 0
+    return Quantised(codes, scales), printed, ok
+
+
+def _decode_float32(texts: Sequence[Any], prints: Sequence[str], dimension: int) -> Decoded:
     vectors, printed, ok = decode_raw(texts, prints, 4 * dimension)
     rows = vectors.view("<f4").astype(np.float32, copy=False)
     ok &= np.isfinite(rows).all(axis=1)
@@ -146,15 +200,7 @@ def _decode_float32(texts: Sequence[str], prints: Sequence[str], dimension: int)
     return quantise(_normalised(rows)), printed, ok
 
 
-def _decode_codes(texts: Sequence[str], prints: Sequence[str], dimension: int) -> Decoded:
-    raw, printed, ok = decode_raw(texts, prints, 4 + dimension)
-    scales = np.ascontiguousarray(raw[:, :4]).view("<f4").reshape(-1).astype(np.float32)
-    ok &= np.isfinite(scales) & (scales >= 0)
-    codes = np.ascontiguousarray(raw[:, 4:]).view(np.int8)
-    ok &= (codes != -128).all(axis=1)  # never written: a row holding it is not of clawmem
-    scales[~ok] = 0
-    return Quantised(codes, scales), printed, ok
-
+_DECODERS = {_PACKED: _decode_packed, _CODES: _decode_codes, _FLOAT32: _decode_float32}
 
 Raw = tuple[np.ndarray, np.ndarray, np.ndarray]  # bytes a row (uint8), text prints, readable rows
 
@@ -227,9 +273,10 @@ class PersistedVectors(VectorStore):
 
     # -- the text of a vector ----------------------------------------------------------------
 
-    def _encode(self, namespace: str, key: str, vector: np.ndarray) -> str:
-        """Return a vector as a row holds it (:func:`encode_vector`; the backing seals it)."""
-        return encode_vector(vector)
+    def _encode(self, namespace: str, key: str, vector: np.ndarray) -> VectorData:
+        """Return a vector packed (:func:`pack_vector`; the backing seals it, or stores it as
+        text where it holds no bytes)."""
+        return pack_vector(vector)
 
     # -- loading and reading back ------------------------------------------------------------
 
@@ -322,18 +369,25 @@ class PersistedVectors(VectorStore):
             return missing
 
     def convert(self, namespace: str) -> int:
-        """Rewrite the vectors of ``namespace`` still in the float32 format in today's, as they
-        load (their entries are not embedded again); return how many were rewritten. A row
-        that cannot be read stays, to be embedded again when it is found missing."""
-        old = [row for row in self.backing.rows(namespace) if is_float32_text(row[2])]
+        """Rewrite the vectors of ``namespace`` stored in an older format in today's, as they
+        load (their entries are not embedded again); return how many were rewritten: float32
+        texts everywhere, and texts of int8 codes where the backing now stores bytes
+        (``writes_bytes``, after its ``make_binary``). A row that cannot be read stays, to be
+        embedded again when it is found missing."""
+        bytes_now = self.backing.writes_bytes
+        old = [
+            row
+            for row in self.backing.rows(namespace)
+            if is_float32_text(row[2]) or (bytes_now and isinstance(row[2], str) and row[2])
+        ]
         converted = 0
         for start in range(0, len(old), ADOPT_CHUNK):
             chunk = old[start : start + ADOPT_CHUNK]
             held, _, ok = decode_chunk(
                 [text for _, _, text in chunk], [p for _, p, _ in chunk], self.dimension
             )
-            rows = [
-                (key, printed, held_text(held, at)) for at, (key, printed, _) in enumerate(chunk) if ok[at]
+            rows: list[VectorRow] = [
+                (key, printed, packed(held, at)) for at, (key, printed, _) in enumerate(chunk) if ok[at]
             ]
             self.backing.save(namespace, self.model_id, self.dimension, rows)
             converted += len(rows)

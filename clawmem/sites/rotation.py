@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from clawmem.codecs import vector_text
 from clawmem.crypto import Cipher, Context, key_id_of
 from clawmem.crypto.keystore import CachedKeys
 from clawmem.encryption.ciphers import cipher_for, keystore_of
@@ -123,7 +124,9 @@ def vector_key_counts(site: Site) -> tuple[str, dict[str, int], int] | None:
     backing = vector_backing(site)
     if backing is None:
         return None
-    texts = (text for namespace in backing.namespaces() for _, _, text in backing.stored(namespace))
+    texts = (
+        vector_text(text) for namespace in backing.namespaces() for _, _, text in backing.stored(namespace)
+    )
     return (backing.name, *_by_key_id(texts))
 
 
@@ -172,7 +175,7 @@ def rotation_plan(site: Site, cipher: Cipher) -> dict[str, int]:
     backing = vector_backing(site)
     if backing is not None:
         behind = sum(
-            _entry_behind(site, cipher, namespace, text)
+            _entry_behind(site, cipher, namespace, vector_text(text))
             for namespace in backing.namespaces()
             for _, _, text in backing.stored(namespace)
         )
@@ -267,14 +270,19 @@ def _vector_batches(site: Site, cipher: Cipher, batch_size: int, rotated: Rotate
         return
     for namespace in backing.namespaces():
         subject = subject_of_namespace(namespace, site.settings.subject_namespace)
-        behind = [row for row in backing.stored(namespace) if _entry_behind(site, cipher, namespace, row[2])]
+        behind = [
+            row
+            for row in backing.stored(namespace)
+            if _entry_behind(site, cipher, namespace, vector_text(row[2]))
+        ]
         for start in range(0, len(behind), batch_size):
             changes = []
             unreadable = []
             for key, printed, text in behind[start : start + batch_size]:
                 context = Context.entry(site.prefix, namespace, key, VECTOR_COLUMN)
                 try:
-                    sealed = cipher.seal(cipher.open(text, context), context, subject)
+                    # packed bytes (plaintext) are sealed as their text
+                    sealed = cipher.seal(cipher.open(vector_text(text), context), context, subject)
                     changes.append((key, printed, text, sealed))
                 except Undecryptable:
                     unreadable.append(key)

@@ -2,27 +2,51 @@
 the memory table and kept apart from it (phpClaw's shape has no column for them).
 
 A row is one entry's unit vector: its namespace and key, the model id and dimension that made
-it, a fingerprint of the text it was computed from, and the vector as text (a mark and the
-base64 of its scale and int8 codes, :func:`clawmem.recall.persisted.encode_vector`; an older
-store's base64 of little-endian float32; either sealed when encryption at rest is on). ``init-db`` creates the
-table; ``uninstall`` drops it with the three tables.
+it, a fingerprint of the text it was computed from, and the vector as bytes, its scale and int8
+codes (:func:`clawmem.recall.persisted.pack_vector`), in a binary column; sealed, when
+encryption at rest is on, as the ASCII of its sealed text. A table made before the column was
+binary holds text (a mark and the base64 of the same bytes, or an older base64 of
+little-endian float32): it is read and written as text until ``clawmem embed --replace``
+makes the column binary (:func:`make_binary`, which keeps every row's bytes) and rewrites its
+rows. ``init-db`` creates the table; ``uninstall`` drops it with the three tables.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
+from clawmem.codecs import VectorData, read_vector
 from clawmem.rules import validate_prefix
 from clawmem.sql.lenient import as_text
 from clawmem.sql.schema import ExactString
 
-VectorRow = tuple[str, str, str]  # (key, text fingerprint, vector text)
+VectorRow = tuple[str, str, VectorData]  # (key, text fingerprint, vector: bytes or text)
 _CHUNK = 500  # keys per IN (...) list
+
+
+class VectorColumn(sa.types.TypeDecorator[VectorData]):
+    """The ``vector`` column: binary (MEDIUMBLOB on MariaDB), its values bound and read as the
+    driver gives them, so that a table whose column is still text reads and takes text."""
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.MEDIUMBLOB())
+        return dialect.type_descriptor(sa.LargeBinary())
+
+    def bind_processor(self, dialect: sa.Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: sa.Dialect, coltype: object) -> None:
+        return None
 
 
 @functools.cache
@@ -38,7 +62,7 @@ def vector_table(prefix: str = "") -> sa.Table:
         sa.Column("model_id", sa.String(100), nullable=False),
         sa.Column("dimension", sa.Integer, nullable=False),
         sa.Column("text_print", sa.String(64), nullable=False),
-        sa.Column("vector", sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+        sa.Column("vector", VectorColumn(), nullable=False),
         # Answers "which models made these vectors" from the index, not a scan of every vector.
         sa.Index(f"{prefix}clawmem_vectors_model", "model_id", "dimension"),
         mysql_charset="utf8mb4",
@@ -64,6 +88,39 @@ def drop_vector_table(engine: Engine, prefix: str) -> None:
     vector_table(prefix).drop(engine, checkfirst=True)
 
 
+def is_binary(engine: Engine, prefix: str) -> bool:
+    """Return whether the vectors table of ``prefix`` stores bytes: its column is binary (on
+    SQLite any column holds bytes as they are)."""
+    if engine.dialect.name == "sqlite":
+        return True
+    columns = sa.inspect(engine).get_columns(vector_table(prefix).name)
+    found = [column["type"] for column in columns if column["name"] == "vector"]
+    return bool(found) and isinstance(found[0], sa.types._Binary)
+
+
+def make_binary(engine: Engine, prefix: str) -> bool:
+    """Make the ``vector`` column of a table made when it held text binary, keeping each row's
+    bytes (its text's ASCII); return whether it changed."""
+    if is_binary(engine, prefix):
+        return False
+    name = vector_table(prefix).name  # validated: letters, digits and underscores
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(
+                f"ALTER TABLE {name} ALTER COLUMN vector TYPE bytea USING convert_to(vector, 'UTF8')"
+            )
+        else:
+            conn.exec_driver_sql(f"ALTER TABLE {name} MODIFY vector MEDIUMBLOB NOT NULL")
+    return True
+
+
+def _bound(data: VectorData, binary: bool) -> VectorData:
+    """Return a vector as the column takes it: bytes where it is binary, text where it is not."""
+    if binary and isinstance(data, str):
+        return data.encode("ascii")
+    return data
+
+
 def models(conn: Connection, prefix: str) -> list[tuple[str, int]]:
     """Return every ``(model id, dimension)`` the table holds vectors of."""
     table = vector_table(prefix)
@@ -77,14 +134,20 @@ def namespaces(conn: Connection, prefix: str) -> list[str]:
     return sorted(as_text(name) or "" for (name,) in conn.execute(sa.select(table.c.namespace).distinct()))
 
 
-def replace_vector(conn: Connection, prefix: str, namespace: str, key: str, old: str, new: str) -> int:
-    """Store ``new`` as the vector text of ``key`` only where it still holds ``old``; return
-    whether it changed."""
+def replace_vector(
+    conn: Connection, prefix: str, namespace: str, key: str, old: VectorData, new: VectorData, binary: bool
+) -> int:
+    """Store ``new`` as the vector of ``key`` only where it still holds ``old``; return
+    whether it changed (``binary``: the column is, :func:`is_binary`)."""
     table = vector_table(prefix)
     return conn.execute(
         sa.update(table)
-        .where(table.c.namespace == namespace, table.c.lookup_key == key, table.c.vector == old)
-        .values(vector=new)
+        .where(
+            table.c.namespace == namespace,
+            table.c.lookup_key == key,
+            table.c.vector == _bound(old, binary),
+        )
+        .values(vector=_bound(new, binary))
     ).rowcount
 
 
@@ -98,7 +161,7 @@ def namespace_rows(conn: Connection, prefix: str, namespace: str) -> Iterator[Ve
     )
     for part in rows.partitions(_CHUNK):  # fetched a few hundred rows at a time, not one by one
         for key, printed, vector in part:
-            yield as_text(key) or "", as_text(printed) or "", as_text(vector) or ""
+            yield as_text(key) or "", as_text(printed) or "", read_vector(vector)
 
 
 def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[str]) -> list[VectorRow]:
@@ -111,7 +174,7 @@ def rows_of_keys(conn: Connection, prefix: str, namespace: str, keys: Sequence[s
                 table.c.namespace == namespace, table.c.lookup_key.in_(list(keys[start : start + _CHUNK]))
             )
         )
-        found.extend((as_text(key) or "", as_text(p) or "", as_text(v) or "") for key, p, v in rows)
+        found.extend((as_text(key) or "", as_text(p) or "", read_vector(v)) for key, p, v in rows)
     return found
 
 
@@ -125,9 +188,16 @@ def prints_of(conn: Connection, prefix: str, namespace: str) -> dict[str, str]:
 
 
 def upsert_vectors(
-    conn: Connection, prefix: str, namespace: str, model_id: str, dimension: int, rows: Iterable[VectorRow]
+    conn: Connection,
+    prefix: str,
+    namespace: str,
+    model_id: str,
+    dimension: int,
+    rows: Iterable[VectorRow],
+    binary: bool = True,
 ) -> None:
-    """Create or replace the vectors of ``rows``: one statement, executed for every row at once."""
+    """Create or replace the vectors of ``rows``: one statement, executed for every row at once
+    (``binary``: the column is, :func:`is_binary`)."""
     table = vector_table(prefix)
     params = [
         {
@@ -136,7 +206,7 @@ def upsert_vectors(
             "model_id": model_id,
             "dimension": dimension,
             "text_print": printed,
-            "vector": vector,
+            "vector": _bound(vector, binary),
         }
         for key, printed, vector in rows
     ]
