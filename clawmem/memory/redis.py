@@ -32,12 +32,13 @@ import redis
 from clawmem.clock import Clock
 from clawmem.codecs import StoredValues, decode_json_value, warn_undecryptable, warn_unreadable
 from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
+from clawmem.loop import on_async_path
 from clawmem.memory.base import FeedingMemory
 from clawmem.memory.redis_loop import can_await, client_on_loop
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired, problem_in
-from clawmem.sql.aio import installed, on_async_path
+from clawmem.sql.aio import installed
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"

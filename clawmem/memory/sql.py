@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 from clawmem.clock import Clock
 from clawmem.codecs import StoredValues, UndecodableValue, codec_for
 from clawmem.errors import StorageError
+from clawmem.loop import on_async_path
 from clawmem.memory.base import FeedingMemory, check_filter, contains_text, passes_filter
 from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed, written_log
 from clawmem.memory.sql_vectors import SqlVectorBacking
@@ -24,7 +25,6 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namesp
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, changes, kv, vectors
 from clawmem.sql import subjects as matching
-from clawmem.sql.aio import on_async_path
 from clawmem.sql.engine import (
     connect,
     current,
