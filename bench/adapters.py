@@ -9,7 +9,7 @@ overhead in microseconds:
 - LangGraph ``ClawStore.put`` against ``memory.get`` + ``memory.set`` (a put reads the item
   to keep its ``created_at``), ``ClawStore.get`` (no TTL) against ``memory.get``;
 - the same through ``aput`` and ``aget`` awaited on one event loop, on each path
-  (:mod:`clawmem.sql.aio`): ``async driver`` (a greenlet on the loop over asyncpg, asyncmy or
+  (:mod:`clawmem.integrations.aio`): ``async driver`` (a greenlet on the loop over asyncpg, asyncmy or
   redis.asyncio; SQLite and the file driver hop to a thread there too) and ``thread hop``;
 - LangChain ``ClawStore.mset([pair])`` against ``memory.set``, ``mget([key])`` against
   ``memory.get``.
@@ -35,12 +35,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from clawmem.integrations import langchain, langgraph
+from clawmem.integrations import aio, langchain, langgraph
 from clawmem.integrations.stored_items import encode_namespace
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.redis import RedisMemory
 from clawmem.memory.sql import SqlMemory
-from clawmem.sql import aio
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
 

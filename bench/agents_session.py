@@ -9,7 +9,7 @@ times ``get_items(limit=20)``: the awaited call on each path, and the core read 
 (history read, recall and guards, the model-input filter, the input and the reply stored)
 against the same core calls made directly: the difference is what the adapter adds
 (translation, validation, and the async path: a greenlet on the loop over asyncpg or asyncmy,
-or the worker-thread hop). The paths (``--paths``): ``async`` (:mod:`clawmem.sql.aio`; SQLite
+or the worker-thread hop). The paths (``--paths``): ``async`` (:mod:`clawmem.integrations.aio`; SQLite
 takes the thread there too) and ``thread`` (every call in a worker thread). Medians over
 ``--repeat`` runs, interleaved, so a busy machine weighs on all alike. Never part of the test
 suite.
@@ -36,6 +36,7 @@ from typing import Any
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from clawmem.clock import FakeClock  # noqa: E402
+from clawmem.integrations import aio  # noqa: E402
 from clawmem.integrations.openai_agents import (  # noqa: E402  # noqa: E402
     ITEM_ROLES,
     SESSION_ID_KEY,
@@ -45,7 +46,6 @@ from clawmem.integrations.openai_agents import (  # noqa: E402  # noqa: E402
 )
 from clawmem.memory.array import ArrayMemory  # noqa: E402
 from clawmem.recall import MessageAugmenter  # noqa: E402
-from clawmem.sql import aio  # noqa: E402
 from clawmem.sql.engine import create_engine  # noqa: E402
 from clawmem.sql.schema import (  # noqa: E402
     create_tables,  # noqa: E402

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from clawmem import events
 from clawmem.clock import FakeClock
-from clawmem.sql import aio
+from clawmem.integrations import aio
 from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import create_tables, drop_tables
 

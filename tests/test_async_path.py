@@ -1,4 +1,4 @@
-"""The async path (clawmem.sql.aio): an adapter's async methods over asyncpg and asyncmy on the
+"""The async path (clawmem.integrations.aio): an adapter's async methods over asyncpg and asyncmy on the
 event loop, with encryption at rest as on the worker-thread path, and many tasks of one loop at
 once (reads that wait on each other must never stop the loop)."""
 
@@ -21,11 +21,11 @@ from clawmem import events  # noqa: E402
 from clawmem.crypto import generate_key  # noqa: E402
 from clawmem.encryption.ciphers import keystore_of  # noqa: E402
 from clawmem.errors import Undecryptable  # noqa: E402
+from clawmem.integrations import aio  # noqa: E402
 from clawmem.integrations.openai_agents import ClawSession  # noqa: E402
 from clawmem.memory.sql import SqlMemory  # noqa: E402
 from clawmem.settings import Settings  # noqa: E402
 from clawmem.sites.site import Site  # noqa: E402
-from clawmem.sql import aio  # noqa: E402
 from clawmem.sql.engine import create_engine  # noqa: E402
 from clawmem.sql.keystore import key_table  # noqa: E402
 from clawmem.sql.schema import create_tables, drop_tables  # noqa: E402

@@ -24,9 +24,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from langgraph.store.memory import InMemoryStore
 
 from clawmem.clock import FakeClock
+from clawmem.integrations import aio
 from clawmem.integrations.langgraph import ClawStore
 from clawmem.recall.words import keywords, score
-from clawmem.sql import aio
 
 EVERYTHING = 10_000
 NAMESPACES = [

@@ -22,13 +22,13 @@ from agents.memory import SQLiteSession  # noqa: E402
 
 from clawmem import events  # noqa: E402
 from clawmem.errors import ValueTooLarge  # noqa: E402
+from clawmem.integrations import aio  # noqa: E402
 from clawmem.integrations.openai_agents import (  # noqa: E402
     ITEM_KEY,
     SESSION_ID_KEY,
     ClawSession,
     conversation_id_for,
 )
-from clawmem.sql import aio  # noqa: E402
 from clawmem.turn.conversations import ConversationLog, Message  # noqa: E402
 from tests.conftest import Run  # noqa: E402
 

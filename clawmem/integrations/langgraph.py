@@ -56,6 +56,7 @@ from langgraph.store.base import (  # noqa: E402
 from clawmem import events  # noqa: E402
 from clawmem.clock import Clock  # noqa: E402
 from clawmem.ids import new_id  # noqa: E402
+from clawmem.integrations import aio  # noqa: E402
 from clawmem.integrations import stored_items as stored  # noqa: E402
 from clawmem.memory.base import MemoryInterface  # noqa: E402
 from clawmem.memory.wrappers import namespaces_any, search_any  # noqa: E402
@@ -70,7 +71,6 @@ from clawmem.rules import (  # noqa: E402
     validate_key,
     validate_template,
 )
-from clawmem.sql import aio  # noqa: E402
 from clawmem.turn.guards import Guard, PiiGuard  # noqa: E402
 from clawmem.turn.writes import REMEMBER_TOOL, RememberTool, attribution, remember_now  # noqa: E402
 
@@ -214,7 +214,7 @@ class ClawStore(BaseStore):
         return [step() for step in steps]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run :meth:`batch` on the async path (:mod:`clawmem.sql.aio`): on the event loop over
+        """Run :meth:`batch` on the async path (:mod:`clawmem.integrations.aio`): on the event loop over
         asyncio drivers on PostgreSQL, MariaDB/MySQL and Redis, else in a worker thread, so the
         loop keeps serving other tasks either way."""
         return await aio.run(aio.every_driver_on_loop(self.memory), self.batch, list(ops))

@@ -24,7 +24,7 @@ deletes or expires anything. The tool is offered when the host passes it to its 
 ``CLAW_MEMORY_WRITES`` governs :class:`clawmem.Claw`'s own turns.
 
 The SDK is imported only when a session is made; without it, one line names the extra. The
-async methods run the synchronous core on the async path (:mod:`clawmem.sql.aio`): on the event
+async methods run the synchronous core on the async path (:mod:`clawmem.integrations.aio`): on the event
 loop over asyncio drivers on PostgreSQL, MariaDB/MySQL and Redis, in a worker thread on SQLite
 and the file driver, so the loop is never blocked.
 """
@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from clawmem import events
 from clawmem.errors import InvalidKey
 from clawmem.ids import new_id
-from clawmem.integrations import require
+from clawmem.integrations import aio, require
 from clawmem.recall import AugmentResult, MessageAugmenter
 from clawmem.recall.sources import Readable, serving_driver
 from clawmem.rules import (
@@ -52,7 +52,6 @@ from clawmem.rules import (
     validate_template,
 )
 from clawmem.settings import Settings
-from clawmem.sql import aio
 from clawmem.turn.conversations import ConversationLog, Message, StoredMessage
 from clawmem.turn.guards import Guard, PiiGuard, RedactingGuard
 from clawmem.turn.pipeline import recall_record, title_from

@@ -32,8 +32,9 @@ class ArrayMemory(FeedingMemory):
 
     @property
     def async_ready(self) -> bool:
-        """Whether an async caller runs this driver on its loop (:func:`clawmem.sql.aio.driver_on_loop`):
-        it does no I/O. A subclass may wait on something, so it keeps the worker thread."""
+        """Whether an async caller runs this driver on its loop
+        (:func:`clawmem.integrations.aio.driver_on_loop`): it does no I/O. A subclass may wait on
+        something, so it keeps the worker thread."""
         return type(self) is ArrayMemory
 
     def __init__(self, clock: Clock = time.time, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:

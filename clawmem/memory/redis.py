@@ -33,12 +33,12 @@ from clawmem.clock import Clock
 from clawmem.codecs import decode_json_value, warn_unreadable
 from clawmem.crypto.stored import StoredValues, warn_undecryptable
 from clawmem.errors import ConfigError, CorruptEntryError, Undecryptable, redact
+from clawmem.loop import installed, on_async_path
 from clawmem.memory.base import FeedingMemory
 from clawmem.memory.redis_loop import can_await, client_on_loop
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired, problem_in
-from clawmem.sql.aio import installed, on_async_path
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
@@ -180,7 +180,8 @@ class RedisMemory(FeedingMemory):
 
     @property
     def async_ready(self) -> bool:
-        """Whether this driver's calls take the async path (:func:`clawmem.sql.aio.driver_on_loop`)."""
+        """Whether this driver's calls take the async path
+        (:func:`clawmem.integrations.aio.driver_on_loop`)."""
         return can_await(self._client) and installed("redis")
 
     # -- key layout ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A Redis client for the async path: the synchronous client's calls, awaited on the loop.
 
-On the async path (:mod:`clawmem.sql.aio`) :class:`clawmem.memory.redis.RedisMemory` sends its
+On the async path (:mod:`clawmem.integrations.aio`) :class:`clawmem.memory.redis.RedisMemory` sends its
 commands through :func:`client_on_loop`: a client with the synchronous client's methods whose
 calls go to a ``redis.asyncio`` client on the same server, one per client and event loop, each
 reply awaited in the caller's greenlet. So the driver's code (pipelines, ``WATCH`` transactions,

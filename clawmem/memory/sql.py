@@ -16,6 +16,7 @@ from clawmem.clock import Clock
 from clawmem.codecs import UndecodableValue, codec_for
 from clawmem.crypto.stored import StoredValues
 from clawmem.errors import StorageError
+from clawmem.loop import on_async_path
 from clawmem.memory.base import FeedingMemory, check_filter, contains_text, passes_filter
 from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed, written_log
 from clawmem.memory.sql_vectors import SqlVectorBacking
@@ -25,7 +26,6 @@ from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namesp
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, changes, kv, vectors
 from clawmem.sql import subjects as matching
-from clawmem.sql.aio import on_async_path
 from clawmem.sql.engine import (
     connect,
     current,

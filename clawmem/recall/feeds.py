@@ -19,11 +19,11 @@ import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from clawmem.loop import holding
 from clawmem.recall.index import WordIndex
 from clawmem.recall.sources import Listing, conforms, serving_driver
 from clawmem.recall.words import NO_STEMMING
 from clawmem.records import Changes, MemoryRow
-from clawmem.sql.aio import holding
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import NoSuchModuleError
 
 from clawmem.errors import ConfigError
+from clawmem.loop import ASYNC_PATH
 
 _WRITE = "clawmem_write"
 _T = TypeVar("_T")
@@ -30,7 +31,7 @@ _DRIVERS = {
     "postgresql": ("psycopg", "postgres"),
 }
 _SUPPORTED = "use sqlite:///…, mysql+pymysql://… or postgresql+psycopg://…"
-# backend: the asyncio driver its reads and writes take on the async path (clawmem.sql.aio)
+# backend: the asyncio driver its reads and writes take on the async path (clawmem.integrations.aio)
 ASYNC_DRIVERS = {"mysql": "asyncmy", "mariadb": "asyncmy", "postgresql": "asyncpg"}
 # Seconds a pooled connection is kept before it is replaced at checkout: below MySQL's and
 # MariaDB's default wait_timeout (8 hours) and any proxy's idle limit likely in front of them,
@@ -279,7 +280,7 @@ def reading_line(engine: Engine) -> ReadingLine | None:
     pool of their loop's engine (a line's lock, held across a read, would stop the loop)."""
     if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
         return None
-    if _ASYNC_PATH.get() and async_url(engine.url) is not None:
+    if ASYNC_PATH.get() and async_url(engine.url) is not None:
         return None
     with _LINES_LOCK:
         line = _LINES.get(engine)
@@ -335,8 +336,6 @@ def after_erasure(engine: Engine) -> None:
             connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-# Set by clawmem.sql.aio.run while a call runs on the async path.
-_ASYNC_PATH: contextvars.ContextVar[bool] = contextvars.ContextVar("clawmem_async_path", default=False)
 # Per running event loop (gone with it), each engine's twin on the asyncio driver.
 _TWINS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Engine, bool], Engine]] = (
     weakref.WeakKeyDictionary()
@@ -354,12 +353,12 @@ def async_url(url: URL) -> URL | None:
 
 def current(engine: Engine, reading: bool = False) -> Engine:
     """Return the engine to run a statement on: ``engine`` itself, or on the async path (in a
-    :func:`clawmem.sql.aio.run` call, on its event loop) the twin of ``engine`` on the asyncio
+    :func:`clawmem.integrations.aio.run` call, on its event loop) the twin of ``engine`` on the asyncio
     driver of the same database, one per engine and loop. The twin compiles the same statements
     for the same dialect; its connections await their I/O, so the loop serves other tasks
     meanwhile. ``reading``: for a read outside a transaction; on PostgreSQL the twin then reads in
     autocommit, one round trip with no ``BEGIN`` or ``ROLLBACK`` (as a reading line does)."""
-    if not _ASYNC_PATH.get() or engine.dialect.is_async:
+    if not ASYNC_PATH.get() or engine.dialect.is_async:
         return engine
     url = async_url(engine.url)
     if url is None:

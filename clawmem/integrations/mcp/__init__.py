@@ -6,7 +6,7 @@ SDK, extra ``clawmem[mcp]``); ``clawmem mcp`` serves it on stdio. Its tools are 
 flushes or erases anything: deletion stays in the CLI, where it is confirmed and audited.
 
 Every tool call runs in its own :func:`clawmem.run_context`, so its events carry a run id, which
-the result reports too. A call runs on the async path (:mod:`clawmem.sql.aio`): on the server's
+the result reports too. A call runs on the async path (:mod:`clawmem.integrations.aio`): on the server's
 event loop over asyncio drivers when every driver behind the memory is on PostgreSQL,
 MariaDB/MySQL or Redis, else in a worker thread. Bad input, a namespace outside the server's
 scope and a storage failure are tool errors (``isError``) of one line; nothing is written then,
@@ -35,6 +35,7 @@ from clawmem import Claw, EchoProvider, Settings, __version__, subject_namespace
 from clawmem.clock import Clock  # noqa: E402
 from clawmem.errors import StorageError, redact  # noqa: E402
 from clawmem.ids import new_id  # noqa: E402
+from clawmem.integrations import aio  # noqa: E402
 from clawmem.integrations.mcp.results import (  # noqa: E402
     Found,
     KeysPage,
@@ -44,7 +45,6 @@ from clawmem.integrations.mcp.results import (  # noqa: E402
     Searched,
 )
 from clawmem.integrations.mcp.tools import MemoryTools, Scope  # noqa: E402
-from clawmem.sql import aio  # noqa: E402
 
 __all__ = ["INSTRUCTIONS", "Scope", "asgi_app", "server"]
 

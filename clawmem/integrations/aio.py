@@ -20,17 +20,15 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import importlib.util
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from sqlalchemy.util import await_only, greenlet_spawn
-from sqlalchemy.util.concurrency import in_greenlet
+from sqlalchemy.util import greenlet_spawn
 
 from clawmem import events
 from clawmem.ids import new_id
-from clawmem.sql.engine import _ASYNC_PATH, _TWINS
+from clawmem.loop import ASYNC_PATH, installed
+from clawmem.sql.engine import _TWINS
 
 _T = TypeVar("_T")
 ASYNC_DRIVER = "async driver"
@@ -51,11 +49,11 @@ async def run(on_loop: bool, function: Callable[..., _T], *args: Any, run_id: st
 
     if not on_loop or _THREAD_ONLY.get():
         return await asyncio.to_thread(call)
-    token = _ASYNC_PATH.set(True)
+    token = ASYNC_PATH.set(True)
     try:
         return await greenlet_spawn(call)
     finally:
-        _ASYNC_PATH.reset(token)
+        ASYNC_PATH.reset(token)
 
 
 @contextlib.contextmanager
@@ -87,28 +85,6 @@ async def close_engines() -> None:
             await greenlet_spawn(twin.dispose)
 
 
-def on_async_path() -> bool:
-    """Return whether the caller runs on the async path (inside :func:`run` on the loop)."""
-    return _ASYNC_PATH.get() and in_greenlet()
-
-
-@contextlib.contextmanager
-def holding(lock: threading.Lock) -> Iterator[None]:
-    """Hold ``lock`` for the block. On the async path a task whose lock another task of the same
-    loop holds (across an awaited read) lets the loop run until it is free, instead of blocking
-    the thread, which would stop the task that holds it."""
-    if not on_async_path():
-        with lock:
-            yield
-        return
-    while not lock.acquire(blocking=False):
-        await_only(asyncio.sleep(0.0005))
-    try:
-        yield
-    finally:
-        lock.release()
-
-
 def engine_on_loop(engine: Any) -> bool:
     """Return whether calls on ``engine`` take the async path: a PostgreSQL or MariaDB/MySQL
     engine whose asyncio driver is installed (the ``postgres`` and ``mysql`` extras bring them;
@@ -124,11 +100,6 @@ def engine_on_loop(engine: Any) -> bool:
 
 
 @functools.cache
-def installed(driver: str) -> bool:
-    """Return whether the asyncio driver module ``driver`` and greenlet can be imported."""
-    return all(importlib.util.find_spec(module) is not None for module in (driver, "greenlet"))
-
-
 def driver_on_loop(driver: Any) -> bool:
     """Return whether a memory driver's calls take the async path: a SQL driver on a server
     database, or Redis (see :func:`clawmem.memory.redis.RedisMemory`)."""
@@ -141,13 +112,11 @@ def every_driver_on_loop(memory: Any) -> bool:
     """Return whether every driver behind ``memory`` (through its wrappers and a router's
     routes) takes the async path: for a caller that may reach any namespace (a LangGraph batch,
     the MCP tools)."""
-    from clawmem.recall.sources import Wrapper, conforms
-
     while True:
         routes = getattr(memory, "drivers", None)
         if callable(routes) and hasattr(memory, "routes"):
             return all(every_driver_on_loop(driver) for driver in routes())
-        if not conforms(memory, Wrapper):
+        if not callable(getattr(memory, "serving", None)):
             return driver_on_loop(memory)
         memory = memory.serving("default")[0]
 
@@ -156,9 +125,15 @@ def memory_on_loop(memory: Any, namespaces: Iterable[str]) -> bool:
     """Return whether every driver that serves ``namespaces`` of ``memory`` (behind any
     wrappers) takes the async path: a call that reaches one in a worker thread's place would
     block the loop."""
-    from clawmem.recall.sources import serving_driver
+    return all(driver_on_loop(_serving(memory, namespace)) for namespace in namespaces)
 
-    return all(driver_on_loop(serving_driver(memory, namespace)[0]) for namespace in namespaces)
+
+def _serving(memory: Any, namespace: str) -> Any:
+    # The driver behind any wrappers that serves ``namespace`` (what
+    # clawmem.recall.sources.serving_driver finds; the sql package does not import recall).
+    while callable(getattr(memory, "serving", None)):
+        memory = memory.serving(namespace)[0]
+    return memory
 
 
 def path_name(on_loop: bool) -> str:
