@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -22,9 +21,9 @@ from sqlalchemy.engine import Engine
 
 from clawmem import events
 from clawmem.clock import Clock, utc_datetime
-from clawmem.crypto import PLAIN, Cipher, Context
+from clawmem.crypto import PLAIN, Cipher
 from clawmem.encryption.ciphers import cipher_for
-from clawmem.errors import ConfigError, Undecryptable
+from clawmem.errors import ConfigError
 from clawmem.paging import Page, check_limit, page_of
 from clawmem.php import json_encode as php_json_encode
 from clawmem.rules import (
@@ -57,10 +56,7 @@ from clawmem.turn.messages import (
     validate_conversation_id,
     wordpress_user_id,
 )
-
-# How many of the newest conversations (titles) and messages a search of sealed text decrypts
-# and scans: SQL cannot match text it cannot read. Export and erasure scan everything instead.
-SCAN_LIMIT = 10_000
+from clawmem.turn.search import SCAN_LIMIT, SealedSearch, TextScan
 
 ANY_CHECKPOINT = object()  # append's default: a summary is stored whatever checkpoint is newest
 
@@ -87,18 +83,6 @@ class _JobStored(Exception):
     def __init__(self, ids: list[str]) -> None:
         super().__init__("the job's turn is already stored")
         self.ids = ids
-
-
-@dataclass(frozen=True)
-class TextScan:
-    """What a search of sealed text found and how far it looked: the matching conversations
-    with the start of their newest matching message (``None`` when only the title matched),
-    how many titles and messages were decrypted, and whether that was every one of them."""
-
-    matches: dict[str, str | None]
-    conversations_read: int
-    messages_read: int
-    complete: bool
 
 
 class ConversationLog:
@@ -136,7 +120,7 @@ class ConversationLog:
             raise ConfigError(refuse_phpclaw_encryption())
         # Seals titles, metadata, contents and tool input (SPEC 13); PLAIN seals nothing.
         self.cipher = cipher
-        self._last_scan: tuple[Any, TextScan] | None = None
+        self.search = SealedSearch(engine, self.prefix, cipher)
 
     @property
     def encrypted(self) -> bool:
@@ -505,45 +489,9 @@ class ConversationLog:
     def scan(self, query: str, limit: int = SCAN_LIMIT, **filters: Any) -> TextScan:
         """Return which conversations passing ``filters`` hold ``query`` (case-insensitive) in
         their title or a message, decrypting the newest ``limit`` titles and messages: the
-        search of an encrypted site, bounded, saying how far it looked. The last scan is kept,
-        so a page's list, count and snippets cost one scan."""
-        # Kept for a moment only (one page's list, count and snippets), so a later search sees
-        # what was written since, and only while nothing was erased anywhere.
-        self.cipher.check_erasures()
-        memo = (
-            query,
-            limit,
-            tuple(sorted(filters.items(), key=lambda item: item[0])),
-            int(time.monotonic()),
-            self.cipher.forgotten,
-        )
-        if self._last_scan is not None and self._last_scan[0] == memo:
-            return self._last_scan[1]
-        needle = query.casefold()
-        with connect(self.engine) as conn:
-            titles, contents = listing.scan_candidates(conn, self.prefix, limit + 1, **filters)
-        complete = len(titles) <= limit and len(contents) <= limit
-        titles, contents = titles[:limit], contents[:limit]
-        matches: dict[str, str | None] = {}
-        for conversation_id, message_id, content in reversed(contents):  # oldest first: the first match wins
-            text = self._opened_text(sealing.MESSAGES, message_id, "content", content)
-            if text is not None and needle in text.casefold() and matches.get(conversation_id) is None:
-                matches[conversation_id] = text
-        for conversation_id, title in titles:
-            text = self._opened_text(sealing.CONVERSATIONS, conversation_id, "title", title)
-            if text is not None and needle in text.casefold():
-                matches.setdefault(conversation_id, None)
-        found = TextScan(matches, len(titles), len(contents), complete)
-        self._last_scan = (memo, found)
-        return found
-
-    def _opened_text(self, table: str, row_id: str, column: str, text: Any) -> str | None:
-        if text is None:
-            return None
-        try:
-            return self.cipher.open(str(text), Context.row(self.prefix, table, row_id, column))
-        except Undecryptable:
-            return None  # an unreadable row matches nothing; its page marks it
+        search of an encrypted site, bounded, saying how far it looked (see
+        :class:`~clawmem.turn.search.SealedSearch`)."""
+        return self.search.scan(query, limit, **filters)
 
     @staticmethod
     def _filters(
@@ -563,20 +511,9 @@ class ConversationLog:
     ) -> dict[str, str]:
         """Return, by conversation id, the start (``max_chars`` characters) of the first message
         of each of ``conversation_ids`` whose content holds ``query`` as :meth:`list` matches it."""
-        self.cipher.check_erasures()  # the last scan's matches serve only while nothing was erased
-        last = self._last_scan
-        if (
-            self.encrypted
-            and last is not None
-            and last[0][0] == query
-            and last[0][-1] == self.cipher.forgotten
-        ):
-            matches = last[1].matches
-            return {
-                conversation_id: (matches[conversation_id] or "")[:max_chars]
-                for conversation_id in conversation_ids
-                if matches.get(conversation_id) is not None
-            }
+        found = self.search.last_matches(conversation_ids, query, max_chars) if self.encrypted else None
+        if found is not None:
+            return found
         with connect(self.engine) as conn:
             return listing.first_matches(conn, self.prefix, conversation_ids, query, max_chars)
 

@@ -15,10 +15,10 @@ from clawmem.integrations.openai_agents import session_id_of
 from clawmem.sql.conversation_list import SORTS
 from clawmem.sql.conversations import ConversationSummary, MessageSize, StoredMessage
 from clawmem.turn.compaction import analyse_sizes, configured_thresholds, estimate_tokens
-from clawmem.turn.conversations import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
 from clawmem.turn.conversations import ConversationLog
 from clawmem.turn.messages import sizes_of
 from clawmem.turn.pipeline import billed_tokens, provider_history
+from clawmem.turn.search import SCAN_LIMIT as CONVERSATIONS_SCAN_LIMIT
 from dashboard import state
 from dashboard.views.downloads import DOWNLOAD_FORMATS, DOWNLOAD_LIMIT, moment_text
 from dashboard.views.downloads import download as download_response
