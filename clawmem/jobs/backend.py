@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from clawmem.clock import Clock
 from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import ConfigError, StorageError, Undecryptable, redact
-from clawmem.settings import ENV_PREFIX, Settings
+from clawmem.settings import CONNECT_TIMEOUT_SECONDS, ENV_PREFIX, REDIS_READ_TIMEOUT_SECONDS, Settings
 
 QUEUE_SCHEMES = ("sqlite", "redis", "rediss")
 QUEUE_NAMESPACE = "clawmem.queue"  # where a payload's associated data says it lives
@@ -174,10 +174,16 @@ def open_huey(settings: Settings) -> Any:
             location.name, filename=location.where, results=False, utc=True, storage_class=QueueFile
         )
     try:
-        import redis  # noqa: F401
+        import redis
     except ImportError:
         raise ConfigError("a redis:// queue needs the redis module: pip install 'clawmem[redis]'") from None
-    return RedisHuey(location.name, url=settings.queue_url, results=False, utc=True, clean_name=False)
+    # The pool is built here, not by Huey from the URL, so its connections get the timeouts.
+    pool = redis.ConnectionPool.from_url(
+        settings.queue_url,
+        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=REDIS_READ_TIMEOUT_SECONDS,
+    )
+    return RedisHuey(location.name, connection_pool=pool, results=False, utc=True, clean_name=False)
 
 
 class PayloadSeal:
