@@ -473,7 +473,9 @@ def run_mcp(url: str, token: str, load: Load) -> None:
             result = response.json().get("result") if response.status_code == 200 else None
             if isinstance(result, dict) and result.get("isError"):
                 text = " ".join(str(part.get("text", "")) for part in result.get("content", []))
-                kind = error_kind(Exception(text)) if "raised" in text or "failed" in text else "tool error"
+                # A tool error names its cause in text only: refused, timeout or reset when it says so.
+                kind = error_kind(Exception(text))
+                kind = "tool error" if kind.startswith("other:") else kind
                 load.add(Op("mcp", key, started, time.monotonic(), kind))
                 time.sleep(0.05)
                 continue
@@ -701,7 +703,11 @@ def run_server(
             for thread in threads:
                 thread.join(timeout=DRIVER_TIMEOUT * 4)
             if server == "redis":
-                outcome = queue_outcome(direct_settings, queued, wait=60)
+                # A task lost in flight (a fault cut the worker's pop) is handed over again once
+                # its lease has run out, at the reaper's next minute: wait for that too.
+                from clawmem.jobs.turns import LEASE_SECONDS
+
+                outcome = queue_outcome(direct_settings, queued, wait=LEASE_SECONDS + 90)
             stack.close()
             proxy.stop()
         rows = _rows(server, windows, load.ops, direct_settings)
