@@ -1,8 +1,10 @@
 """Network faults under a steady load: a TCP proxy between clawmem and each server (MariaDB,
 PostgreSQL, Redis) injects latency, a bandwidth limit, a stall (timeout), a reset and the server
 gone for a few seconds, one after another, while threads run turns through ``Claw.send``, memory
-writes and recalls, and the dashboard's pages (Flask's test client, signed in). Never part of
-the test suite; loopback only.
+writes and recalls, the dashboard's pages (Flask's test client, signed in) and MCP recalls
+(``tools/call recall`` over ``clawmem mcp --http``'s app, served by uvicorn in a thread, with a
+token scoped to the written namespace: the answer must hold the value last written). Never part
+of the test suite; loopback only.
 
     .venv/bin/python -m bench.faults [--servers mariadb,postgres,redis] [--fault-seconds 4]
 
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -395,6 +398,91 @@ def run_pages(client: Any, load: Load) -> None:
         load.add(Op("page", path, started, time.monotonic(), wrong=wrong))
 
 
+@contextlib.contextmanager
+def mcp_server(settings: Any, instance: str) -> Any:
+    """Serve ``clawmem mcp --http``'s app on ``settings`` (so through the proxy) from a uvicorn
+    thread on a free loopback port; yield its URL and a token scoped to the ``bench`` namespace."""
+    import uvicorn
+
+    from clawmem.integrations.mcp.http import asgi_app
+    from clawmem.sql import tokens as store
+    from clawmem.sql.engine import engine_for
+
+    app = asgi_app(settings)
+    token = store.create_token(
+        engine_for(store.accounts_url(instance)),
+        f"bench-{uuid.uuid4().hex[:6]}",
+        time.time(),
+        namespace="bench",
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not server.started:
+        raise SystemExit("the MCP HTTP server did not start")
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/mcp", token
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        listener.close()
+
+
+def run_mcp(url: str, token: str, load: Load) -> None:
+    """Recall, as an MCP client does (``tools/call recall``, one JSON-RPC POST each), the value
+    of the last memory write that succeeded until the load stops: the answer must hold it."""
+    import httpx
+
+    headers = {
+        "authorization": f"Bearer {token}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
+    count = 0
+    with httpx.Client(headers=headers, timeout=DRIVER_TIMEOUT * 4) as client:
+        while not load.stop.is_set():
+            count += 1
+            with load.lock:
+                known = load.written[-1] if load.written else None
+            if known is None:
+                time.sleep(0.05)
+                continue
+            key, marker = known
+            body = {
+                "jsonrpc": "2.0",
+                "id": count,
+                "method": "tools/call",
+                "params": {"name": "recall", "arguments": {"message": f"what is {marker}"}},
+            }
+            started = time.monotonic()
+            try:
+                response = client.post(url, json=body)
+            except Exception as exc:
+                load.add(Op("mcp", key, started, time.monotonic(), error_kind(exc)))
+                time.sleep(0.05)
+                continue
+            if response.status_code >= 500:
+                load.add(Op("mcp", key, started, time.monotonic(), str(response.status_code)))
+                time.sleep(0.05)
+                continue
+            result = response.json().get("result") if response.status_code == 200 else None
+            if isinstance(result, dict) and result.get("isError"):
+                text = " ".join(str(part.get("text", "")) for part in result.get("content", []))
+                # A tool error names its cause in text only: refused, timeout or reset when it says so.
+                kind = error_kind(Exception(text))
+                kind = "tool error" if kind.startswith("other:") else kind
+                load.add(Op("mcp", key, started, time.monotonic(), kind))
+                time.sleep(0.05)
+                continue
+            wrong = result is None or marker not in json.dumps(result)
+            load.add(Op("mcp", key, started, time.monotonic(), wrong=wrong))
+
+
 @dataclass
 class Queued:
     """The turns handed to the queue: ``(job_id, marker, conversation_id)`` of each enqueued."""
@@ -586,6 +674,8 @@ def run_server(
         )
         queued = Queued()
         stack = contextlib.ExitStack()
+        mcp_url, mcp_token = stack.enter_context(mcp_server(settings, folder))
+        threads.append(threading.Thread(target=run_mcp, args=(mcp_url, mcp_token, load), daemon=True))
         if server == "redis":
             from clawmem.jobs import TurnQueue
 
@@ -613,7 +703,11 @@ def run_server(
             for thread in threads:
                 thread.join(timeout=DRIVER_TIMEOUT * 4)
             if server == "redis":
-                outcome = queue_outcome(direct_settings, queued, wait=60)
+                # A task lost in flight (a fault cut the worker's pop) is handed over again once
+                # its lease has run out, at the reaper's next minute: wait for that too.
+                from clawmem.jobs.turns import LEASE_SECONDS
+
+                outcome = queue_outcome(direct_settings, queued, wait=LEASE_SECONDS + 90)
             stack.close()
             proxy.stop()
         rows = _rows(server, windows, load.ops, direct_settings)
@@ -714,6 +808,7 @@ def _rows(
                 "ops": len(inside),
                 "turns": len(turns),
                 "pages": sum(1 for op in inside if op.kind == "page"),
+                "mcp": sum(1 for op in inside if op.kind == "mcp"),
                 "failed": len(failed),
                 "retried": sum(1 for op in failed if op.kind == "turn" and not op.final),
                 "gave up": len(turns - succeeded),
@@ -734,6 +829,7 @@ COLUMNS = (
     ("ops", 5),
     ("turns", 5),
     ("pages", 5),
+    ("mcp", 5),
     ("failed", 6),
     ("retried", 7),
     ("gave up", 7),

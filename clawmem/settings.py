@@ -43,6 +43,14 @@ DEFAULT_SITE_LABEL = "default"
 # turn's record stays in phpclaw_jobs (phpClaw's RunAgentJob keeps its state for an hour).
 QUEUE_FILE = "queue.db"
 DEFAULT_JOB_TTL = 3600
+# Every connection to a server (SQL and Redis) has these timeouts, so a server that stops
+# answering fails the request in bounded time instead of hanging it until TCP gives up. They
+# are tuned in the URL itself, whose own parameters win: MariaDB's connect_timeout=,
+# read_timeout=, write_timeout=; PostgreSQL's connect_timeout=, tcp_user_timeout= (ms);
+# Redis's socket_connect_timeout=, socket_timeout=.
+CONNECT_TIMEOUT_SECONDS = 10
+SQL_READ_TIMEOUT_SECONDS = 60  # one statement's answer: a sweep or an export may run long
+REDIS_READ_TIMEOUT_SECONDS = 10  # one command's answer (above the queue's 1 s blocking pop)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

@@ -9,6 +9,7 @@ stored, not write a second copy.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,3 +79,74 @@ def test_a_queued_turn_sent_again_after_a_cut_commit_is_stored_once(server: dict
     assert reply.text == "echo: where is my parcel"
     assert server["proxy"].commits_cut == 1
     assert _user_texts(server["direct"], conversation_id) == ["hello", "where is my parcel"]
+
+
+# -- a server that stops answering ---------------------------------------------------------------
+
+
+def test_sql_connections_have_timeouts_unless_the_url_sets_its_own() -> None:
+    for url in (backend_url("mysql"), backend_url("postgres")):
+        query = create_engine(url).url.query
+        assert query["connect_timeout"] == "10"
+        assert query.get("read_timeout", query.get("tcp_user_timeout")) in ("60", "60000")
+    tuned = create_engine(backend_url("mysql") + "?read_timeout=7").url.query
+    assert tuned["read_timeout"] == "7"  # the operator's own value wins
+
+
+def test_a_stalled_mariadb_fails_the_append_in_bounded_time_and_loses_nothing(
+    prefix: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default read timeout, shortened for the test: the URL itself sets no timeout.
+    monkeypatch.setattr("clawmem.sql.engine.SQL_READ_TIMEOUT_SECONDS", 2)
+    url = backend_url("mysql")
+    proxy = FaultProxy(("127.0.0.1", sa.engine.make_url(url).port or PORTS["mysql"])).start()
+    direct = Settings(instance_path=str(tmp_path), database_url=url, table_prefix=prefix, pii_guard="off")
+    engine = create_engine(url)
+    create_tables(engine, prefix)
+    try:
+        log = ConversationLog.from_settings(direct.replace(database_url=proxy.url_for(url)))
+        conversation_id = new_id()
+        log.append(conversation_id, [Message("user", "first")])
+        proxy.set_fault("timeout")
+        started = time.monotonic()
+        with pytest.raises(sa.exc.OperationalError, match="timed out|Lost connection"):
+            log.append(conversation_id, [Message("user", "second")])
+        assert time.monotonic() - started < 10  # not until TCP gives up
+        proxy.set_fault(None)
+        log.append(conversation_id, [Message("user", "third")])  # the pool recovers
+        texts = _user_texts(direct, conversation_id)
+        assert texts[0] == "first" and texts[-1] == "third"
+        assert texts.count("second") <= 1  # the stalled append is stored at most once, never twice
+    finally:
+        proxy.stop()
+        drop_tables(engine, prefix)
+        engine.dispose()
+
+
+def test_a_stalled_redis_fails_the_write_in_bounded_time_with_a_clear_error(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clawmem.errors import StorageError
+    from clawmem.memory.redis import RedisMemory
+
+    monkeypatch.setattr("clawmem.memory.redis.REDIS_READ_TIMEOUT_SECONDS", 1)
+    url = backend_url("redis")
+    port = int(url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    database = url.rsplit("/", 1)[1]
+    proxy = FaultProxy(("127.0.0.1", port)).start()
+    direct = RedisMemory(url=url, prefix=f"{prefix}:")
+    memory = RedisMemory(url=f"redis://127.0.0.1:{proxy.port}/{database}", prefix=f"{prefix}:")
+    try:
+        memory.set("kept", "before the stall")
+        proxy.set_fault("timeout")
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="redis.*(Timeout|timed out)"):
+            memory.set("stalled", "during the stall")
+        assert time.monotonic() - started < 5
+        proxy.set_fault(None)
+        memory.set("after", "after the stall")  # the client reconnects
+        assert direct.get("kept") == "before the stall"
+        assert direct.get("after") == "after the stall"
+    finally:
+        proxy.stop()
+        direct.flush()

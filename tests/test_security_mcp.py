@@ -195,3 +195,38 @@ def test_a_token_store_that_cannot_be_read_is_a_one_line_503(tmp_path: Path) -> 
     assert "the token store could not be read" in log and "no such table" in log
     assert TRACEBACK not in log and "[parameters:" not in log
     assert not re.search(r"[0-9a-f]{64}", log), "the token's hash stays out of the log"
+
+
+def test_a_get_is_refused_at_once_not_held_open_as_a_stream(server: Served, token: str) -> None:
+    # The server sends nothing unasked, so it offers no event stream: the streamable HTTP
+    # transport's answer is 405, at once, instead of an idle stream held until the client gives up.
+    for accept in ("text/event-stream", "application/json, text/event-stream"):
+        answer = httpx2.get(
+            server.url, headers={"authorization": f"Bearer {token}", "accept": accept}, timeout=10
+        )
+        assert answer.status_code == 405, accept
+        assert answer.headers["allow"] == "POST"
+        assert "POST" in answer.json()["error"]
+        assert answer.headers.get("content-type") == "application/json"
+        assert_guarded(answer, f"GET {accept}")
+    assert httpx2.get(server.url, timeout=10).status_code == 401  # and nothing before the token
+
+
+def test_a_trailing_slash_is_served_without_a_redirect_built_from_host(server: Served, token: str) -> None:
+    port = int(server.url.split(":")[2].split("/")[0])
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    head = (
+        f"POST /mcp/ HTTP/1.1\r\nHost: attacker.example\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(head.encode("latin-1") + body)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status = int(answer.split(b" ", 2)[1])
+    assert status == 200, answer[:300]
+    assert b"attacker.example" not in answer
+    assert b"\r\nlocation:" not in answer.lower()
+    assert b'"tools"' in answer  # the same answer as /mcp

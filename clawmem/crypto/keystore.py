@@ -47,6 +47,7 @@ from clawmem.crypto.cipher import DataKey
 from clawmem.crypto.keys import KEY_BYTES, Keyring
 from clawmem.errors import ConfigError, KeyStoreError, redact
 from clawmem.ids import new_id
+from clawmem.settings import CONNECT_TIMEOUT_SECONDS, REDIS_READ_TIMEOUT_SECONDS
 
 KEYSTORE_VARIABLE = "CLAW_KEYSTORE_URL"
 # A data key's id as envelopes name it: "s-" and a ULID. A master key id of that form is refused,
@@ -598,7 +599,9 @@ def redis_backend(url: str, prefix: str) -> RedisKeyBackend:
             "a redis:// key store needs the redis module: pip install 'clawmem[redis]'"
         ) from None
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5.0)
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS, socket_timeout=REDIS_READ_TIMEOUT_SECONDS
+        )
     except ValueError as exc:
         raise ConfigError(f"invalid {KEYSTORE_VARIABLE} {redact(url)!r}: {exc}") from None
     return RedisKeyBackend(client, prefix, redact(url))

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from clawmem.clock import Clock
 from clawmem.crypto import PLAIN, Cipher, Context
 from clawmem.errors import ConfigError, StorageError, Undecryptable, redact
-from clawmem.settings import ENV_PREFIX, Settings
+from clawmem.settings import CONNECT_TIMEOUT_SECONDS, ENV_PREFIX, REDIS_READ_TIMEOUT_SECONDS, Settings
 
 QUEUE_SCHEMES = ("sqlite", "redis", "rediss")
 QUEUE_NAMESPACE = "clawmem.queue"  # where a payload's associated data says it lives
@@ -45,6 +45,33 @@ if held then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 return 1
+"""
+_ACQUIRE_READING_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local ok, current = pcall(cjson.decode, held)
+  if ok and type(current) == 'table' and tonumber(current['expires_at']) and
+     tonumber(current['expires_at']) > tonumber(ARGV[2]) and current['token'] ~= ARGV[3] then
+    return {0}
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+local data = redis.call('HGET', KEYS[2], ARGV[4])
+if data then
+  return {1, data}
+end
+return {1}
+"""
+_RELEASE_DROPPING_LUA = """
+local dropped = redis.call('HDEL', KEYS[2], ARGV[2])
+local held = redis.call('GET', KEYS[1])
+if held then
+  local ok, current = pcall(cjson.decode, held)
+  if ok and type(current) == 'table' and current['token'] == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+  end
+end
+return dropped
 """
 _RELEASE_LUA = """
 local held = redis.call('GET', KEYS[1])
@@ -147,10 +174,16 @@ def open_huey(settings: Settings) -> Any:
             location.name, filename=location.where, results=False, utc=True, storage_class=QueueFile
         )
     try:
-        import redis  # noqa: F401
+        import redis
     except ImportError:
         raise ConfigError("a redis:// queue needs the redis module: pip install 'clawmem[redis]'") from None
-    return RedisHuey(location.name, url=settings.queue_url, results=False, utc=True, clean_name=False)
+    # The pool is built here, not by Huey from the URL, so its connections get the timeouts.
+    pool = redis.ConnectionPool.from_url(
+        settings.queue_url,
+        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=REDIS_READ_TIMEOUT_SECONDS,
+    )
+    return RedisHuey(location.name, connection_pool=pool, results=False, utc=True, clean_name=False)
 
 
 class PayloadSeal:
@@ -224,11 +257,37 @@ class QueueStore:
         """Return the payload of job ``job_id``, the conversation's turn ``position``, or
         ``None`` once that job ended or was cancelled."""
         key = self._turn_key(conversation_id, position)
-        found = self._get(key)
+        return self.job_payload(job_id, key, self._get(key))
+
+    def claim_turn(
+        self, job_id: str, conversation_id: str, position: int, ttl: float, clock: Clock = time.time
+    ) -> tuple[ExpiringLock | None, dict[str, Any] | None]:
+        """Take job ``job_id``'s claim for ``ttl`` seconds and read its payload (the
+        conversation's turn ``position``) in one atomic step; return the claim, or ``None``
+        when another holds it, and the payload as :meth:`turn` gives it."""
+        claim = self.claim(job_id, clock)
+        key = self._turn_key(conversation_id, position)
+        taken, found = claim.acquire_reading(ttl, key)
+        if not taken:
+            return None, None
+        try:
+            return claim, self.job_payload(job_id, key, found)
+        except BaseException:
+            claim.release()
+            raise
+
+    def job_payload(self, job_id: str, key: str, found: bytes | None) -> dict[str, Any] | None:
+        """Return the payload stored as ``found`` under ``key`` if it is job ``job_id``'s, else
+        ``None``; raises as :meth:`PayloadSeal.open` does."""
         if found is None:
             return None
         payload = self.seal.open(key, found)
         return payload if payload.get("job_id") == job_id else None
+
+    def end_turn(self, claim: ExpiringLock, conversation_id: str, position: int) -> bool:
+        """Delete a turn's payload and give up its job's ``claim``, in one atomic step; return
+        whether the payload was there."""
+        return claim.release_dropping(self._turn_key(conversation_id, position))
 
     def turn_at(self, conversation_id: str, position: int) -> dict[str, Any] | None:
         """Return the payload of the conversation's turn ``position``, whichever job it is, or
@@ -315,13 +374,30 @@ class ExpiringLock:
     def acquire(self, ttl: float) -> bool:
         """Take the lock for ``ttl`` seconds (or extend it, when held by this object); return
         whether it is now held."""
+        return self._acquire(ttl, None)[0]
+
+    def acquire_reading(self, ttl: float, data_key: str) -> tuple[bool, bytes | None]:
+        """Take the lock as :meth:`acquire` does and, in the same atomic step (one Redis script,
+        one SQLite transaction), read the queue's data ``data_key``; return whether the lock is
+        now held, and the data (``None`` when absent or when the lock was not taken)."""
+        return self._acquire(ttl, data_key)
+
+    def _acquire(self, ttl: float, data_key: str | None) -> tuple[bool, bytes | None]:
         token = self.token or uuid.uuid4().hex
         now = self.clock()
         value = json.dumps({"token": token, "expires_at": now + ttl})
         storage = self.huey.storage
-        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):  # Redis
+        data: bytes | None = None
+        if _on_redis(storage):
             key = f"huey.{storage.name}.{self.key}"
-            taken = bool(storage.conn.eval(_ACQUIRE_LUA, 1, key, value, str(now), token))
+            if data_key is None:
+                taken = bool(storage.conn.eval(_ACQUIRE_LUA, 1, key, value, str(now), token))
+            else:
+                answer = storage.conn.eval(
+                    _ACQUIRE_READING_LUA, 2, key, storage.result_key, value, str(now), token, data_key
+                )
+                taken = bool(answer[0])
+                data = bytes(answer[1]) if taken and len(answer) > 1 else None
         else:
             with storage.db(commit=True) as cursor:
                 cursor.execute("select value from kv where queue = ? and key = ?", (storage.name, self.key))
@@ -333,8 +409,14 @@ class ExpiringLock:
                         "insert or replace into kv (queue, key, value) values (?, ?, ?)",
                         (storage.name, self.key, value.encode()),
                     )
+                    if data_key is not None:
+                        cursor.execute(
+                            "select value from kv where queue = ? and key = ?", (storage.name, data_key)
+                        )
+                        found = cursor.fetchone()
+                        data = None if found is None else bytes(found[0])
         self.token = token if taken else self.token
-        return taken
+        return taken, data
 
     def renew(self, ttl: float) -> bool:
         """Extend the lock to ``ttl`` seconds from now only if this object still holds it (nobody
@@ -343,7 +425,7 @@ class ExpiringLock:
             return False
         value = json.dumps({"token": self.token, "expires_at": self.clock() + ttl})
         storage = self.huey.storage
-        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):
+        if _on_redis(storage):
             key = f"huey.{storage.name}.{self.key}"
             renewed = bool(storage.conn.eval(_RENEW_LUA, 1, key, value, self.token))
         else:
@@ -371,7 +453,7 @@ class ExpiringLock:
         if self.token is None:
             return
         storage = self.huey.storage
-        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):
+        if _on_redis(storage):
             storage.conn.eval(_RELEASE_LUA, 1, f"huey.{storage.name}.{self.key}", self.token)
         else:
             with storage.db(commit=True) as cursor:
@@ -382,15 +464,41 @@ class ExpiringLock:
                     cursor.execute("delete from kv where queue = ? and key = ?", (storage.name, self.key))
         self.token = None
 
+    def release_dropping(self, data_key: str) -> bool:
+        """Delete the queue's data ``data_key`` and give the lock up if this object still holds
+        it, in one atomic step, in that order; return whether the data was there."""
+        storage = self.huey.storage
+        token = self.token or ""
+        if _on_redis(storage):
+            key = f"huey.{storage.name}.{self.key}"
+            dropped = bool(
+                storage.conn.eval(_RELEASE_DROPPING_LUA, 2, key, storage.result_key, token, data_key)
+            )
+        else:
+            with storage.db(commit=True) as cursor:
+                cursor.execute("delete from kv where queue = ? and key = ?", (storage.name, data_key))
+                dropped = cursor.rowcount > 0
+                cursor.execute("select value from kv where queue = ? and key = ?", (storage.name, self.key))
+                row = cursor.fetchone()
+                held = _held(row[0] if row else None)
+                if held is not None and held["token"] == token:
+                    cursor.execute("delete from kv where queue = ? and key = ?", (storage.name, self.key))
+        self.token = None
+        return dropped
+
     def holder(self) -> dict[str, Any] | None:
         """Return the lock's ``{"token", "expires_at"}`` as stored, or ``None`` when free."""
         storage = self.huey.storage
-        if hasattr(storage, "conn") and hasattr(storage.conn, "eval"):
+        if _on_redis(storage):
             return _held(storage.conn.get(f"huey.{storage.name}.{self.key}"))
         rows = storage.sql(
             "select value from kv where queue = ? and key = ?", (storage.name, self.key), results=True
         )
         return _held(rows[0][0] if rows else None)
+
+
+def _on_redis(storage: Any) -> bool:
+    return hasattr(storage, "conn") and hasattr(storage.conn, "eval")
 
 
 def _held(raw: Any) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from clawmem.clock import Clock
 from clawmem.encryption.ciphers import cipher_for
 from clawmem.errors import ConfigError, InvalidKey, JobRefused, ProviderError, StorageError, Undecryptable
 from clawmem.ids import new_id
-from clawmem.jobs.backend import PayloadSeal, QueueStore, open_huey
+from clawmem.jobs.backend import ExpiringLock, PayloadSeal, QueueStore, open_huey
 from clawmem.jobs.leases import LeaseKeeper, pause_at
 from clawmem.jobs.records import JobBook, JobRecord, one_line
 from clawmem.jobs.recovery import cancel_subject, reap
@@ -191,18 +191,25 @@ class TurnQueue:
         (``job_id``, ``conversation_id``, ``run_id``), ``None`` when there is nothing to run
         (ended, cancelled, or held by another worker), or the seconds after which to run it
         again (the turn before it has not ended, or the attempt failed and may be retried)."""
-        claim = self.store.claim(job_id, self.clock)
-        if not claim.acquire(self.lease_seconds):
+        # The claim and the payload in one step: one round trip to the queue's storage.
+        claim, payload = self.store.claim_turn(
+            job_id, conversation_id, position, self.lease_seconds, self.clock
+        )
+        if claim is None:
             return None  # another worker runs it (this task was a second copy), or an erasure holds it
         try:
-            return self._run_claimed(job_id, conversation_id, position, claim)
+            return self._run_claimed(job_id, conversation_id, position, claim, payload)
         finally:
-            claim.release()
+            claim.release()  # nothing left to do when the job's end gave it up already
 
     def _run_claimed(
-        self, job_id: str, conversation_id: str, position: int, claim: Any
+        self,
+        job_id: str,
+        conversation_id: str,
+        position: int,
+        claim: ExpiringLock,
+        payload: dict[str, Any] | None,
     ) -> dict[str, str] | float | None:
-        payload = self.store.turn(job_id, conversation_id, position)
         if payload is None:
             return None  # ended or cancelled: its payload went with it
         record = self.book.get(job_id)
@@ -245,13 +252,15 @@ class TurnQueue:
                 pause_at("stored")  # the turn is committed; its record still says running
         except Exception as exc:  # the job's boundary: any failure of the turn is its record's outcome
             self.leases.release(job_id)
-            return self._failed(record, exc)
+            return self._failed(record, exc, claim)
         finally:
             self.leases.release(job_id)
         if stored:
             run_id = next((m.metadata.get("run_id") for m in stored if isinstance(m.metadata, dict)), None)
-            return self._finish(record, "done", run_id=run_id, reason="found stored by an earlier attempt")
-        return self._finish(record, "done", run_id=reply.run_id)
+            return self._finish(
+                record, "done", claim, run_id=run_id, reason="found stored by an earlier attempt"
+            )
+        return self._finish(record, "done", claim, run_id=reply.run_id)
 
     def _renew_hand_over(self, record: JobRecord, delay: float) -> None:
         """Keep a queued job's hand-over lease ahead of the reaper while it waits (written only
@@ -309,7 +318,9 @@ class TurnQueue:
         age = self.clock() - queued_at
         return self.lease_seconds <= age < self.settings.job_ttl
 
-    def _failed(self, record: JobRecord, exc: BaseException) -> float | None:
+    def _failed(
+        self, record: JobRecord, exc: BaseException, claim: ExpiringLock | None = None
+    ) -> float | None:
         reason = one_line(exc) or type(exc).__name__
         if _retryable(exc) and record.attempts < record.max_attempts:
             delay = self.retry_delay * 2 ** (record.attempts - 1)
@@ -322,15 +333,22 @@ class TurnQueue:
                 )
             )
             return float(delay)
-        self._finish(record, "failed", error_class=type(exc).__name__, reason=reason)
+        self._finish(record, "failed", claim, error_class=type(exc).__name__, reason=reason)
         return None
 
-    def _finish(self, record: JobRecord, status: str, **changes: Any) -> dict[str, str] | None:
+    def _finish(
+        self, record: JobRecord, status: str, claim: ExpiringLock | None = None, **changes: Any
+    ) -> dict[str, str] | None:
+        """End the job's record, then delete its payload (and give up its ``claim`` in the same
+        step, when the caller holds one and is done with it)."""
         finished = record.changed(status=status, finished_at=self.clock(), lease_until=None, **changes)
         record = self.book.put(finished)
         pause_at("done")  # the record has ended; the payload, which the next turn waits on, is left
         if record.conversation_id and record.position:
-            self.store.drop_turn(record.conversation_id, record.position)
+            if claim is not None:
+                self.store.end_turn(claim, record.conversation_id, record.position)
+            else:
+                self.store.drop_turn(record.conversation_id, record.position)
         if status != "done":
             return None
         return {

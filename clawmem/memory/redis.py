@@ -39,10 +39,10 @@ from clawmem.memory.redis_loop import can_await, client_on_loop
 from clawmem.memory.redis_vectors import RedisVectorBacking, drop_vector_fields
 from clawmem.records import Changes, MemoryRow
 from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, is_expired, problem_in
+from clawmem.settings import CONNECT_TIMEOUT_SECONDS, REDIS_READ_TIMEOUT_SECONDS
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "phpclaw:"
-CONNECT_TIMEOUT_SECONDS = 5.0
 _BATCH = 1000  # keys per MGET/DEL/EXISTS, so no single command grows with the namespace
 LOG_LENGTH = 10_000  # changes kept per namespace; an index further behind reads it again whole
 
@@ -164,7 +164,9 @@ class RedisMemory(FeedingMemory):
         if client is None:
             try:
                 client = redis.Redis.from_url(
-                    url or DEFAULT_URL, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS
+                    url or DEFAULT_URL,
+                    socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                    socket_timeout=REDIS_READ_TIMEOUT_SECONDS,
                 )
             except ValueError as exc:
                 raise ConfigError(f"invalid Redis URL {redact(url or DEFAULT_URL)!r}: {exc}") from None

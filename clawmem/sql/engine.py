@@ -18,6 +18,7 @@ from sqlalchemy.exc import NoSuchModuleError
 
 from clawmem.errors import ConfigError
 from clawmem.loop import ASYNC_PATH
+from clawmem.settings import CONNECT_TIMEOUT_SECONDS, SQL_READ_TIMEOUT_SECONDS
 
 _WRITE = "clawmem_write"
 _T = TypeVar("_T")
@@ -106,6 +107,7 @@ def create_engine(url: str, **options: Any) -> Engine:
     # than that failure, and the next checkout connects afresh (tests/test_dashboard_connections.py).
     if parsed.get_backend_name() != "sqlite":
         options.setdefault("pool_recycle", POOL_RECYCLE)
+        parsed = _with_timeouts(parsed)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _private_file(parsed.database)
     try:
@@ -123,6 +125,22 @@ def create_engine(url: str, **options: Any) -> Engine:
         sa.event.listen(engine, "connect", _postgres_connect)
     _forget_pool_in_children(engine)
     return engine
+
+
+def _with_timeouts(parsed: URL) -> URL:
+    """Return ``parsed`` with clawmem's connect and read timeouts (see
+    :data:`clawmem.settings.SQL_READ_TIMEOUT_SECONDS`) where the URL sets none of its own: a
+    server that stops answering then fails the statement instead of hanging it. PostgreSQL's
+    libpq has no read timeout; ``tcp_user_timeout`` bounds a network that stops acknowledging."""
+    connect, read = str(CONNECT_TIMEOUT_SECONDS), str(SQL_READ_TIMEOUT_SECONDS)
+    if parsed.get_backend_name() in ("mysql", "mariadb") and parsed.get_driver_name() == "pymysql":
+        wanted = {"connect_timeout": connect, "read_timeout": read, "write_timeout": read}
+    elif parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+        wanted = {"connect_timeout": connect, "tcp_user_timeout": str(SQL_READ_TIMEOUT_SECONDS * 1000)}
+    else:
+        return parsed
+    missing = {name: value for name, value in wanted.items() if name not in parsed.query}
+    return parsed.update_query_dict(missing) if missing else parsed
 
 
 def _forget_pool_in_children(engine: Engine) -> None:

@@ -122,22 +122,31 @@ def upsert_entry(
         "created_at": stamp,
         "updated_at": stamp,
     }
-    changes: tuple[str, ...] = ("value", "expires_at", "updated_at")
     if shape == CLAWMEM_SCHEMA:
         row["metadata"] = metadata
+    conn.execute(_entry_upsert(prefix, shape, conn.dialect.name), row)
+
+
+@functools.cache
+def _entry_upsert(prefix: str, shape: str, dialect: str) -> sa.Insert:
+    # Built once per table and dialect, its values bound at execution: building the statement
+    # cost more than running it, and every job record of a queued turn is written through it.
+    table = tables(prefix, shape).memory
+    names = ["id", "namespace", "lookup_key", "value", "expires_at", "created_at", "updated_at"]
+    changes: tuple[str, ...] = ("value", "expires_at", "updated_at")
+    if shape == CLAWMEM_SCHEMA:
+        names.append("metadata")
         changes = (*changes, "metadata")
-    dialect = conn.dialect.name
+    values = {name: sa.bindparam(name, type_=table.c[name].type) for name in names}
     if dialect in ("mysql", "mariadb"):
-        insert = mysql.insert(table).values(row)
-        statement = insert.on_duplicate_key_update({name: insert.inserted[name] for name in changes})
-    else:
-        module = postgresql if dialect == "postgresql" else sqlite
-        insert = module.insert(table).values(row)
-        statement = insert.on_conflict_do_update(
-            index_elements=["namespace", "lookup_key"],
-            set_={name: insert.excluded[name] for name in changes},
-        )
-    conn.execute(statement)
+        insert = mysql.insert(table).values(values)
+        return insert.on_duplicate_key_update({name: insert.inserted[name] for name in changes})
+    module = postgresql if dialect == "postgresql" else sqlite
+    insert = module.insert(table).values(values)
+    return insert.on_conflict_do_update(
+        index_elements=["namespace", "lookup_key"],
+        set_={name: insert.excluded[name] for name in changes},
+    )
 
 
 def delete_entry(conn: Connection, prefix: str, namespace: str, key: str, shape: str = CLAWMEM_SCHEMA) -> int:

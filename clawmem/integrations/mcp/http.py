@@ -9,7 +9,9 @@ counts as a failed attempt). A tool call then runs in the token's scope, checked
 a namespace outside it, or ``remember`` on a read-only token, is a tool error and nothing is read
 or written. The transport answers a malformed JSON-RPC body with a JSON-RPC error, and a body
 over the limit with 413 before reading it whole. Sessions are stateless, so any worker serves
-any request. Every answer carries ``Cache-Control: no-store``, ``nosniff`` and headers that
+any request, and only ``POST /mcp`` is served: a GET gets 405 (no server-initiated event stream
+is offered), ``/mcp/`` is answered as ``/mcp`` (never redirected) and any other address 404.
+Every answer carries ``Cache-Control: no-store``, ``nosniff`` and headers that
 forbid framing; a token store that cannot be read gets 503 in one line, never a traceback.
 """
 
@@ -47,6 +49,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 TOKEN_SCOPE = "clawmem.token"  # the ASGI scope key that carries the request's token record
 MAX_BODY_BYTES = 1024 * 1024
+MCP_PATH = "/mcp"  # the one address served
 LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 # On every answer: nothing here is a page to frame, sniff into HTML or keep in a cache (tool
 # results carry customer text), and no link leaves with the address it came from.
@@ -205,6 +208,29 @@ class TokenGate:
                 message = f"the access token {record.name!r} expired at {moment}"
             await _plain(send, 401, message, [_challenge("invalid_token", message)])
             return
+        path = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if path == MCP_PATH + "/":
+            # Served here as /mcp: the transport would answer it with a redirect to an address
+            # built from the Host header, which a client does not control and an attacker may.
+            scope = {**scope, "path": root + MCP_PATH, "raw_path": (root + MCP_PATH).encode()}
+        elif path != MCP_PATH:
+            await _plain(send, 404, f"there is nothing at this address; the MCP endpoint is {MCP_PATH}")
+            return
+        if scope.get("method") != "POST":
+            # The streamable HTTP transport's answer for a server that offers no stream of its
+            # own: its sessions are stateless and it never sends a message unasked, so a GET
+            # would hold an idle stream open for as long as the client waits.
+            await _plain(
+                send,
+                405,
+                f"{scope.get('method')} is not served here: send each JSON-RPC message with POST "
+                "(this server opens no event stream)",
+                [("allow", "POST")],
+            )
+            return
         scope[TOKEN_SCOPE] = record
         await self.inner(scope, receive, send)
 
@@ -237,6 +263,7 @@ def asgi_app(
     app = build_server(CALL_TOOLS.get, _SCOPE_TEXT)
     app.tools_of = tools_of
     inner = app.streamable_http_app(
+        streamable_http_path=MCP_PATH,
         stateless_http=True,
         json_response=True,
         max_request_body_size=max_body_bytes,
