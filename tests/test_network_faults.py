@@ -20,7 +20,7 @@ from bench.faults import FaultProxy
 from clawmem.ids import new_id
 from clawmem.providers.echo import EchoProvider
 from clawmem.settings import Settings
-from clawmem.sql.engine import create_engine
+from clawmem.sql.engine import _async_connect_args, async_url, create_engine
 from clawmem.sql.schema import create_tables, drop_tables
 from clawmem.turn.conversations import ConversationLog, Message
 from clawmem.turn.pipeline import Claw
@@ -91,6 +91,18 @@ def test_sql_connections_have_timeouts_unless_the_url_sets_its_own() -> None:
         assert query.get("read_timeout", query.get("tcp_user_timeout")) in ("60", "60000")
     tuned = create_engine(backend_url("mysql") + "?read_timeout=7").url.query
     assert tuned["read_timeout"] == "7"  # the operator's own value wins
+
+
+def test_the_async_twins_keep_the_timeouts_under_their_drivers_names() -> None:
+    # What the async path's twin connects with: a pymysql or psycopg name the asyncio driver does
+    # not take would fail every connect (asyncmy has no write_timeout, asyncpg no connect_timeout).
+    mysql = async_url(create_engine(backend_url("mysql")).url)
+    assert mysql is not None and "write_timeout" not in mysql.query
+    assert (mysql.query["connect_timeout"], mysql.query["read_timeout"]) == ("10", "60")
+    postgres = create_engine(backend_url("postgres")).url
+    twin = async_url(postgres)
+    assert twin is not None and not {"connect_timeout", "tcp_user_timeout"} & set(twin.query)
+    assert _async_connect_args(postgres) == {"timeout": 10.0, "command_timeout": 60.0}
 
 
 def test_a_stalled_mariadb_fails_the_append_in_bounded_time_and_loses_nothing(

@@ -366,7 +366,28 @@ def async_url(url: URL) -> URL | None:
     driver = ASYNC_DRIVERS.get(url.get_backend_name())
     if driver is None:
         return None
-    return url.set(drivername=f"{url.get_backend_name()}+{driver}")
+    return _async_timeouts(url.set(drivername=f"{url.get_backend_name()}+{driver}"))
+
+
+def _async_timeouts(url: URL) -> URL:
+    """Return ``url`` without the timeouts of :func:`_with_timeouts` its asyncio driver does not
+    take by those names (asyncmy has no write timeout; asyncpg takes its own, given by
+    :func:`_async_connect_args`)."""
+    if url.get_driver_name() == "asyncmy":
+        return url.difference_update_query(["write_timeout"])
+    if url.get_driver_name() == "asyncpg":
+        return url.difference_update_query(["connect_timeout", "tcp_user_timeout"])
+    return url
+
+
+def _async_connect_args(url: URL) -> dict[str, Any]:
+    """Return what a twin on asyncpg connects with: ``timeout`` to connect (the URL's own
+    ``connect_timeout``, else clawmem's) and, awaiting on the loop, ``command_timeout`` as the
+    read timeout libpq lacks."""
+    if url.get_backend_name() != "postgresql":
+        return {}
+    connect = url.query.get("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    return {"timeout": float(str(connect)), "command_timeout": float(SQL_READ_TIMEOUT_SECONDS)}
 
 
 def current(engine: Engine, reading: bool = False) -> Engine:
@@ -393,7 +414,9 @@ def current(engine: Engine, reading: bool = False) -> Engine:
         twins[engine, reading] = twin
     if twin is None:
         size = getattr(engine.pool, "size", lambda: _TWIN_POOL)()
-        twin = twins[engine, reading] = create_engine(url, pool_size=size, max_overflow=_TWIN_OVERFLOW)  # type: ignore[arg-type]
+        twin = twins[engine, reading] = create_engine(  # type: ignore[arg-type]
+            url, pool_size=size, max_overflow=_TWIN_OVERFLOW, connect_args=_async_connect_args(engine.url)
+        )
     return twin
 
 
