@@ -112,6 +112,16 @@ def prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}_"
 
 
+@pytest.fixture
+def lite(tmp_path: Any, prefix: str) -> Iterator[sa.engine.Engine]:
+    """SQLite tables of this test's prefix: for what a check decides alone, the same on every
+    backend."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'lite.db'}")
+    create_tables(engine, prefix)
+    yield engine
+    engine.dispose()
+
+
 def sql_url(backend: str, tmp_path: Any) -> str:
     """Return the SQLAlchemy URL of ``backend`` (a fresh file database for SQLite)."""
     if backend == "sqlite":

@@ -58,15 +58,6 @@ def _tool_results(server: LoopbackCompletions) -> list[dict[str, Any]]:
     return [json.loads(m["content"]) for request in server.requests for m in request if m["role"] == "tool"]
 
 
-@pytest.fixture
-def lite(tmp_path: Path, prefix: str) -> Any:
-    """SQLite tables, for what the tool decides alone, the same on every backend."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'lite.db'}")
-    create_tables(engine, prefix)
-    yield engine
-    engine.dispose()
-
-
 def _session(
     engine: sa.engine.Engine, prefix: str, clock: FakeClock, name: str, **options: Any
 ) -> ClawSession:

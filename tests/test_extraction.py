@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,15 +30,6 @@ from tests.writing import SUBJECT, USER, driver_of
 from tests.writing import make_claw as remembering_claw
 
 pytest_plugins = ["tests.loopback", "tests.dashboard_fixtures"]
-
-
-@pytest.fixture
-def lite(tmp_path: Path, prefix: str) -> Iterator[sa.engine.Engine]:
-    """SQLite tables, for what the pipeline decides alone, the same on every backend."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'lite.db'}")
-    create_tables(engine, prefix)
-    yield engine
-    engine.dispose()
 
 
 def make_claw(

@@ -54,15 +54,6 @@ def _call(store: ClawStore, arguments: Any, config: Any = THREAD, **options: Any
     return answered
 
 
-@pytest.fixture
-def lite(tmp_path: Path, prefix: str) -> Any:
-    """SQLite tables, for what the tool decides alone, the same on every backend."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'lite.db'}")
-    create_tables(engine, prefix)
-    yield engine
-    engine.dispose()
-
-
 def _store(engine: sa.engine.Engine, prefix: str, clock: FakeClock) -> ClawStore:
     return ClawStore(SqlMemory(engine, prefix=prefix, clock=clock, max_value_bytes=1024), clock=clock)
 

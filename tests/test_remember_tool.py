@@ -6,7 +6,7 @@ privacy switch and bad arguments all hold."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +30,6 @@ if TYPE_CHECKING:
 from tests.writing import SUBJECT, USER, driver_of, make_claw
 
 pytest_plugins = ["tests.loopback"]
-
-
-@pytest.fixture
-def lite(tmp_path: Path, prefix: str) -> Iterator[sa.engine.Engine]:
-    """SQLite tables, for what the pipeline decides alone, the same on every backend."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'lite.db'}")
-    create_tables(engine, prefix)
-    yield engine
-    engine.dispose()
 
 
 def tool_call(name: str, arguments: Any, call_id: str) -> dict[str, Any]:
