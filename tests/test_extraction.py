@@ -433,6 +433,8 @@ def test_the_overview_counts_the_memory_writing_in_its_total_and_its_days(
     assert "Tokens billed, over every stored conversation: <strong>217</strong>" in body
     chart = body.split('id="tokens-chart-title"', 1)[1].split("</figure>", 1)[0]
     assert '<tr><td>14 Nov</td><td class="num">217</td></tr>' in chart
+    extraction = "(each turn's extraction call, <code>CLAW_MEMORY_WRITES=extract</code>)"
+    assert f"memory writing {extraction}: <strong>109</strong>" in body
 
 
 def test_the_subject_page_shows_who_wrote_each_entry(
@@ -457,6 +459,11 @@ def test_the_subject_page_shows_who_wrote_each_entry(
         '<span class="muted">(1 earlier value kept)</span>' in body
     )
     assert "<code>plan</code></a></td>" in body
+    # the two extraction calls' tokens, shown apart inside the subject's tokens billed
+    assert (
+        "Tokens billed</dt><dd><strong>438</strong>, of which memory writing <strong>220</strong> "
+        "(the turns' extraction calls)</dd>" in body
+    )
 
 
 class Scripted:

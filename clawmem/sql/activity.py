@@ -50,6 +50,9 @@ class Activity:
     newest: datetime | None = None
     total_tokens: int | None = None
     tokens: list[int | None] | None = None
+    # Of the days' tokens, those of the turns' extraction calls ("memory writing"): None when
+    # no row of the days reported one.
+    writing_tokens: int | None = None
 
 
 def day_edges(now: datetime, days: int) -> list[datetime]:
@@ -188,13 +191,14 @@ def tokens_per_day(
     prefix: str,
     edges: Sequence[datetime],
     billed: Callable[[Mapping[str, Any] | None], int | None],
-) -> list[int | None]:
+) -> tuple[list[int | None], int | None]:
     """Return the tokens billed in each interval of ``edges``: the sum of ``billed(usage)`` over
     the assistant rows written then whose metadata holds a usage, with a turn's extraction call
     (its ``memory_writing_tokens``), ``None`` for an interval where no row reported one ("not
-    reported", never 0). One range read on the messages' time index."""
+    reported", never 0), and those extraction calls' tokens over all the intervals (``None``:
+    none reported). One range read on the messages' time index."""
     if len(edges) < 2:
-        return []
+        return [], None
     return _billed_per_day(
         conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]}), edges, billed
     )
@@ -202,9 +206,10 @@ def tokens_per_day(
 
 def _billed_per_day(
     rows: Iterable[Any], edges: Sequence[datetime], billed: Callable[[Mapping[str, Any] | None], int | None]
-) -> list[int | None]:
+) -> tuple[list[int | None], int | None]:
     """Return :func:`tokens_per_day` of ``rows`` (``created_at``, ``metadata``) already read."""
     found: list[int | None] = [None] * (len(edges) - 1)
+    writing_total: int | None = None
     for created_at, metadata in rows:
         decoded = _decoded(metadata)
         reply, writing = billed(_usage(decoded)), _writing(decoded)
@@ -214,7 +219,9 @@ def _billed_per_day(
         day = bisect.bisect_right(edges, created_at) - 1
         if 0 <= day < len(found):
             found[day] = (found[day] or 0) + tokens
-    return found
+            if writing is not None:
+                writing_total = (writing_total or 0) + writing
+    return found, writing_total
 
 
 def _reported_rows(prefix: str) -> sa.ColumnElement[bool]:
@@ -335,7 +342,7 @@ def _grouped_counts(
     edges: Sequence[datetime],
     ours: bool,
     billed: Callable[[Mapping[str, Any] | None], int | None] | None,
-) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any], list[int | None] | None]:
+) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any], tuple[list[int | None] | None, int | None]]:
     """Return the messages and conversations per day of ``edges`` (UTC midnights), the
     conversations' count, earliest ``created_at``, latest ``updated_at`` and tokens, and given
     ``billed`` the tokens per day (:func:`tokens_per_day`), from one statement."""
@@ -353,7 +360,7 @@ def _grouped_counts(
             reported.append((moment, metadata))
         elif day in day_number:
             per_day[kind][day_number[day]] = int(count or 0)
-    tokens = None if billed is None else _billed_per_day(reported, edges, billed)
+    tokens = (None, None) if billed is None else _billed_per_day(reported, edges, billed)
     return per_day[MESSAGES], per_day[CONVERSATIONS], whole, tokens
 
 
@@ -383,7 +390,7 @@ def activity(
         found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
         messages, conversations = found[:days], found[days : 2 * days]
         total, oldest, newest, total_tokens = found[2 * days :]
-        tokens = None if billed is None else tokens_per_day(conn, prefix, edges, billed)
+        tokens = (None, None) if billed is None else tokens_per_day(conn, prefix, edges, billed)
     return Activity(
         [edge.date() for edge in edges[:-1]],
         [int(count or 0) for count in messages],
@@ -392,7 +399,8 @@ def activity(
         _readable_edge(conn, prefix, sa.func.min, "created_at", oldest),
         _readable_edge(conn, prefix, sa.func.max, "updated_at", newest),
         None if total_tokens is None else int(total_tokens),
-        tokens,
+        tokens[0],
+        tokens[1],
     )
 
 

@@ -359,6 +359,7 @@ class SubjectTotals:
     recall_records: int
     checkpoints: int
     total_tokens: int | None = None
+    memory_writing_tokens: int | None = None  # of total_tokens, the extraction calls'
 
 
 def subject_totals(conn: Connection, prefix: str, user_id: str, shape: str = CLAWMEM_SCHEMA) -> SubjectTotals:

@@ -17,6 +17,7 @@ from clawmem.crypto.envelope import like_pattern as sealed_pattern
 from clawmem.ids import new_id
 from clawmem.paging import decode_time_cursor
 from clawmem.settings import CLAWMEM_SCHEMA
+from clawmem.sql.exact import equals_exactly
 from clawmem.sql.kv import like_pattern
 from clawmem.sql.lenient import as_text, raw_moment, read_json, read_moment, reasons
 from clawmem.sql.paging import after
@@ -528,6 +529,20 @@ def _message_of(columns: dict[str, Any]) -> StoredMessage:
         raw_created_at=raw_moment(columns["created_at"]),
         metadata=metadata,
     )
+
+
+def subject_reported_messages(conn: Connection, prefix: str, user_id: str, shape: str) -> list[StoredMessage]:
+    """Return the assistant messages with metadata (where a turn's usage and its extraction's
+    tokens are kept) of the conversations whose ``user_id`` is ``user_id`` (exactly)."""
+    schema = tables(prefix)
+    conversations, messages = schema.conversations, schema.messages
+    theirs = sa.select(conversations.c.id).where(equals_exactly(conversations.c.user_id, user_id))
+    select = sa.select(*row_columns(messages, shape)).where(
+        messages.c.conversation_id.in_(theirs),
+        messages.c.role == "assistant",
+        messages.c.metadata.is_not(None),
+    )
+    return _messages(conn.execute(select))
 
 
 # -- one conversation's newest messages (what a framework session reads and pops) -------------

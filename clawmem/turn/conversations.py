@@ -536,9 +536,21 @@ class ConversationLog:
 
     def subject_totals(self, user_id: str) -> listing.SubjectTotals:
         """Return how many conversations, messages said, recall records and checkpoints the
-        subject ``user_id`` has, and the tokens their turns were billed."""
+        subject ``user_id`` has, the tokens their turns were billed and, of those, the tokens of
+        the turns' extraction calls ("memory writing", read from the turns' opened metadata)."""
         with connect(self.engine) as conn:
-            return listing.subject_totals(conn, self.prefix, user_id, self.shape)
+            totals = listing.subject_totals(conn, self.prefix, user_id, self.shape)
+            if self.shape != CLAWMEM_SCHEMA or not totals.conversations:
+                return totals
+            reported = sql.subject_reported_messages(conn, self.prefix, user_id, self.shape)
+        tokens = [
+            found
+            for message in self._messages(reported)
+            if isinstance(message.metadata, dict)
+            and type(found := message.metadata.get("memory_writing_tokens")) is int
+            and found >= 0
+        ]
+        return dataclasses.replace(totals, memory_writing_tokens=sum(tokens) if tokens else None)
 
     def get(self, conversation_id: str) -> ConversationSummary | None:
         """Return one conversation with its message count, or ``None``."""

@@ -88,6 +88,7 @@ def _growth(activity: Activity, memory_added: list[int] | None, memory_total: in
         "tokens": _tokens_daily(activity.tokens, days),
         "total_tokens": activity.total_tokens,  # None: not reported
         "tokens_stored": activity.tokens is not None,  # False: phpClaw's tables keep no usage
+        "writing_tokens": activity.writing_tokens,  # None: no extraction call reported tokens
         "by_tokens": url_for("conversations.index", sort="-tokens"),
     }
 
