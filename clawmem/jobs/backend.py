@@ -34,34 +34,28 @@ QUEUE_SCHEMES = ("sqlite", "redis", "rediss")
 QUEUE_NAMESPACE = "clawmem.queue"  # where a payload's associated data says it lives
 _NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
 
-_ACQUIRE_LUA = """
+# Takes the claim (KEYS[1]) for ARGV[1] unless another token (ARGV[3]) holds it unexpired at
+# ARGV[2], when it returns REFUSED: the one check both scripts below begin with.
+_CLAIM_LUA = """
 local held = redis.call('GET', KEYS[1])
 if held then
   local ok, current = pcall(cjson.decode, held)
   if ok and type(current) == 'table' and tonumber(current['expires_at']) and
      tonumber(current['expires_at']) > tonumber(ARGV[2]) and current['token'] ~= ARGV[3] then
-    return 0
+    return REFUSED
   end
 end
 redis.call('SET', KEYS[1], ARGV[1])
-return 1
 """
-_ACQUIRE_READING_LUA = """
-local held = redis.call('GET', KEYS[1])
-if held then
-  local ok, current = pcall(cjson.decode, held)
-  if ok and type(current) == 'table' and tonumber(current['expires_at']) and
-     tonumber(current['expires_at']) > tonumber(ARGV[2]) and current['token'] ~= ARGV[3] then
-    return {0}
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1])
-local data = redis.call('HGET', KEYS[2], ARGV[4])
+_ACQUIRE_LUA = _CLAIM_LUA.replace("REFUSED", "0") + "return 1\n"
+# The same, then the payload (field ARGV[4] of KEYS[2]) read in the same step.
+_READ_PAYLOAD_LUA = """local data = redis.call('HGET', KEYS[2], ARGV[4])
 if data then
   return {1, data}
 end
 return {1}
 """
+_ACQUIRE_READING_LUA = _CLAIM_LUA.replace("REFUSED", "{0}") + _READ_PAYLOAD_LUA
 _RELEASE_DROPPING_LUA = """
 local dropped = redis.call('HDEL', KEYS[2], ARGV[2])
 local held = redis.call('GET', KEYS[1])
