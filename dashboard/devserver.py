@@ -8,7 +8,8 @@ with the access-log format of the ``Procfile``, which leaves them out too.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from werkzeug.serving import WSGIRequestHandler, run_simple
 
@@ -28,6 +29,35 @@ class PathOnlyRequestHandler(WSGIRequestHandler):
             self.path = path
 
 
+class ClosingBody:
+    """A response body closed as soon as it is sent whole, dropped half-way, or closed.
+
+    Werkzeug's server closes a body only after reading what is left of the request; when the
+    browser resets the connection that read raises first, and the body (an open static file)
+    is left to the garbage collector unclosed. Here closing does not depend on that read.
+    """
+
+    def __init__(self, body: Iterable[bytes]) -> None:
+        self.body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self.body
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        close = getattr(self.body, "close", None)
+        self.body = ()
+        if close is not None:
+            close()
+
+
+def closing_bodies(app: Any) -> Any:
+    """``app`` (a WSGI application) with every response body a :class:`ClosingBody`."""
+    return lambda environ, start_response: ClosingBody(app(environ, start_response))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the dashboard (``create_app()``) on ``--host``/``--port`` until interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -36,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = parser.parse_args(argv)
     from dashboard import create_app
 
-    app = create_app()
+    app = closing_bodies(create_app())
     run_simple(options.host, options.port, app, threaded=True, request_handler=PathOnlyRequestHandler)
 
 

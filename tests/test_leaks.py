@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from clawmem.sql.engine import create_engine
 from clawmem.sql.schema import drop_tables
 from clawmem.turn.conversations import Message
 from dashboard import accounts, create_app, state
-from dashboard.devserver import PathOnlyRequestHandler
+from dashboard.devserver import PathOnlyRequestHandler, closing_bodies
 from dashboard.views.settings import deletion_commands
 from tests.conftest import backend_url
 from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
@@ -323,3 +324,33 @@ def test_invalid_utf8_from_another_program_reads_as_replacement_characters(tmp_p
     engine = create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT CAST(X'63c3' AS TEXT)")).scalar() == "c\ufffd"
+
+
+class _Body:
+    """A response body that records whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"one"
+        yield b"two"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("chunks_sent", [0, 1, 2])
+def test_a_body_is_closed_whether_it_was_sent_whole_dropped_half_way_or_closed(chunks_sent: int) -> None:
+    # Werkzeug's server skips close() when the client's reset breaks its read of the rest of the
+    # request; a static file left open that way failed a browser test with a ResourceWarning.
+    body = _Body()
+    served = closing_bodies(lambda environ, start_response: body)({}, None)
+    chunks = iter(served)
+    sent = [next(chunks) for _ in range(chunks_sent)]
+    if chunks_sent == 0:
+        served.close()
+    elif chunks_sent == 2:
+        assert list(chunks) == [] and body.closed
+    del chunks
+    assert body.closed and sent == [b"one", b"two"][:chunks_sent]

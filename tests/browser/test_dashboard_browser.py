@@ -22,6 +22,7 @@ from werkzeug.serving import make_server
 from clawmem.ids import new_id
 from clawmem.sql.schema import tables
 from dashboard import state, vendor
+from dashboard.devserver import closing_bodies
 from tests.conftest import IN_CI
 from tests.dashboard_helpers import ADMIN, PASSWORD
 
@@ -65,7 +66,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def server(app: Flask, demo: None, admin: tuple[str, str]) -> Iterator[str]:
     """The app with demo data, served by a real HTTP server on a free port; yields its base URL."""
-    http = make_server("127.0.0.1", 0, app, threaded=True)
+    http = make_server("127.0.0.1", 0, closing_bodies(app), threaded=True)
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{http.port}"
