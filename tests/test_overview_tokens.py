@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -16,13 +16,14 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from clawmem.clock import FakeClock, utc_datetime
+from clawmem.crypto import generate_key, is_sealed
 from clawmem.ids import new_id
 from clawmem.sql.schema import tables
 from clawmem.turn.conversations import Message
 from clawmem.turn.pipeline import billed_tokens
-from dashboard import state
+from dashboard import accounts, state
 from tests.conftest import SQL_BACKENDS
-from tests.dashboard_helpers import page_text
+from tests.dashboard_helpers import ADMIN, PASSWORD, page_text, sign_in
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
@@ -165,3 +166,33 @@ def test_the_tokens_cost_the_overview_one_query(app: Flask, demo: None, signed_i
     on_usage = [s for s in seen if messages in s and "metadata IS NOT NULL" in s]
     assert len(on_usage) == 1, on_usage
     print(f"the Overview ran {len(seen)} statements")
+
+
+@pytest.mark.parametrize("dashboard_backend", SQL_BACKENDS, indirect=True)
+def test_an_encrypted_sites_tokens_per_day_are_read_from_its_opened_metadata(
+    make_app: Callable[..., Flask], clock: FakeClock
+) -> None:
+    app = make_app(ENCRYPTION_KEYS=generate_key("k1"))
+    usage = {"usage": {"total_tokens": 40}, "memory_writing_tokens": 12}
+    with app.app_context():
+        state.conversations().append(
+            new_id(), [Message("user", "hi"), Message("assistant", "a", metadata=usage)], tokens=52
+        )
+        schema = tables(state.settings().table_prefix)
+        with state.engine().connect() as conn:
+            stored = conn.execute(
+                sa.select(schema.messages.c.metadata).where(schema.messages.c.role == "assistant")
+            ).scalar_one()
+        assert is_sealed(stored)  # sealed at rest: the chart must open it to count it
+        accounts.create_admin(ADMIN, PASSWORD, clock())
+    client = app.test_client()
+    assert sign_in(client).status_code == 302
+    body = _page(client)
+    today = utc_datetime(clock)
+    assert _chart_rows(body)[f"{today.day} {today:%b}"] == "52"
+    writing = body.split('class="tokens-writing"', 1)[1].split("</p>", 1)[0]
+    assert "memory writing" in writing and "<strong>12</strong>" in writing
+    # Under a key that cannot open it, the row reports nothing and the page still renders.
+    wrong = make_app(ENCRYPTION_KEYS=generate_key("k1")).test_client()
+    assert sign_in(wrong).status_code == 302
+    assert "No provider reported token usage for a turn in these 30 days." in _page(wrong)

@@ -173,7 +173,13 @@ def activity(site: Site, days: int = 30) -> Activity:
     their tokens. Raises ``ValueError`` for days outside 1..366."""
     with connect(site.engine) as conn:
         return sql_activity.activity(
-            conn, site.prefix, utc_datetime(site.clock), days, site.conversations.shape, billed_tokens
+            conn,
+            site.prefix,
+            utc_datetime(site.clock),
+            days,
+            site.conversations.shape,
+            billed_tokens,
+            site.conversations.cipher,
         )
 
 

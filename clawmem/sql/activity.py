@@ -22,11 +22,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from clawmem.crypto import PLAIN, Cipher, Context, is_sealed
+from clawmem.errors import Undecryptable
 from clawmem.records import NamespaceCount
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import kv
 from clawmem.sql.conversation_list import edge
 from clawmem.sql.schema import tables
+from clawmem.sql.sealing import MESSAGES as SEALED_MESSAGES
 
 MAX_DAYS = 366
 GROUPED_DIALECTS = ("postgresql", "mysql", "mariadb")  # where the charts count by GROUP BY
@@ -191,27 +194,32 @@ def tokens_per_day(
     prefix: str,
     edges: Sequence[datetime],
     billed: Callable[[Mapping[str, Any] | None], int | None],
+    cipher: Cipher = PLAIN,
 ) -> tuple[list[int | None], int | None]:
     """Return the tokens billed in each interval of ``edges``: the sum of ``billed(usage)`` over
     the assistant rows written then whose metadata holds a usage, with a turn's extraction call
     (its ``memory_writing_tokens``), ``None`` for an interval where no row reported one ("not
     reported", never 0), and those extraction calls' tokens over all the intervals (``None``:
-    none reported). One range read on the messages' time index."""
+    none reported). Sealed metadata is opened with ``cipher``; what it cannot open reports
+    nothing. One range read on the messages' time index."""
     if len(edges) < 2:
         return [], None
-    return _billed_per_day(
-        conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]}), edges, billed
-    )
+    rows = conn.execute(_reported_select(prefix), {"low": edges[0], "high": edges[-1]})
+    return _billed_per_day(rows, edges, billed, _metadata_opener(cipher, prefix))
 
 
 def _billed_per_day(
-    rows: Iterable[Any], edges: Sequence[datetime], billed: Callable[[Mapping[str, Any] | None], int | None]
+    rows: Iterable[Any],
+    edges: Sequence[datetime],
+    billed: Callable[[Mapping[str, Any] | None], int | None],
+    opened: Callable[[Any, Any], Any],
 ) -> tuple[list[int | None], int | None]:
-    """Return :func:`tokens_per_day` of ``rows`` (``created_at``, ``metadata``) already read."""
+    """Return :func:`tokens_per_day` of ``rows`` (``id``, ``created_at``, ``metadata``) already
+    read, each metadata through ``opened(id, metadata)`` (:func:`_metadata_opener`)."""
     found: list[int | None] = [None] * (len(edges) - 1)
     writing_total: int | None = None
-    for created_at, metadata in rows:
-        decoded = _decoded(metadata)
+    for row_id, created_at, metadata in rows:
+        decoded = _decoded(opened(row_id, metadata))
         reply, writing = billed(_usage(decoded)), _writing(decoded)
         if (reply is None and writing is None) or not isinstance(created_at, datetime):
             continue
@@ -236,7 +244,20 @@ def _reported_rows(prefix: str) -> sa.ColumnElement[bool]:
 def _reported_select(prefix: str) -> sa.Select[Any]:
     # Built once: asked on every Overview.
     messages = tables(prefix).messages
-    return sa.select(messages.c.created_at, messages.c.metadata).where(_reported_rows(prefix))
+    return sa.select(messages.c.id, messages.c.created_at, messages.c.metadata).where(_reported_rows(prefix))
+
+
+def _metadata_opener(cipher: Cipher, prefix: str) -> Callable[[Any, Any], Any]:
+    # Sealed metadata (encryption at rest) opened in its row's context; plaintext as it is.
+    def opened(row_id: Any, metadata: Any) -> Any:
+        if not is_sealed(metadata):
+            return metadata
+        try:
+            return cipher.open(metadata, Context.row(prefix, SEALED_MESSAGES, str(row_id), "metadata"))
+        except Undecryptable:
+            return None
+
+    return opened
 
 
 def _decoded(metadata: Any) -> dict[str, Any] | None:
@@ -305,12 +326,13 @@ def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bo
         *(sa.select(value).select_from(conversations).scalar_subquery() for value in values),
         *([] if ours else [sa.null()]),
         sa.null(),
+        sa.null(),
     )
 
     def per_day(kind: int, column: sa.Column[datetime]) -> sa.Select[Any]:
         day = _day_of(column, dialect)
         return (
-            sa.select(sa.literal(kind), day, sa.func.count(), sa.null(), sa.null(), sa.null(), sa.null())
+            sa.select(sa.literal(kind), day, sa.func.count(), *[sa.null()] * 5)
             .where(_in_window(column))
             .group_by(day)
         )
@@ -331,6 +353,7 @@ def _grouped_activity_select(prefix: str, ours: bool, dialect: str, reported: bo
                 sa.null(),
                 sa.null(),
                 messages.c.metadata,
+                messages.c.id,
             ).where(_reported_rows(prefix))
         )
     return sa.union_all(*parts)
@@ -342,6 +365,7 @@ def _grouped_counts(
     edges: Sequence[datetime],
     ours: bool,
     billed: Callable[[Mapping[str, Any] | None], int | None] | None,
+    cipher: Cipher,
 ) -> tuple[list[int], list[int], tuple[Any, Any, Any, Any], tuple[list[int | None] | None, int | None]]:
     """Return the messages and conversations per day of ``edges`` (UTC midnights), the
     conversations' count, earliest ``created_at``, latest ``updated_at`` and tokens, and given
@@ -350,17 +374,19 @@ def _grouped_counts(
     day_number = {edge.date(): number for number, edge in enumerate(edges[:-1])}
     per_day = {MESSAGES: [0] * len(day_number), CONVERSATIONS: [0] * len(day_number)}
     whole: tuple[Any, Any, Any, Any] = (0, None, None, None)
-    reported: list[tuple[Any, Any]] = []
-    for kind, day, count, moment, newest, total_tokens, metadata in conn.execute(
+    reported: list[tuple[Any, Any, Any]] = []
+    for kind, day, count, moment, newest, total_tokens, metadata, row_id in conn.execute(
         statement, {"low": edges[0], "high": edges[-1]}
     ):
         if kind == WHOLE:
             whole = (count, moment, newest, total_tokens)
         elif kind == REPORTED:
-            reported.append((moment, metadata))
+            reported.append((row_id, moment, metadata))
         elif day in day_number:
             per_day[kind][day_number[day]] = int(count or 0)
-    tokens = (None, None) if billed is None else _billed_per_day(reported, edges, billed)
+    if billed is None:
+        return per_day[MESSAGES], per_day[CONVERSATIONS], whole, (None, None)
+    tokens = _billed_per_day(reported, edges, billed, _metadata_opener(cipher, prefix))
     return per_day[MESSAGES], per_day[CONVERSATIONS], whole, tokens
 
 
@@ -371,17 +397,18 @@ def activity(
     days: int,
     shape: str = CLAWMEM_SCHEMA,
     billed: Callable[[Mapping[str, Any] | None], int | None] | None = None,
+    cipher: Cipher = PLAIN,
 ) -> Activity:
     """Return the messages and conversations of each of the last ``days`` UTC days up to ``now``,
     with the conversations stored now, their earliest and latest times and their tokens, in one
     statement, and, given ``billed``, the tokens of each day (see :func:`tokens_per_day`; none
     on phpClaw's tables, whose messages keep no usage), in the same statement on a server and
-    in a second on SQLite."""
+    in a second on SQLite. Metadata sealed at rest is opened with ``cipher``."""
     ours = shape == CLAWMEM_SCHEMA
     edges = day_edges(now, days)
     billed = billed if ours else None  # phpClaw's messages keep no usage
     if conn.dialect.name in GROUPED_DIALECTS:
-        messages, conversations, whole, tokens = _grouped_counts(conn, prefix, edges, ours, billed)
+        messages, conversations, whole, tokens = _grouped_counts(conn, prefix, edges, ours, billed, cipher)
         total, oldest, newest, total_tokens = whole
     else:
         bounds: dict[str, datetime] = {}
@@ -390,7 +417,7 @@ def activity(
         found = list(conn.execute(_activity_select(prefix, days, ours), bounds).one())
         messages, conversations = found[:days], found[days : 2 * days]
         total, oldest, newest, total_tokens = found[2 * days :]
-        tokens = (None, None) if billed is None else tokens_per_day(conn, prefix, edges, billed)
+        tokens = (None, None) if billed is None else tokens_per_day(conn, prefix, edges, billed, cipher)
     return Activity(
         [edge.date() for edge in edges[:-1]],
         [int(count or 0) for count in messages],
