@@ -51,14 +51,14 @@ from clawmem.recall.semantic_index import IndexedSemantic, Source
 from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.timing import Period, entry_time, named_periods
 from clawmem.recall.weighted_index import IndexedWeighted
-from clawmem.recall.words import NO_STEMMING, entry_words, keywords
+from clawmem.recall.words import NO_STEMMING, asked_words, entry_words, keywords
 
 # Chosen by leave-one-conversation-out on LoCoMo's dev split (python -m bench.tune, stemming
 # english; README "Recall scorings"), each on four conversations and scored on the fifth, a
-# setting worth the mean of it and its grid neighbours:
-DEPTH = 100  # 50 to 300 gave 0.70-0.71 recall@3 on all five (flat); the folds chose 50, 100 or 200
-WEIGHTED_SHARE = 0.5  # 0.4 to 0.6 gave 0.70-0.71 (flat); the folds chose 0.5 three times, 0.4 twice
-TIME_WEIGHT = 3.0  # 0 gave 0.705, 3 gave 0.725 on all five; the folds chose 3 three times, 8 twice
+# setting worth the mean of it and its grid neighbours, ``weighted`` without QUESTION_WORDS:
+DEPTH = 100  # 50 to 300 gave 0.727-0.735 recall@3 on all five (flat); the folds chose 100 or 200
+WEIGHTED_SHARE = 0.5  # 0.4 to 0.7 gave 0.727-0.735 (flat); the folds chose 0.3 to 0.7, 0.5 twice
+TIME_WEIGHT = 4.0  # 0 gave 0.714, 3 to 8 gave 0.733-0.735 on all five; the folds chose 3, 4, 4, 6, 8
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
 
 
@@ -170,9 +170,10 @@ class SemanticScorer:
     def hybrid(
         self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
     ) -> Ranking:
-        """Rank the union of ``weighted``'s (its words under ``stemming``) and ``semantic``'s
-        first :data:`DEPTH` candidates."""
-        words = keywords(message, stemming)
+        """Rank the union of ``weighted``'s (its words under ``stemming``, less
+        :data:`~clawmem.recall.words.QUESTION_WORDS`) and ``semantic``'s first :data:`DEPTH`
+        candidates."""
+        words = asked_words(message, stemming)
         if not self.embed_on_read:
             sources = indexed_sources(memory, namespaces, stemming)
             if sources is not None:
