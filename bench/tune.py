@@ -318,7 +318,7 @@ def families(stemming: str = "english") -> list[Family]:
             lambda a, s: weighted_of(a, s["floor"]),
         ),
         Family(
-            "weighted, a question's own words dropped (0 none, 1 QUESTION_WORDS, 2-3 longer lists)",
+            "weighted, a question's own words dropped (0 none, 1 interrogatives, 2 QUESTION_WORDS, 3 more)",
             {"dropped": [0.0, 1.0, 2.0, 3.0]},
             lambda a, s: weighted_of(a, dropped=dropped(s)),
         ),
