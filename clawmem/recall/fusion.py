@@ -61,7 +61,7 @@ from clawmem.text import utf8_len
 # english; README "Recall scorings"), each on four conversations and scored on the fifth, a
 # setting worth the mean of it and its grid neighbours, ``weighted`` without QUESTION_WORDS:
 DEPTH = 100  # 50 to 300 gave 0.727-0.735 recall@3 on all five (flat); the folds chose 100 or 200
-WEIGHTED_SHARE = 0.5  # 0.4 to 0.7 gave 0.727-0.735 (flat); the folds chose 0.3 to 0.7, 0.5 twice
+WEIGHTED_SHARE = 0.5  # 0.4 to 0.7 gave 0.725-0.735 (flat); the folds chose 0.3 to 0.7, 0.5 twice
 TIME_WEIGHT = 4.0  # 0 gave 0.714, 3 to 8 gave 0.733-0.735 on all five; the folds chose 3, 4, 4, 6, 8
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
 
