@@ -23,7 +23,7 @@ from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
 from clawmem.crypto import generate_key
 from clawmem.errors import CorruptStoreError
-from clawmem.memory.file_vectors import BINARY_MARK, FileVectorBacking, read_sidecar
+from clawmem.memory.file_vectors import BINARY_MARK, FileVectorBacking, read_meta, read_sidecar
 from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.privacy import erasure
 from clawmem.privacy.subjects import Subject
@@ -484,7 +484,8 @@ def test_the_file_drivers_vectors_file_is_binary_and_a_damaged_one_is_refused_by
     raw = path.read_bytes()
     assert raw.startswith(BINARY_MARK)
     dimension = read_sidecar(path)["dimension"]
-    rows_start = raw.index(b"\n", len(BINARY_MARK)) + 1
+    assert read_meta(path)["count"] == len(ENTRIES)  # read from its first lines alone
+    rows_start = raw.index(b"\n", raw.index(b"\n", len(BINARY_MARK)) + 1) + 1
     assert len(raw) - rows_start == len(ENTRIES) * (4 + dimension)  # each vector's packed bytes, no text
     restart()
     result = claw_of(settings, clock).augmenter.augment("where did she move")

@@ -2,10 +2,11 @@
 :class:`clawmem.recall.persisted.VectorBacking`): a sidecar file per namespace beside its entries.
 
 ``<stem>.vectors`` (next to the namespace's ``<stem>.json``) is binary: the line
-:data:`BINARY_MARK`, one line of JSON ``{"model_id": …, "dimension": …, "rows": [[key, text
-print, form, length], …]}``, then each row's bytes in that order: a vector's packed bytes (form
-``b``: its scale and int8 codes, 516 bytes for 512 dimensions) or the ASCII of its text (form
-``t``: sealed, or written as text before). A file written before is JSON,
+:data:`BINARY_MARK`, a line of JSON ``{"model_id": …, "dimension": …, "count": …}`` (what a
+worker checks and sizes its matrix by, read without the rest), a line of JSON ``[[key, text print,
+form, length], …]``, then each row's bytes in that order: a vector's packed bytes (form ``b``:
+its scale and int8 codes, 516 bytes for 512 dimensions) or the ASCII of its text (form ``t``:
+sealed, or written as text before). A file written before is JSON,
 ``{"model_id": …, "dimension": …, "vectors": {key: [text print, vector text]}}``: it is read, and
 written as JSON, never refused, until ``clawmem embed --replace`` (:meth:`FileVectorBacking.make_binary`)
 rewrites it binary, keeping every row as it was (the command then rewrites the rows of text).
@@ -67,15 +68,51 @@ def read_sidecar(path: Path) -> Sidecar:
     return data
 
 
+def _meta(line: bytes) -> dict[str, Any]:
+    """Return a binary file's second line read: its model, dimension and count of rows."""
+    meta = json.loads(line.decode("utf-8"))
+    if not isinstance(meta, dict) or not isinstance(meta.get("count"), int):
+        raise ValueError("no count of rows")
+    return meta
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """Return ``{"model_id", "dimension", "count"}`` of the vectors file at ``path`` (zeros
+    when there is none), reading only its first lines when it is binary; raise
+    :class:`CorruptStoreError` naming ``path`` for one that is not the driver's."""
+    try:
+        with path.open("rb") as opened:
+            head = opened.read(len(BINARY_MARK) + 4096)
+    except FileNotFoundError:
+        return {"model_id": "", "dimension": 0, "count": 0}
+    end = head.find(b"\n", len(BINARY_MARK))
+    if head.startswith(BINARY_MARK) and end >= 0:
+        try:
+            return _meta(head[len(BINARY_MARK) : end])
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise CorruptStoreError(
+                f"{path} is not a vectors file of clawmem ({exc}); move it away to embed again"
+            ) from None
+    sidecar = read_sidecar(path)  # JSON, or a model's name past 4 KB
+    return {
+        "model_id": sidecar["model_id"],
+        "dimension": sidecar["dimension"],
+        "count": len(sidecar["vectors"]),
+    }
+
+
 def _read_binary(path: Path, raw: bytes) -> Sidecar:
     """Return the sidecar of a binary vectors file's bytes ``raw`` (module docstring)."""
     start = len(BINARY_MARK)
-    end = raw.find(b"\n", start)
+    middle = raw.find(b"\n", start)
+    end = raw.find(b"\n", middle + 1) if middle >= 0 else -1
     try:
-        header = json.loads(raw[start:end].decode("utf-8")) if end >= 0 else None
-        rows = header["rows"] if isinstance(header, dict) else None
-        if not isinstance(rows, list):
+        if end < 0:
             raise ValueError("no rows")
+        header = _meta(raw[start:middle])
+        rows = json.loads(raw[middle + 1 : end].decode("utf-8"))
+        if not isinstance(rows, list) or len(rows) != header["count"]:
+            raise ValueError("not the rows its count says")
         vectors: dict[str, list[Any]] = {}
         at = end + 1
         for key, printed, form, length in rows:
@@ -130,9 +167,12 @@ def write_sidecar(path: Path, sidecar: Sidecar) -> None:
             part = data if isinstance(data, bytes) else data.encode("ascii")
             rows.append([key, printed, "b" if isinstance(data, bytes) else "t", len(part)])
             parts.append(part)
-        header = {"model_id": sidecar["model_id"], "dimension": sidecar["dimension"], "rows": rows}
-        head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        content = b"".join([BINARY_MARK, head, b"\n", *parts])
+        meta = {"model_id": sidecar["model_id"], "dimension": sidecar["dimension"], "count": len(rows)}
+        lines = [
+            json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            for part in (meta, rows)
+        ]
+        content = b"".join([BINARY_MARK, lines[0], b"\n", lines[1], b"\n", *parts])
     else:
         old = {key: sidecar[key] for key in ("model_id", "dimension", "vectors")}
         content = json.dumps(old, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -196,14 +236,14 @@ class FileVectorBacking:
         """Return every ``(model id, dimension)`` the sidecars hold vectors of."""
         found = set()
         for namespace in self.namespaces():
-            sidecar = read_sidecar(self._path(namespace))
-            if sidecar["vectors"]:
-                found.add((str(sidecar.get("model_id", "")), int(sidecar.get("dimension", -1))))
+            meta = read_meta(self._path(namespace))
+            if meta["count"]:
+                found.add((str(meta.get("model_id", "")), int(meta.get("dimension", -1))))
         return sorted(found)
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` has."""
-        return len(self._held(namespace))
+        return int(read_meta(self._path(namespace))["count"])
 
     def stored(self, namespace: str) -> list[VectorRow]:
         """Return every ``(key, text print, vector text as stored)`` of ``namespace``."""
