@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import re
 import sys
 import time
 from collections import defaultdict
@@ -34,11 +35,25 @@ from clawmem.cli.evaluate import load_entries
 from clawmem.recall.eval import embed_entries, parse
 from clawmem.recall.fusion import default_scorer
 from clawmem.recall.scoring import read_entries, weighted_scores
-from clawmem.recall.timing import entry_time, named_periods
-from clawmem.recall.words import keywords
+from clawmem.recall.timing import asks_when, entry_time, named_periods
+from clawmem.recall.words import QUESTION_WORDS, keywords
 from clawmem.settings import RECALL_STEMMINGS
 
 DEV = {f"locomo-{n}" for n in range(5)}
+
+# What a text telling when something happened holds (a trial: a when-question lifting such
+# entries, which leave-one-out did not choose): a weekday, a month, a year, a relative time.
+_TELLS_TIME = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|recently|ago|last|next|this|since|weekend|week|month|year"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may"
+    r"|june|july|august|september|october|november|december|(?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+def tells_time(text: str) -> bool:
+    """Return whether ``text`` says when something happened."""
+    return _TELLS_TIME.search(text) is not None
 
 
 @dataclass
@@ -53,6 +68,9 @@ class Asked:
     size: np.ndarray  # words per entry
     time: np.ndarray  # the entry's time (seconds), nan without one
     named: np.ndarray  # bool per entry: its time falls in one the message names
+    words: tuple[str, ...] = ()  # the message's words (stems), one per ``idf`` column
+    tells_time: np.ndarray | None = None  # bool per entry: its text says when (tells_time)
+    asks_when: bool = False  # the message asks when (timing.asks_when)
 
 
 def collect(path: Path, stemming: str) -> list[Asked]:
@@ -92,7 +110,22 @@ def collect(path: Path, stemming: str) -> list[Asked]:
         periods = named_periods(question.message, now)
         named = np.array([any(p.holds(t) for p in periods) if not math.isnan(t) else False for t in when])
         conversation, category = question.namespace or "", question.category or ""
-        out.append(Asked(conversation, category, wanted, idf, cosine, size, when, named))
+        tells = np.array([tells_time(e.text) for e in read])
+        out.append(
+            Asked(
+                conversation,
+                category,
+                wanted,
+                idf,
+                cosine,
+                size,
+                when,
+                named,
+                tuple(words),
+                tells,
+                asks_when(question.message),
+            )
+        )
     return out
 
 
@@ -108,10 +141,36 @@ def first_wanted(scores: np.ndarray, wanted: np.ndarray) -> int | None:
     return int(hits[0]) + 1 if hits.size else None
 
 
-def weighted_of(asked: Asked, floor: float = 0.0) -> np.ndarray:
-    """``weighted``: the sum of the matched words' idf; ``floor`` drops a word weighing less."""
+# Words a question is built with, dropped from its words in ``weighted`` (an ordered axis: each
+# list holds the one before): none; the interrogatives and auxiliaries alone;
+# clawmem.recall.words.QUESTION_WORDS (those and the commonest function words); a longer list.
+INTERROGATIVES = "what when where who whom whose which why how did does was were are has have had"
+DROPPED = [
+    "",
+    INTERROGATIVES,
+    " ".join(sorted(QUESTION_WORDS)),
+    " ".join(sorted(QUESTION_WORDS)) + " been being doing done having not nor but because while"
+    " until after before over under again further once both each few own same only just too myself"
+    " ours yourself himself hers herself itself theirs themselves kind type sort thing things one ever",
+]
+_DROPPED_STEMS: dict[tuple[int, str], frozenset[str]] = {}
+
+
+def dropped_stems(level: int, stemming: str) -> frozenset[str]:
+    """Return the words (under ``stemming``) of :data:`DROPPED`'s list ``level``."""
+    found = _DROPPED_STEMS.get((level, stemming))
+    if found is None:
+        found = _DROPPED_STEMS[level, stemming] = frozenset(keywords(DROPPED[level], stemming))
+    return found
+
+
+def weighted_of(asked: Asked, floor: float = 0.0, dropped: frozenset[str] = frozenset()) -> np.ndarray:
+    """``weighted``: the sum of the matched words' idf; ``floor`` drops a word weighing less,
+    ``dropped`` the words it holds."""
     total = np.zeros(asked.cosine.size)
-    for column in asked.idf:
+    for at, column in enumerate(asked.idf):
+        if at < len(asked.words) and asked.words[at] in dropped:
+            continue
         if column.max(initial=0.0) >= floor:
             total += column
     return np.where(total > 0, total, -np.inf)
@@ -239,15 +298,29 @@ def leave_one_out(family: Family, asked: Sequence[Asked]) -> list[str]:
     return lines
 
 
-def families() -> list[Family]:
+def families(stemming: str = "english") -> list[Family]:
     """The settings tried: today's fusion's constants, z-score fusion's, and weighted's."""
     depths = [25.0, 50.0, 100.0, 200.0]
     shares = [0.3, 0.4, 0.5, 0.6, 0.7]
+
+    def dropped(setting: dict[str, float]) -> frozenset[str]:
+        return dropped_stems(int(setting["dropped"]), stemming)
+
+    def fused(a: Asked, s: dict[str, float]) -> np.ndarray:
+        keyword = weighted_of(a, dropped=dropped(s))
+        told = s.get("told", 0.0) * a.asks_when * (a.tells_time if a.tells_time is not None else 0.0)
+        return zscore(keyword, a.cosine, s["share"], int(s["depth"])) + s["time"] * a.named + told
+
     return [
         Family(
             "weighted (idf floor: a word weighing less counts for nothing)",
             {"floor": [0.0, 0.5, 1.0, 1.5]},
             lambda a, s: weighted_of(a, s["floor"]),
+        ),
+        Family(
+            "weighted, a question's own words dropped (0 none, 1 interrogatives, 2 QUESTION_WORDS, 3 more)",
+            {"dropped": [0.0, 1.0, 2.0, 3.0]},
+            lambda a, s: weighted_of(a, dropped=dropped(s)),
         ),
         Family(
             "hybrid, weighted reciprocal rank fusion",
@@ -264,6 +337,32 @@ def families() -> list[Family]:
             {"share": shares, "depth": depths, "time": [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]},
             lambda a, s: zscore(weighted_of(a), a.cosine, s["share"], int(s["depth"])) + s["time"] * a.named,
         ),
+        Family(
+            "hybrid, z-score fusion, the time named, a question's own words dropped",
+            {
+                "share": [0.4, 0.5, 0.6],
+                "depth": [50.0, 100.0, 200.0],
+                "time": [2.0, 3.0, 4.0, 6.0],
+                "dropped": [0.0, 1.0, 2.0, 3.0],
+            },
+            fused,
+        ),
+        Family(
+            "hybrid as built: z-score fusion, the time named, weighted without QUESTION_WORDS",
+            {"share": shares, "depth": depths, "time": [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0], "dropped": [2.0]},
+            fused,
+        ),
+        Family(
+            "hybrid as built, and a when-question (timing.asks_when) lifting the entries that tell a time",
+            {
+                "share": [0.4, 0.5, 0.6],
+                "depth": [50.0, 100.0, 200.0],
+                "time": [2.0, 3.0, 4.0, 6.0],
+                "dropped": [2.0],
+                "told": [0.0, 0.25, 0.5, 1.0],
+            },
+            fused,
+        ),
     ]
 
 
@@ -277,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{options.file}: no question of conversations 0-4", file=sys.stderr)
         return 2
     print(f"{len(asked)} questions of conversations 0-4, stemming {options.stemming}")
-    for family in families():
+    for family in families(options.stemming):
         print("\n".join(leave_one_out(family, asked)))
     return 0
 

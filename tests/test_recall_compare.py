@@ -17,8 +17,12 @@ from tests.dashboard_helpers import page_text
 
 pytest_plugins = ["tests.dashboard_fixtures"]
 
-NOTES = {"team": "what did the team do", "cat": "what did the cat do", "move": "she moved to Toronto"}
-ASKED = "what did she do in Toronto"
+NOTES = {
+    "team": "Ann went out with the team",
+    "cat": "Ann went after the cat",
+    "move": "Ann moved to Toronto",
+}
+ASKED = "Where did Ann go when she went to Toronto?"
 
 
 def _settings(tmp_path: Path, **environ: str) -> Settings:
@@ -31,12 +35,13 @@ def test_what_each_scoring_injects_and_what_one_gains_or_loses(tmp_path: Path) -
         memory.set(key, value)
     settings = _settings(tmp_path, CLAW_RECALL_TOP_K="1")
     found = compare(memory, settings, ASKED, ["clawmem", "weighted"])
-    # overlap: every note shares two words, so the first key wins; weighted: Toronto is rare
+    # overlap: every note shares two words, so the first key wins; weighted: Toronto is rare (and
+    # the words the question is built with, where, did, when, she, count for nothing)
     assert [d.key for d in found.first.injected] == ["cat"]
     assert [d.key for d in found.second.injected] == ["move"]
     assert [d.key for d in found.gained] == ["move"] and [d.key for d in found.lost] == ["cat"]
     assert found.kept == () and not found.same
-    assert dict(found.second.injected[0].signals)["words"].startswith("she ")
+    assert dict(found.second.injected[0].signals)["words"].startswith("ann ")
     same = compare(memory, settings, ASKED, ["weighted", "weighted"])
     assert same.same and same.gained == same.lost == () and [d.key for d in same.kept] == ["move"]
 
@@ -45,9 +50,9 @@ def test_the_floor_applies_to_the_configured_scoring_only(tmp_path: Path) -> Non
     memory = ArrayMemory()
     for key, value in NOTES.items():
         memory.set(key, value)
-    settings = _settings(tmp_path, CLAW_RECALL_SCORING="weighted", CLAW_RECALL_MIN_SCORE="1.5")
+    settings = _settings(tmp_path, CLAW_RECALL_SCORING="weighted", CLAW_RECALL_MIN_SCORE="0.8")
     found = compare(memory, settings, ASKED, ["weighted", "clawmem"])
-    assert [d.key for d in found.first.injected] == ["move"]  # 1.96; the others 0.94
+    assert [d.key for d in found.first.injected] == ["move"]  # 1.11; the others 0.60
     assert [d.key for d in found.second.injected] == ["cat", "move", "team"]  # 2 words each
 
 
@@ -64,9 +69,9 @@ SIDE = re.compile(r'<div class="side side-(\d)">\s*<h3><code>([^<]+)</code>.*?</
 
 def test_the_preview_shows_both_scorings_side_by_side(app: Flask, signed_in: FlaskClient) -> None:
     with app.app_context():
-        for key, value in {**NOTES, "dog": "what did the dog do"}.items():
+        for key, value in {**NOTES, "dog": "Ann went after the dog"}.items():
             state.memory().set(key, value)
-        state.memory().set("<b>bold</b>", "what did <script>alert(1)</script> do in Toronto")
+        state.memory().set("<b>bold</b>", "Ann <script>alert(1)</script> to Toronto")
     plain = page_text(signed_in.get("/preview", query_string={"message": ASKED}))
     assert 'class="comparison"' not in plain and '<option value="weighted">weighted</option>' in plain
     body = page_text(signed_in.get("/preview", query_string={"message": ASKED, "compare": "weighted"}))
@@ -74,9 +79,9 @@ def test_the_preview_shows_both_scorings_side_by_side(app: Flask, signed_in: Fla
     assert sides["1"][0] == "clawmem" and sides["2"][0] == "weighted"
     injected = {n: INJECTED.findall(block) for n, (_, block) in sides.items()}
     bold = "&lt;b&gt;bold&lt;/b&gt;"
-    assert injected == {"1": [bold, "cat", "dog"], "2": ["move", bold, "cat"]}
+    assert injected == {"1": [bold, "cat", "dog"], "2": [bold, "move", "cat"]}
     assert CHANGE.findall(body) == [("gained", "move"), ("lost", "dog")]
-    assert re.search(r"words: she \d\.\d{3}, toronto \d\.\d{3}<", sides["2"][1])  # each word's weight
+    assert re.search(r"words: ann \d\.\d{3}, toronto \d\.\d{3}<", sides["2"][1])  # each word's weight
     assert "<script>alert(1)</script>" not in body
     assert '<option value="weighted" selected>weighted</option>' in body
 

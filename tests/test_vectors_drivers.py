@@ -9,7 +9,9 @@ are the counting ones of :mod:`tests.embedders`, so an embedding done again is c
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,8 @@ from click.testing import CliRunner
 from clawmem.cli import ClawGroup
 from clawmem.clock import FakeClock
 from clawmem.crypto import generate_key
-from clawmem.memory.file_vectors import FileVectorBacking
+from clawmem.errors import CorruptStoreError
+from clawmem.memory.file_vectors import BINARY_MARK, FileVectorBacking, read_meta, read_sidecar
 from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.privacy import erasure
 from clawmem.privacy.subjects import Subject
@@ -341,8 +344,20 @@ def _to_old_format(settings: Settings, namespace: str, form: str) -> None:
     encode = _float32_text if form == "float32" else encode_vector
     if isinstance(backing, SqlVectorBacking):
         _text_column(backing)
+    if isinstance(backing, FileVectorBacking):
+        _json_file(backing, namespace)
     old = [(key, printed, encode(vector)) for (key, printed, _), vector in zip(rows, vectors, strict=True)]
     backing.save(namespace, model, dimension, old)
+
+
+def _json_file(backing: FileVectorBacking, namespace: str) -> None:
+    """Make the namespace's vectors file JSON, emptied, as the file driver wrote it before it was binary."""
+    path = backing.driver.vectors_path(namespace)
+    model = read_sidecar(path)
+    path.write_text(
+        json.dumps({"model_id": model["model_id"], "dimension": model["dimension"], "vectors": {}})
+    )
+    assert read_sidecar(path)["binary"] is False
 
 
 def _text_column(backing: SqlVectorBacking) -> None:
@@ -383,10 +398,13 @@ def test_a_store_of_an_older_format_is_read_until_embed_replace_rewrites_it(make
     done = cli(site, "embed", "--embedder", COUNTING, "--replace")
     assert done.exit_code == 0, done.output
     on_sql_text = isinstance(backing, SqlVectorBacking) and backing.engine.dialect.name != "sqlite"
-    assert ("made the vector column" in done.output) == on_sql_text
+    on_json = isinstance(backing, FileVectorBacking)
+    assert ("hold vectors as bytes" in done.output) == (on_sql_text or on_json)
+    if on_json:
+        assert backing.driver.vectors_path("default").read_bytes().startswith(BINARY_MARK)
     backing = Site(settings).driver.vector_backing()  # as a new process finds it
-    as_bytes = backing.writes_bytes  # not sealed, and not a file's JSON
-    assert as_bytes == (not keys and not isinstance(backing, FileVectorBacking))
+    as_bytes = backing.writes_bytes  # not sealed
+    assert as_bytes == (not keys)
     rewritten = form == "float32" or as_bytes
     assert ("rewrote 3 vectors of an older format as int8 codes" in done.output) == rewritten
     if as_bytes:
@@ -442,3 +460,38 @@ def test_a_default_hybrid_turn_reads_no_namespace_whole(make_settings, clock, mo
     assert result.error is None
     assert result.semantic_coverage == "semantic: 4 of 4 entries embedded"
     assert result.decisions[0].key == "toronto"
+
+
+def test_the_file_drivers_vectors_file_is_binary_and_a_damaged_one_is_refused_by_name(
+    tmp_path, prefix, clock
+):
+    settings = Settings.from_mapping(
+        {
+            "DATABASE_URL": sql_url("sqlite", tmp_path),
+            "TABLE_PREFIX": prefix,
+            "MEMORY_DRIVER": "file",
+            "FILE_DIR": str(tmp_path / "files"),
+            "RECALL_SCORING": "hybrid",
+            "RECALL_EMBEDDER": COUNTING,
+        },
+        instance_path=tmp_path / "instance",
+    )
+    site = Site(settings, clock)
+    operations.init_db(site)
+    for key, text in ENTRIES.items():
+        site.memory.set(key, text, namespace="default")
+    path = site.driver.vectors_path("default")
+    raw = path.read_bytes()
+    assert raw.startswith(BINARY_MARK)
+    dimension = read_sidecar(path)["dimension"]
+    assert read_meta(path)["count"] == len(ENTRIES)  # read from its first lines alone
+    rows_start = raw.index(b"\n", raw.index(b"\n", len(BINARY_MARK)) + 1) + 1
+    assert len(raw) - rows_start == len(ENTRIES) * (4 + dimension)  # each vector's packed bytes, no text
+    restart()
+    result = claw_of(settings, clock).augmenter.augment("where did she move")
+    assert result.semantic_coverage == "semantic: 3 of 3 entries embedded"
+    assert last_embedder().texts == ["where did she move"]  # read back, nothing embedded again
+    assert result.decisions[0].key == "toronto"
+    path.write_bytes(raw[:-1])  # the last row cut short
+    with pytest.raises(CorruptStoreError, match=re.escape(str(path))):
+        read_sidecar(path)

@@ -72,7 +72,7 @@ def embed(namespaces: tuple[str, ...], dry_run: bool, replace: bool, batch: int,
     store = PersistedVectors(embedder, backing)
     if replace and not dry_run:
         if backing.make_binary():
-            click.echo(f"made the vector column of {backing.name} binary")
+            click.echo(f"made {backing.name} hold vectors as bytes")
         converted = sum(store.convert(namespace) for namespace in backing.namespaces())
         if converted:
             click.echo(f"rewrote {converted:,} vectors of an older format as int8 codes")

@@ -1,12 +1,20 @@
 """The file driver's vectors as recall's persisted vector store reads and writes them (see
 :class:`clawmem.recall.persisted.VectorBacking`): a sidecar file per namespace beside its entries.
 
-``<stem>.vectors`` (next to the namespace's ``<stem>.json``) holds
-``{"model_id": …, "dimension": …, "vectors": {key: [text print, vector text]}}``; it is written
-under the namespace's lock and replaced atomically, as the entries are. With encryption at rest
-on, a vector's text is sealed like the entry's value (vectors leak text), for the entry's place
-and the column ``vector``; one that cannot be opened reads as empty, and is embedded again. The
-driver deletes an entry's vector under the lock that forgets, flushes, sweeps or prunes it.
+``<stem>.vectors`` (next to the namespace's ``<stem>.json``) is binary: the line
+:data:`BINARY_MARK`, a line of JSON ``{"model_id": …, "dimension": …, "count": …}`` (what a
+worker checks and sizes its matrix by, read without the rest), a line of JSON ``[[key, text print,
+form, length], …]``, then each row's bytes in that order: a vector's packed bytes (form ``b``:
+its scale and int8 codes, 516 bytes for 512 dimensions) or the ASCII of its text (form ``t``:
+sealed, or written as text before). A file written before is JSON,
+``{"model_id": …, "dimension": …, "vectors": {key: [text print, vector text]}}``: it is read, and
+written as JSON, never refused, until ``clawmem embed --replace`` (:meth:`FileVectorBacking.make_binary`)
+rewrites it binary, keeping every row as it was (the command then rewrites the rows of text).
+A file is written under the namespace's lock and replaced atomically, as the entries are. With
+encryption at rest on, a vector's text is sealed like the entry's value (vectors leak text), for
+the entry's place and the column ``vector``; one that cannot be opened reads as empty, and is
+embedded again. The driver deletes an entry's vector under the lock that forgets, flushes,
+sweeps or prunes it.
 """
 
 from __future__ import annotations
@@ -22,22 +30,28 @@ from typing import Any, Protocol
 from clawmem.crypto.stored import StoredValues, opened_vectors, stored_vector
 from clawmem.errors import CorruptStoreError
 
-VectorRow = tuple[str, str, str]  # (key, text print, vector text)
+VectorRow = tuple[str, str, str | bytes]  # (key, text print, vector as stored: packed bytes or text)
 VECTORS_SUFFIX = ".vectors"
 COLUMN = "vector"  # what a sealed vector is bound to, beside the entry's place
 FILE_MODE = 0o600  # every file the file driver writes
 TEMP_PREFIX = ".tmp-"  # its writes go through temporary files named so; a crash can leave one
 
-Sidecar = dict[str, Any]  # {"model_id": str, "dimension": int, "vectors": {key: [print, text]}}
+BINARY_MARK = b"clawmem vectors 1\n"  # the first line of a binary vectors file
+_FORMS = {"b": bytes, "t": str}  # a row's form in a binary file: packed bytes, or text as ASCII
+
+# {"model_id": str, "dimension": int, "vectors": {key: [print, bytes or text]}, "binary": bool}
+Sidecar = dict[str, Any]
 
 
 def read_sidecar(path: Path) -> Sidecar:
-    """Return the sidecar held at ``path`` (an empty one when there is none); raise
+    """Return the sidecar held at ``path`` (an empty binary one when there is none); raise
     :class:`CorruptStoreError` naming ``path`` for one that is not the driver's."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return {"model_id": "", "dimension": 0, "vectors": {}}
+        return {"model_id": "", "dimension": 0, "vectors": {}, "binary": True}
+    if raw.startswith(BINARY_MARK):
+        return _read_binary(path, raw)
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -50,7 +64,77 @@ def read_sidecar(path: Path) -> Sidecar:
         for row in vectors.values()
     ):
         raise CorruptStoreError(f"{path} is not a vectors file of clawmem; move it away to embed again")
+    data["binary"] = False
     return data
+
+
+def _meta(line: bytes) -> dict[str, Any]:
+    """Return a binary file's second line read: its model, dimension and count of rows."""
+    meta = json.loads(line.decode("utf-8"))
+    if not isinstance(meta, dict) or not isinstance(meta.get("count"), int):
+        raise ValueError("no count of rows")
+    return meta
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """Return ``{"model_id", "dimension", "count"}`` of the vectors file at ``path`` (zeros
+    when there is none), reading only its first lines when it is binary; raise
+    :class:`CorruptStoreError` naming ``path`` for one that is not the driver's."""
+    try:
+        with path.open("rb") as opened:
+            head = opened.read(len(BINARY_MARK) + 4096)
+    except FileNotFoundError:
+        return {"model_id": "", "dimension": 0, "count": 0}
+    end = head.find(b"\n", len(BINARY_MARK))
+    if head.startswith(BINARY_MARK) and end >= 0:
+        try:
+            return _meta(head[len(BINARY_MARK) : end])
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise CorruptStoreError(
+                f"{path} is not a vectors file of clawmem ({exc}); move it away to embed again"
+            ) from None
+    sidecar = read_sidecar(path)  # JSON, or a model's name past 4 KB
+    return {
+        "model_id": sidecar["model_id"],
+        "dimension": sidecar["dimension"],
+        "count": len(sidecar["vectors"]),
+    }
+
+
+def _read_binary(path: Path, raw: bytes) -> Sidecar:
+    """Return the sidecar of a binary vectors file's bytes ``raw`` (module docstring)."""
+    start = len(BINARY_MARK)
+    middle = raw.find(b"\n", start)
+    end = raw.find(b"\n", middle + 1) if middle >= 0 else -1
+    try:
+        if end < 0:
+            raise ValueError("no rows")
+        header = _meta(raw[start:middle])
+        rows = json.loads(raw[middle + 1 : end].decode("utf-8"))
+        if not isinstance(rows, list) or len(rows) != header["count"]:
+            raise ValueError("not the rows its count says")
+        vectors: dict[str, list[Any]] = {}
+        at = end + 1
+        for key, printed, form, length in rows:
+            if not (isinstance(key, str) and isinstance(printed, str) and form in _FORMS):
+                raise ValueError("a row that is not one")
+            if not isinstance(length, int) or length < 0 or at + length > len(raw):
+                raise ValueError("a row past the end")
+            data = raw[at : at + length]
+            vectors[key] = [printed, data if form == "b" else data.decode("ascii")]
+            at += length
+        if at != len(raw):
+            raise ValueError("bytes past the last row")
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise CorruptStoreError(
+            f"{path} is not a vectors file of clawmem ({exc}); move it away to embed again"
+        ) from None
+    return {
+        "model_id": header.get("model_id", ""),
+        "dimension": header.get("dimension", 0),
+        "vectors": vectors,
+        "binary": True,
+    }
 
 
 def replace_file(path: Path, content: bytes, suffix: str) -> None:
@@ -72,11 +156,26 @@ def replace_file(path: Path, content: bytes, suffix: str) -> None:
 
 
 def write_sidecar(path: Path, sidecar: Sidecar) -> None:
-    """Replace the sidecar at ``path`` atomically (remove it when it holds no vector)."""
+    """Replace the sidecar at ``path`` atomically, in its format (binary unless it was read as
+    JSON); remove it when it holds no vector."""
     if not sidecar["vectors"]:
         path.unlink(missing_ok=True)
         return
-    content = json.dumps(sidecar, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if sidecar.get("binary", True):
+        rows, parts = [], []
+        for key, (printed, data) in sidecar["vectors"].items():
+            part = data if isinstance(data, bytes) else data.encode("ascii")
+            rows.append([key, printed, "b" if isinstance(data, bytes) else "t", len(part)])
+            parts.append(part)
+        meta = {"model_id": sidecar["model_id"], "dimension": sidecar["dimension"], "count": len(rows)}
+        lines = [
+            json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            for part in (meta, rows)
+        ]
+        content = b"".join([BINARY_MARK, lines[0], b"\n", lines[1], b"\n", *parts])
+    else:
+        old = {key: sidecar[key] for key in ("model_id", "dimension", "vectors")}
+        content = json.dumps(old, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     replace_file(path, content, VECTORS_SUFFIX)
 
 
@@ -137,14 +236,14 @@ class FileVectorBacking:
         """Return every ``(model id, dimension)`` the sidecars hold vectors of."""
         found = set()
         for namespace in self.namespaces():
-            sidecar = read_sidecar(self._path(namespace))
-            if sidecar["vectors"]:
-                found.add((str(sidecar.get("model_id", "")), int(sidecar.get("dimension", -1))))
+            meta = read_meta(self._path(namespace))
+            if meta["count"]:
+                found.add((str(meta.get("model_id", "")), int(meta.get("dimension", -1))))
         return sorted(found)
 
     def count(self, namespace: str) -> int:
         """Return how many vectors ``namespace`` has."""
-        return len(self._held(namespace))
+        return int(read_meta(self._path(namespace))["count"])
 
     def stored(self, namespace: str) -> list[VectorRow]:
         """Return every ``(key, text print, vector text as stored)`` of ``namespace``."""
@@ -164,11 +263,24 @@ class FileVectorBacking:
         """Return the text print of every vector of ``namespace``, by key."""
         return {key: printed for key, (printed, _) in self._held(namespace).items()}
 
-    writes_bytes = False  # a sidecar is JSON: a vector is stored as the text of its packed bytes
+    @property
+    def writes_bytes(self) -> bool:
+        """Return whether a vector saved is stored as its packed bytes: unless it is sealed (a
+        file still JSON stores text until :meth:`make_binary`)."""
+        return not self.driver.values.cipher.enabled
 
     def make_binary(self) -> bool:
-        """Nothing to change: a sidecar holds text."""
-        return False
+        """Rewrite every vectors file still JSON as binary, each row kept as it was
+        (``clawmem embed --replace``); return whether one changed."""
+        changed = False
+        for namespace in self.namespaces():
+            path = self._path(namespace)
+            with self.driver.locked(namespace):
+                sidecar = read_sidecar(path)
+                if not sidecar["binary"]:
+                    sidecar["binary"] = changed = True
+                    write_sidecar(path, sidecar)
+        return changed
 
     def save(self, namespace: str, model_id: str, dimension: int, rows: Sequence[VectorRow]) -> None:
         """Create or replace ``rows`` (their vector text sealed when encryption is on), under
@@ -176,13 +288,14 @@ class FileVectorBacking:
         if not rows:
             return
         values = self.driver.values
-        sealed = {
-            key: [printed, stored_vector(values, namespace, key, data, binary=False)]
-            for key, printed, data in rows
-        }
         path = self._path(namespace)
         with self.driver.locked(namespace):
             sidecar = read_sidecar(path)
+            binary = sidecar["binary"]
+            sealed = {
+                key: [printed, stored_vector(values, namespace, key, data, binary=binary)]
+                for key, printed, data in rows
+            }
             sidecar["model_id"], sidecar["dimension"] = model_id, dimension
             sidecar["vectors"].update(sealed)
             write_sidecar(path, sidecar)

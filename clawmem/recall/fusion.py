@@ -13,9 +13,12 @@ when the list holds every candidate (weighted: no shared word; semantic: no vect
 the list's last score; a list whose scores are all equal gives every entry 0. When the message
 names a time (:func:`clawmem.recall.timing.named_periods`: "in July 2023", "last week"), a
 candidate whose time (:func:`clawmem.recall.timing.entry_time`: metadata ``at``, else
-``updated_at``) falls in one of them gains :data:`TIME_WEIGHT`; its signals say which. An entry
-without a vector is thus scored by ``weighted`` alone, and the report says how many entries are
-embedded.
+``updated_at``) falls in one of them gains :data:`TIME_WEIGHT`; its signals say which. When the
+message asks when (:func:`clawmem.recall.timing.asks_when`: "When did Ann move?"), the weighing
+is the same, and each injected line of an entry with a time carries its date, ``- key: text
+(dated 2023-05-08)``: the answer a when-question seeks is often that date, and the entry's text
+alone does not hold it. An entry without a vector is scored by ``weighted`` alone, and the report
+says how many entries are embedded.
 
 When every namespace is served by a driver with a word index and the vectors are kept for the
 scorer (not embedded as a turn reads them), neither reads a namespace whole: a ``semantic`` turn
@@ -49,20 +52,28 @@ from clawmem.recall.rankings import indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Entry, Scored, ScoredRanking, read_entries, weighted_scores
 from clawmem.recall.semantic_index import IndexedSemantic, Source
 from clawmem.recall.sources import Readable, conforms, serving_driver
-from clawmem.recall.timing import Period, entry_time, named_periods
+from clawmem.recall.timing import Period, asks_when, entry_time, named_periods
 from clawmem.recall.weighted_index import IndexedWeighted
-from clawmem.recall.words import NO_STEMMING, entry_words, keywords
+from clawmem.recall.words import NO_STEMMING, asked_words, entry_words, keywords
+from clawmem.text import utf8_len
 
 # Chosen by leave-one-conversation-out on LoCoMo's dev split (python -m bench.tune, stemming
 # english; README "Recall scorings"), each on four conversations and scored on the fifth, a
-# setting worth the mean of it and its grid neighbours:
-DEPTH = 100  # 50 to 300 gave 0.70-0.71 recall@3 on all five (flat); the folds chose 50, 100 or 200
-WEIGHTED_SHARE = 0.5  # 0.4 to 0.6 gave 0.70-0.71 (flat); the folds chose 0.5 three times, 0.4 twice
-TIME_WEIGHT = 3.0  # 0 gave 0.705, 3 gave 0.725 on all five; the folds chose 3 three times, 8 twice
+# setting worth the mean of it and its grid neighbours, ``weighted`` without QUESTION_WORDS:
+DEPTH = 100  # 50 to 300 gave 0.727-0.735 recall@3 on all five (flat); the folds chose 100 or 200
+WEIGHTED_SHARE = 0.5  # 0.4 to 0.7 gave 0.725-0.735 (flat); the folds chose 0.3 to 0.7, 0.5 twice
+TIME_WEIGHT = 4.0  # 0 gave 0.714, 3 to 8 gave 0.733-0.735 on all five; the folds chose 3, 4, 4, 6, 8
 EMBED_PER_TURN = 128  # entries a turn embeds at most (a few hundred ms); the rest wait for later
 
 
 COSINE_DIGITS = 5  # float32 cosines are compared rounded, so equal texts tie
+
+
+def dated(text: str, item: Scored) -> str:
+    """Return ``text`` as the line of ``item`` injects it: with its date when the message asks
+    when and the entry has a time (signal ``line_date``)."""
+    date = item.signals.get("line_date")
+    return f"{text} (dated {date})" if date else text
 
 
 def _order(items: list[Scored], digits: int = SCORE_DIGITS) -> list[Scored]:
@@ -170,9 +181,10 @@ class SemanticScorer:
     def hybrid(
         self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
     ) -> Ranking:
-        """Rank the union of ``weighted``'s (its words under ``stemming``) and ``semantic``'s
-        first :data:`DEPTH` candidates."""
-        words = keywords(message, stemming)
+        """Rank the union of ``weighted``'s (its words under ``stemming``, less
+        :data:`~clawmem.recall.words.QUESTION_WORDS`) and ``semantic``'s first :data:`DEPTH`
+        candidates."""
+        words = asked_words(message, stemming)
         if not self.embed_on_read:
             sources = indexed_sources(memory, namespaces, stemming)
             if sources is not None:
@@ -185,8 +197,12 @@ class SemanticScorer:
         for item in meaning[:DEPTH]:
             item.matched = tuple(word for word in words if word in held[item.namespace, item.key])
         periods = named_periods(message, now)
-        when = _times(memory, keyword, meaning[:DEPTH]) if periods else {}
-        ranking = ScoredRanking(words, fuse(keyword, meaning[:DEPTH], periods, when), 0, len(entries))
+        asked = asks_when(message)
+        when = _times(memory, keyword, meaning[:DEPTH]) if periods or asked else {}
+        scored = fuse(keyword, meaning[:DEPTH], periods, when, asked)
+        for item in scored:
+            item.text = dated(item.text, item)
+        ranking = ScoredRanking(words, scored, 0, len(entries))
         ranking.zero_overlap = len(entries) - ranking.candidate_count
         ranking.embedded = embedded  # type: ignore[attr-defined]
         return ranking
@@ -226,9 +242,15 @@ class SemanticScorer:
         semantic = IndexedSemantic(words, query, self._followed(sources, now), now, COSINE_DIGITS, stemming)
         meaning = [semantic.explain(candidate) for candidate in semantic.first(DEPTH)]
         periods = named_periods(message, now)
-        when = _times({n: d for n, d, _ in sources}, keyword, meaning) if periods else {}
+        asked = asks_when(message)
+        when = _times({n: d for n, d, _ in sources}, keyword, meaning) if periods or asked else {}
         return FusedRanking(
-            words, fuse(keyword, meaning, periods, when), keyword_ranking, semantic.embedded, sizes, stemming
+            words,
+            fuse(keyword, meaning, periods, when, asked),
+            keyword_ranking,
+            semantic.embedded,
+            sizes,
+            stemming,
         )
 
 
@@ -272,10 +294,12 @@ def fuse(
     meaning: Sequence[Scored],
     periods: Sequence[Period] = (),
     when: dict[tuple[str, str], float] | None = None,
+    asked: bool = False,
 ) -> list[Scored]:
     """Return the fused candidates of ``weighted``'s and ``semantic``'s lists (each in rank
     order, already cut at :data:`DEPTH`), each with its signals (module docstring): ``periods``
-    are the times the message names, ``when`` the candidates' times."""
+    are the times the message names, ``when`` the candidates' times, ``asked`` whether the
+    message asks when (each line with a time then carries its date)."""
     z_keyword, keyword_absent = standardised([item.score for item in keyword], len(keyword) >= DEPTH)
     # the cosines as semantic ranks them (rounded), so the held vectors' and a full read's agree
     z_meaning, meaning_absent = standardised([item.score for item in meaning], len(meaning) >= DEPTH)
@@ -304,8 +328,10 @@ def fuse(
         if "semantic_rank" not in item.signals:
             item.score += (1 - WEIGHTED_SHARE) * meaning_absent
         moment = (when or {}).get((item.namespace, item.key))
-        if moment is not None and periods:
+        if moment is not None and (periods or asked):
             item.signals["time"] = datetime.fromtimestamp(moment, UTC).date().isoformat()
+            if asked:
+                item.signals["line_date"] = item.signals["time"]
             named = next((period for period in periods if period.holds(moment)), None)
             if named is not None:
                 item.score += TIME_WEIGHT
@@ -340,6 +366,8 @@ class FusedRanking(ScoredRanking):
             size = self._sizes.get((item.namespace, item.key))
             if size is None:  # a meaning-only candidate: its text was read with its vector's check
                 size = self._sizes[item.namespace, item.key] = line_bytes(item.key, item.text)
+            if "line_date" in item.signals:
+                size += utf8_len(dated("", item))
             out.append(Candidate(item.namespace, item.key, item.score, size))  # type: ignore[arg-type]
         return out
 
@@ -356,8 +384,9 @@ class FusedRanking(ScoredRanking):
 
     def texts(self, candidates: Sequence[Candidate]) -> list[str]:
         """Read the candidates back from the backend (raises ``StaleIndex`` as the word index's
-        rankings do)."""
-        return self._keyword.texts(candidates)
+        rankings do), each as its line injects it (:func:`dated`)."""
+        texts = self._keyword.texts(candidates)
+        return [dated(text, self.explain(c)) for text, c in zip(texts, candidates, strict=True)]
 
 
 _SCORERS: dict[str, SemanticScorer] = {}

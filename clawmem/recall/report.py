@@ -29,6 +29,7 @@ def explain(ranking: Ranking, candidate: Candidate) -> tuple[tuple[str, str], ..
         ("semantic_rank", "semantic rank"),
         ("time", "time"),
         ("time_named", "time named"),
+        ("line_date", "line dated"),
         ("fused", "fused"),
     ):
         if name in scored.signals:

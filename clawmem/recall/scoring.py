@@ -8,8 +8,10 @@ the namespaces a turn reads together (``N`` live entries, ``n(w)`` of them holdi
     score(e) = the sum of idf(w) over the message's words w held by e
 
 Words are :func:`clawmem.recall.words.entry_words`'s (stems, with ``CLAW_RECALL_STEMMING``, and
-then ``n(w)`` counts the entries holding the stem), summed in the message's order; a candidate
-is an entry holding at least one message word. Ties go as in every ranking: key, then the
+then ``n(w)`` counts the entries holding the stem), summed in the message's order; the message's
+words are :func:`clawmem.recall.words.asked_words`, its words less the ones a question is built
+with ("what", "did", "the": :data:`~clawmem.recall.words.QUESTION_WORDS`). A candidate is an
+entry holding at least one message word. Ties go as in every ranking: key, then the
 namespaces' order. (On LoCoMo's development split, length normalisation changed recall@3 by
 less than 0.01.)
 """
@@ -24,7 +26,7 @@ from typing import Any
 from clawmem.recall.candidates import Candidate, Ranking
 from clawmem.recall.injection import line_bytes
 from clawmem.recall.sources import Readable
-from clawmem.recall.words import NO_STEMMING, entry_words, keywords, text_of
+from clawmem.recall.words import NO_STEMMING, asked_words, entry_words, text_of
 
 SCORE_DIGITS = 9  # scores are compared rounded, so equal sums in any order tie
 
@@ -125,7 +127,7 @@ def weighted_scan(
     memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
 ) -> Ranking:
     """Rank by ``weighted`` from a full read of the namespaces (the reference)."""
-    words = keywords(message, stemming)
+    words = asked_words(message, stemming)
     entries = read_entries(memory, namespaces, stemming)
     scored = weighted_scores(words, entries)
     for position, item in enumerate(

@@ -17,7 +17,7 @@ from clawmem.recall.index import WordIndex
 from clawmem.recall.rankings import IndexRanking, indexed_sources
 from clawmem.recall.scoring import SCORE_DIGITS, Scored, idf_of, weighted_scan
 from clawmem.recall.sources import Readable
-from clawmem.recall.words import NO_STEMMING, keywords
+from clawmem.recall.words import NO_STEMMING, asked_words
 
 # The first candidates are sought among the holders of the rarest words while these hold at
 # most _PRUNE_FROM slots or 1/_PRUNE_SHARE of the namespace; past that, one dense pass.
@@ -206,7 +206,7 @@ def weighted(
     """Rank by ``weighted`` (module docstring): from the word indexes (those built under
     ``stemming``) when every namespace is served by a driver that keeps one, else from a full
     read of the namespaces."""
-    words = keywords(message, stemming)
+    words = asked_words(message, stemming)
     sources = indexed_sources(memory, namespaces, stemming)
     if sources is not None:
         return IndexedWeighted(words, sources, now)
