@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ def open_huey(settings: Settings) -> Any:
                 return connection
 
         Path(location.where).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return SqliteHuey(
+        return _unrevoked(SqliteHuey)(
             location.name, filename=location.where, results=False, utc=True, storage_class=QueueFile
         )
     try:
@@ -177,7 +178,43 @@ def open_huey(settings: Settings) -> Any:
         socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
         socket_timeout=REDIS_READ_TIMEOUT_SECONDS,
     )
-    return RedisHuey(location.name, connection_pool=pool, results=False, utc=True, clean_name=False)
+    return _unrevoked(RedisHuey)(
+        location.name, connection_pool=pool, results=False, utc=True, clean_name=False
+    )
+
+
+def _unrevoked(base: type) -> type:
+    """Return ``base`` (a Huey class) that never looks up or clears the revocation of a task
+    declared ``revocable=False`` (``huey.task(..., revocable=False)``): before each run Huey
+    reads whether the task was revoked and after it deletes that mark, two round trips to the
+    queue's storage. A queued turn is never revoked through Huey (it is cancelled under its
+    claim, see :mod:`clawmem.jobs.recovery`), so a turn skips both."""
+
+    class QueueHuey(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._unrevoked = threading.local()  # the revocation mark the running task skips
+
+        def is_revoked(self, task: Any, timestamp: Any = None, peek: bool = True) -> bool:
+            if getattr(task, "revocable", True) is False:
+                return False
+            return bool(super().is_revoked(task, timestamp, peek))
+
+        def execute(self, task: Any, timestamp: Any = None) -> Any:
+            if getattr(task, "revocable", True) is not False:
+                return super().execute(task, timestamp)
+            self._unrevoked.mark = task.revoke_id
+            try:
+                return super().execute(task, timestamp)
+            finally:
+                self._unrevoked.mark = None
+
+        def delete(self, key: str) -> Any:
+            if key is not None and key == getattr(self._unrevoked, "mark", None):
+                return False  # the mark of a task that is never revoked: nothing to delete
+            return super().delete(key)
+
+    return QueueHuey
 
 
 class PayloadSeal:
@@ -241,11 +278,35 @@ class QueueStore:
     def put_turn(self, job_id: str, conversation_id: str, payload: dict[str, Any]) -> int:
         """Number a new turn of the conversation (1, 2, ...), store its payload there and return
         the number."""
-        position = int(self.storage.incr(f"clawmem.seq.{conversation_id}"))
-        value = {**payload, "job_id": job_id, "conversation_id": conversation_id, "position": position}
-        key = self._turn_key(conversation_id, position)
-        self.storage.put_data(key, self.seal.seal(key, value))
+        counter = f"clawmem.seq.{conversation_id}"
+        if _on_redis(self.storage):
+            position = int(self.storage.incr(counter))
+            key = self._turn_key(conversation_id, position)
+            self.storage.put_data(key, self._sealed_turn(key, job_id, conversation_id, position, payload))
+            return position
+        # On SQLite the number and the payload are written in one transaction: one commit, and
+        # no moment when the conversation's turn n is numbered but not yet stored.
+        storage = self.storage
+        with storage.db(commit=True) as cursor:
+            cursor.execute(
+                "insert into counter (queue, key, value) values (?, ?, 1) "
+                "on conflict (queue, key) do update set value = value + 1",
+                (storage.name, counter),
+            )
+            cursor.execute("select value from counter where queue = ? and key = ?", (storage.name, counter))
+            position = int(cursor.fetchone()[0])
+            key = self._turn_key(conversation_id, position)
+            sealed = self._sealed_turn(key, job_id, conversation_id, position, payload)
+            cursor.execute(
+                "insert or replace into kv (queue, key, value) values (?, ?, ?)", (storage.name, key, sealed)
+            )
         return position
+
+    def _sealed_turn(
+        self, key: str, job_id: str, conversation_id: str, position: int, payload: dict[str, Any]
+    ) -> bytes:
+        value = {**payload, "job_id": job_id, "conversation_id": conversation_id, "position": position}
+        return self.seal.seal(key, value)
 
     def turn(self, job_id: str, conversation_id: str, position: int) -> dict[str, Any] | None:
         """Return the payload of job ``job_id``, the conversation's turn ``position``, or

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,20 @@ class JobBook:
         record = record.changed(updated_at=self.clock())
         self.driver.set(record.job_id, record.as_value(), JOBS_NAMESPACE, ttl=ttl or self.ttl)
         return record
+
+    def update(self, job_id: str, change: Callable[[JobRecord | None], JobRecord]) -> JobRecord:
+        """Read a job's record (``None`` when there is none) and store ``change(record)``,
+        stamped as :meth:`put` stamps it unless it is the record read, unchanged: in one
+        transaction on a SQL driver. Return the record stored."""
+
+        def changed(value: Any) -> dict[str, Any]:
+            found = JobRecord.from_value(value)
+            new = change(found)
+            return value if new is found else new.changed(updated_at=self.clock()).as_value()
+
+        stored = JobRecord.from_value(self.driver.update(job_id, changed, JOBS_NAMESPACE, ttl=self.ttl))
+        assert stored is not None  # a record was stored
+        return stored
 
     def all(self) -> list[JobRecord]:
         """Return every live record, newest first (by when it was queued or ran)."""

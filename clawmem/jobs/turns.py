@@ -92,7 +92,8 @@ class TurnQueue:
         self.retry_delay = retry_delay
         self._claws = threading.local()
         self.leases = LeaseKeeper(self.book, lease_seconds, site.clock)
-        self.task = huey.task(name=TURN_TASK)(self._run_task)
+        # Never revoked through Huey (see clawmem.jobs.backend): a turn is cancelled under its claim.
+        self.task = huey.task(name=TURN_TASK, revocable=False)(self._run_task)
 
     @classmethod
     def from_settings(
@@ -212,33 +213,22 @@ class TurnQueue:
     ) -> dict[str, str] | float | None:
         if payload is None:
             return None  # ended or cancelled: its payload went with it
-        record = self.book.get(job_id)
-        if record is None:  # aged out while it waited: start its record again
-            record = JobRecord(
-                job_id,
-                conversation_id=conversation_id,
-                position=position,
-                queued_at=self.clock(),
-                max_attempts=self.max_attempts,
-                reason="its record had aged out while queued",
-            )
+        if self._earlier_turn_waiting(conversation_id, position):
+            waiting = self._as_found(self.book.get(job_id), job_id, conversation_id, position)
+            if waiting.finished:
+                self.store.drop_turn(conversation_id, position)  # its worker stopped, as below
+                return None
+            self._renew_hand_over(waiting, WAIT_FOR_EARLIER_SECONDS)
+            return WAIT_FOR_EARLIER_SECONDS
+        # The record is read and marked running in one transaction on a SQL driver.
+        record = self.book.update(
+            job_id, lambda found: self._started(found, job_id, conversation_id, position)
+        )
         if record.finished:
             # Its worker stopped between ending the record and deleting the payload.
             self.store.drop_turn(conversation_id, position)
             return None
-        if self._earlier_turn_waiting(conversation_id, position):
-            self._renew_hand_over(record, WAIT_FOR_EARLIER_SECONDS)
-            return WAIT_FOR_EARLIER_SECONDS
-        earlier_attempts = record.attempts
-        record = self.book.put(
-            record.changed(
-                status="running",
-                attempts=record.attempts + 1,
-                started_at=self.clock(),
-                lease_until=self.clock() + self.lease_seconds,
-                worker=worker_name(),
-            )
-        )
+        earlier_attempts = record.attempts - 1
         self.leases.hold(job_id, record.worker, claim)
         try:
             pause_at("running")
@@ -261,6 +251,38 @@ class TurnQueue:
                 record, "done", claim, run_id=run_id, reason="found stored by an earlier attempt"
             )
         return self._finish(record, "done", claim, run_id=reply.run_id)
+
+    def _as_found(
+        self, record: JobRecord | None, job_id: str, conversation_id: str, position: int
+    ) -> JobRecord:
+        """Return the job's record as read, or one started again when it aged out while queued."""
+        if record is not None:
+            return record
+        return JobRecord(
+            job_id,
+            conversation_id=conversation_id,
+            position=position,
+            queued_at=self.clock(),
+            max_attempts=self.max_attempts,
+            reason="its record had aged out while queued",
+        )
+
+    def _started(
+        self, found: JobRecord | None, job_id: str, conversation_id: str, position: int
+    ) -> JobRecord:
+        """Return the job's record marked running by this worker, or as ``found`` once it has
+        ended (then stored unchanged)."""
+        record = self._as_found(found, job_id, conversation_id, position)
+        if record.finished:
+            return record
+        now = self.clock()
+        return record.changed(
+            status="running",
+            attempts=record.attempts + 1,
+            started_at=now,
+            lease_until=now + self.lease_seconds,
+            worker=worker_name(),
+        )
 
     def _renew_hand_over(self, record: JobRecord, delay: float) -> None:
         """Keep a queued job's hand-over lease ahead of the reaper while it waits (written only

@@ -127,7 +127,7 @@ def add_periodic_tasks(
 def run_consumer(queue: TurnQueue, workers: int = 1) -> None:
     """Run Huey's consumer on the queue with ``workers`` threads until it is stopped: SIGTERM lets
     running turns finish (for up to a minute), SIGINT stops at once (the reaper requeues what
-    was running). Polls a SQLite queue 1 ms after its last task, then each time 10 % later, at
+    was running). Polls a SQLite queue 0.25 ms after its last task, then each time 10 % later, at
     most every 0.1 s when idle (a Redis queue is waited on, not polled)."""
     consumer = queue.huey.create_consumer(
         workers=workers,
@@ -135,7 +135,7 @@ def run_consumer(queue: TurnQueue, workers: int = 1) -> None:
         periodic=True,
         # The next turn often comes a few milliseconds after the last one ended (its caller read
         # the result and sent the next): looking again soon finds it without waiting for a poll.
-        initial_delay=0.001,
+        initial_delay=0.00025,
         backoff=1.1,
         max_delay=0.1,
         scheduler_interval=1,

@@ -296,6 +296,22 @@ class BaseMemory(SearchableMemory):
         emit_write(self.name, namespace, key, encoded, ttl)
         self._written(namespace, key, value)
 
+    def update(
+        self,
+        key: str,
+        function: Callable[[Any], Any],
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+    ) -> Any:
+        """Store ``function(current)`` and return it; ``current`` is ``None`` when the key is
+        missing or expired, and ``ttl`` works as in :meth:`set` (without metadata). The file and
+        SQL drivers read and write under one lock or in one transaction, so no update is lost
+        (SQL may call ``function`` again when the database retries the transaction); others read,
+        then write. Raises what ``set`` raises; an exception from ``function`` writes nothing."""
+        value = function(self.get(key, namespace))
+        self.set(key, value, namespace, ttl)
+        return value
+
     def forget(self, key: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         validate_key(key)
         validate_namespace(namespace)

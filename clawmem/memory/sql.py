@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -17,12 +17,19 @@ from clawmem.codecs import UndecodableValue, codec_for
 from clawmem.crypto.stored import StoredValues
 from clawmem.errors import StorageError
 from clawmem.loop import on_async_path
-from clawmem.memory.base import FeedingMemory, check_filter, contains_text, passes_filter
+from clawmem.memory.base import (
+    DEFAULT_NAMESPACE,
+    FeedingMemory,
+    check_filter,
+    contains_text,
+    emit_write,
+    passes_filter,
+)
 from clawmem.memory.sql_feed import LocalDeletions, SqlCursor, SqlFeed, written_log
 from clawmem.memory.sql_vectors import SqlVectorBacking
 from clawmem.paging import Page, check_limit, check_sort, cursor_key, page_of, sort_start, sorted_page
 from clawmem.records import Changes, MemoryRow, NamespaceCount
-from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, validate_key, validate_namespace, validate_prefix
+from clawmem.rules import DEFAULT_MAX_VALUE_BYTES, Ttl, validate_key, validate_namespace, validate_prefix
 from clawmem.settings import CLAWMEM_SCHEMA
 from clawmem.sql import activity, changes, kv, vectors
 from clawmem.sql import subjects as matching
@@ -116,6 +123,35 @@ class SqlMemory(FeedingMemory):
 
         # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
         retry_deadlocks(lambda: self._write(upsert, namespace, key))
+
+    def update(
+        self,
+        key: str,
+        function: Callable[[Any], Any],
+        namespace: str = DEFAULT_NAMESPACE,
+        ttl: Ttl = None,
+    ) -> Any:
+        """Store ``function(current)`` and return it, read and written in one write transaction
+        (see :meth:`clawmem.memory.base.BaseMemory.update`): one commit where a read and a
+        :meth:`set` take two."""
+        now, expires_at = self._prepare_write(key, namespace, ttl)
+
+        def read_and_write(conn: Connection) -> tuple[Any, str]:
+            found = kv.get_entry(conn, self.prefix, namespace, key, now, self.shape)
+            value = function(None if found is None else self.values.read(namespace, key, found))
+            encoded = self._encode(key, value)
+            stored = self.values.seal(namespace, key, encoded)
+            kv.upsert_entry(conn, self.prefix, namespace, key, stored, expires_at, self.clock, self.shape)
+            return value, encoded
+
+        def run() -> tuple[Any, str]:
+            # InnoDB may pick a concurrent upsert of the same key as a deadlock victim.
+            return retry_deadlocks(lambda: self._write(read_and_write, namespace, key))
+
+        value, encoded = self._call("update", run)
+        emit_write(self.name, namespace, key, encoded, ttl)
+        self._written(namespace, key, value)
+        return value
 
     def _has_vectors(self) -> bool:
         """Return whether the prefix's vectors table exists (looked up once, then remembered:

@@ -132,3 +132,30 @@ def test_counts_of_one_namespace_agree_with_the_namespace_listing(memory: Any, c
     assert memory.count("crm") == listed["crm"] == 4  # the expired, unswept row counts
     assert memory.count("crm.archive") == 1 and memory.count("empty") == 0
     assert len(memory.records("crm")) == 4
+
+
+def test_update_stores_what_its_function_makes_of_the_entry(memory: Any, clock: FakeClock) -> None:
+    seen: list[Any] = []
+
+    def count(current: Any) -> dict[str, int]:
+        seen.append(current)
+        return {"runs": (current or {"runs": 0})["runs"] + 1}
+
+    assert memory.update("job", count, "jobs", ttl=60) == {"runs": 1}
+    assert memory.update("job", count, "jobs", ttl=60) == {"runs": 2}
+    assert seen == [None, {"runs": 1}] and memory.get("job", "jobs") == {"runs": 2}
+    clock.advance(61)  # the TTL counts from the last update; an expired entry reads as missing
+    assert memory.update("job", count, "jobs") == {"runs": 1} and seen[-1] is None
+    clock.advance(10_000)
+    assert memory.get("job", "jobs") == {"runs": 1}  # ttl=None: no expiry
+
+
+def test_update_writes_nothing_when_its_function_raises(memory: Any) -> None:
+    memory.set("job", {"runs": 1}, "jobs")
+
+    def refuse(current: Any) -> Any:
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError, match="no"):
+        memory.update("job", refuse, "jobs")
+    assert memory.get("job", "jobs") == {"runs": 1}
