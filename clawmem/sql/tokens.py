@@ -4,13 +4,20 @@ A token is printed once when it is made; only its SHA-256 is stored, beside its 
 (a namespace, a subject, read-only), when it was made, when it was last used and when it
 expires. Failed attempts are recorded per client address, so every worker process of the server
 shares one rate limit, as the dashboard's sign-ins do. Nothing here touches the site's three
-tables: the accounts database is ``<instance>/dashboard.db`` (:func:`accounts_url`).
+tables: the accounts database is the dashboard's (:func:`accounts_url`), ``<instance>/dashboard.db``
+unless ``CLAW_SQLALCHEMY_DATABASE_URI`` names another.
+
+The reads and writes of a request's check go through :func:`clawmem.sql.engine.connect` and
+:func:`~clawmem.sql.engine.write_transaction`, so on the async path
+(:mod:`clawmem.integrations.aio`) an accounts database on PostgreSQL or MariaDB is checked over
+its asyncio driver, on the server's event loop.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -20,12 +27,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawmem.rules import validate_namespace
+from clawmem.sql.engine import connect, write_transaction
 
 TOKEN_PREFIX = "clawmem_"
 NAME_RULE = re.compile(r"[A-Za-z0-9._@-]{1,80}")
 FAILURE_WINDOW_SECONDS = 15 * 60
 MAX_FAILURES_PER_ADDRESS = 30  # failed token attempts per client address within the window
 TOUCH_SECONDS = 60  # last_used_at is written at most once a minute per token
+# The dashboard's own setting for its accounts database (Flask's SQLALCHEMY_DATABASE_URI, read
+# from the environment under the CLAW_ prefix): the tokens live where its admins do.
+ACCOUNTS_URL_VARIABLE = "CLAW_SQLALCHEMY_DATABASE_URI"
 
 metadata = sa.MetaData()
 
@@ -88,7 +99,13 @@ class TokenRecord:
 
 
 def accounts_url(instance_path: str | Path) -> str:
-    """Return the URL of the dashboard's accounts database in ``instance_path``."""
+    """Return the URL of the dashboard's accounts database: ``CLAW_SQLALCHEMY_DATABASE_URI`` when
+    it is set (as the dashboard reads it), else ``dashboard.db`` in ``instance_path``."""
+    return os.environ.get(ACCOUNTS_URL_VARIABLE) or default_accounts_url(instance_path)
+
+
+def default_accounts_url(instance_path: str | Path) -> str:
+    """Return the URL of the SQLite accounts database in ``instance_path``, the default one."""
     return f"sqlite:///{Path(instance_path) / 'dashboard.db'}"
 
 
@@ -205,7 +222,7 @@ def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
     written at most once a minute.
     """
     token_hash = _hash(token)
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         row = conn.execute(_BY_HASH, {"token_hash": token_hash}).first()
     if row is None or not hmac.compare_digest(row.token_hash, token_hash):
         return None
@@ -213,7 +230,7 @@ def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
     if record.state(now) == "active" and (
         record.last_used_at is None or now - record.last_used_at > TOUCH_SECONDS
     ):
-        with engine.begin() as conn:
+        with write_transaction(engine) as conn:
             conn.execute(
                 tokens_table.update().where(tokens_table.c.name == record.name).values(last_used_at=now)
             )
@@ -223,7 +240,7 @@ def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
 def blocked_for(engine: Engine, address: str, now: float) -> float:
     """Return the seconds until ``address`` may try a token again (0 when it may now)."""
     since = now - FAILURE_WINDOW_SECONDS
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         recent = (
             conn.execute(
                 sa.select(failures_table.c.failed_at)
@@ -241,7 +258,7 @@ def blocked_for(engine: Engine, address: str, now: float) -> float:
 
 def record_failure(engine: Engine, address: str, now: float) -> None:
     """Record one failed token attempt of ``address`` (and forget those older than the window)."""
-    with engine.begin() as conn:
+    with write_transaction(engine) as conn:
         conn.execute(
             failures_table.delete().where(failures_table.c.failed_at <= now - FAILURE_WINDOW_SECONDS)
         )
