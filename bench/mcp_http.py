@@ -101,15 +101,26 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def server_cpu_seconds(process: subprocess.Popen[bytes]) -> float:
-    """Return the CPU seconds used so far by uvicorn and its workers."""
+def server_cpu_seconds(process: subprocess.Popen[bytes]) -> dict[int, float]:
+    """Return the CPU seconds used so far by uvicorn and by each of its workers, by pid."""
     import psutil
 
     parent = psutil.Process(process.pid)
-    total = 0.0
+    used = {}
     for found in [parent, *parent.children(recursive=True)]:
         times = found.cpu_times()
-        total += times.user + times.system
+        used[found.pid] = times.user + times.system
+    return used
+
+
+def database_cpu_seconds() -> float:
+    """Return the CPU seconds used so far by the machine's PostgreSQL and MariaDB processes."""
+    import psutil
+
+    total = 0.0
+    for found in psutil.process_iter(["name", "cpu_times"]):
+        if found.info["name"] in ("postgres", "mariadbd", "mysqld") and found.info["cpu_times"]:
+            total += found.info["cpu_times"].user + found.info["cpu_times"].system
     return total
 
 
@@ -169,9 +180,12 @@ def run_load(url: str, token: str, messages: list[str], options: argparse.Namesp
     gevent.sleep(options.warmup)
     counting = True
     started, cpu = time.perf_counter(), server_cpu_seconds(options.server)
+    own, database = time.process_time(), database_cpu_seconds()
     gevent.sleep(options.seconds)
     counting = False
-    elapsed, cpu = time.perf_counter() - started, server_cpu_seconds(options.server) - cpu
+    elapsed, after = time.perf_counter() - started, server_cpu_seconds(options.server)
+    own, database = time.process_time() - own, database_cpu_seconds() - database
+    per_process = sorted(after[pid] - cpu.get(pid, 0.0) for pid in after if pid != options.server.pid)
     runner.quit()
     runner.greenlet.join()
     times = [response_time for response_time, _ in counted]
@@ -183,7 +197,10 @@ def run_load(url: str, token: str, messages: list[str], options: argparse.Namesp
         "p50": percentile(times, 50) if times else float("nan"),
         "p95": percentile(times, 95) if times else float("nan"),
         "p99": percentile(times, 99) if times else float("nan"),
-        "cpu_ms": 1000 * cpu / max(1, len(counted)),
+        "cpu_ms": 1000 * sum(per_process) / max(1, len(counted)),
+        "worker_cores": [used / elapsed for used in per_process],
+        "client_cores": own / elapsed,
+        "database_cores": database / elapsed,
     }
 
 
@@ -204,6 +221,7 @@ async def _profile(settings: Any, accounts_url: str, token: str, messages: list[
     on_loop = aio.every_driver_on_loop(tools.memory)
     transport = httpx2.ASGITransport(app=gate, client=("127.0.0.1", 1))
     timings: dict[str, list[float]] = {name: [] for name in ("token", "recall", "call_tool", "request")}
+    cpu: dict[str, list[float]] = {name: [] for name in timings}
     headers = {**HEADERS, "authorization": f"Bearer {token}"}
     async with (
         gate.inner.router.lifespan_context(gate.inner),
@@ -221,18 +239,25 @@ async def _profile(settings: Any, accounts_url: str, token: str, messages: list[
                 ("request", lambda m=message: client.post("/mcp", content=recall_body(m), headers=headers)),
             )
             for name, step in steps:
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 await step()
                 timings[name].append(1000 * (time.perf_counter() - started))
+                cpu[name].append(1000 * (time.process_time() - used))
         await aio.close_engines()
-    median = {name: statistics.median(values) for name, values in timings.items()}
-    print(f"one request at a time, in-process, warm, median ms of {calls}:")
-    print(f"  token check ({aio.path_name(gate.on_loop)})  {median['token']:7.2f}")
-    print(f"  recall ({aio.path_name(on_loop)})          {median['recall']:7.2f}")
-    print(f"  SDK call_tool over recall        {median['call_tool'] - median['recall']:7.2f}")
-    rest = median["request"] - median["call_tool"] - median["token"]
-    print(f"  HTTP, JSON-RPC, transport        {rest:7.2f}")
-    print(f"  whole request (ASGI, in-process) {median['request']:7.2f}")
+    wall = {name: statistics.median(values) for name, values in timings.items()}
+    used = {name: statistics.mean(values) for name, values in cpu.items()}
+    print(f"one request at a time, in-process, warm, {calls} requests: wall median ms, CPU mean ms")
+    rows = (
+        (f"token check ({aio.path_name(gate.on_loop)})", "token", None),
+        (f"recall ({aio.path_name(on_loop)})", "recall", None),
+        ("SDK call_tool over recall", "call_tool", "recall"),
+        ("JSON-RPC and transport (the rest)", "request", "call_tool"),
+        ("whole request (ASGI, in-process)", "request", None),
+    )
+    for label, name, less in rows:
+        taken = (wall["token"] if name == "request" and less else 0) + (wall[less] if less else 0)
+        spent = (used["token"] if name == "request" and less else 0) + (used[less] if less else 0)
+        print(f"  {label:36} {wall[name] - taken:7.2f} {used[name] - spent:7.2f}")
 
 
 def profile_main(args: argparse.Namespace) -> None:
@@ -333,7 +358,12 @@ def run(args: argparse.Namespace) -> None:
             rate = f"{result['per_second']:.1f}/s"
             print(f"  requests {result['requests']:,}   {rate}   errors {result['errors']}")
             print(f"  p50 {result['p50']:.1f} ms   p95 {result['p95']:.1f} ms   p99 {result['p99']:.1f} ms")
-            print(f"  server CPU per request {result['cpu_ms']:.2f} ms")
+            cores = ", ".join(f"{share:.2f}" for share in result["worker_cores"])
+            print(f"  server CPU per request {result['cpu_ms']:.2f} ms; cores used by each worker: {cores}")
+            print(
+                f"  cores used by locust (this process) {result['client_cores']:.2f}, "
+                f"by the database server {result['database_cores']:.2f}"
+            )
             for kind, count in result["kinds"].items():
                 print(f"  error: {kind} x{count}")
         finally:

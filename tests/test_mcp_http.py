@@ -393,6 +393,10 @@ def test_the_token_check_runs_on_the_loop_where_the_accounts_database_has_an_asy
                 (await client.post("/mcp", headers={"authorization": f"Bearer {value}"})).status_code
                 for value in (token, "clawmem_not-a-token")
             ]
+            for _ in range(store.MAX_FAILURES_PER_ADDRESS - 1):
+                await aio.run(gate.on_loop, store.record_failure, accounts, f"test-{name}", time.time())
+            blocked = await client.post("/mcp", headers={"authorization": f"Bearer {token}"})
+            codes.append(blocked.status_code)  # even the good token waits out the window
         await aio.close_engines()
         return threading.get_ident(), codes
 
@@ -405,7 +409,7 @@ def test_the_token_check_runs_on_the_loop_where_the_accounts_database_has_an_asy
             conn.execute(sa.delete(store.tokens_table).where(store.tokens_table.c.name == name))
             failures = store.failures_table
             conn.execute(sa.delete(failures).where(failures.c.address == f"test-{name}"))
-    assert codes == [204, 401]
+    assert codes == [204, 401, 429]
     assert [record.name for record in admitted] == [name] and admitted[0].namespace == "shop"
     assert statements  # the hash lookup, the rate limit, the failure recorded
     assert all((thread == loop_thread) is (backend != "sqlite") for thread in statements)

@@ -212,6 +212,32 @@ def revoke_token(engine: Engine, name: str, now: float) -> bool:
 
 
 _BY_HASH = sa.select(tokens_table).where(tokens_table.c.token_hash == sa.bindparam("token_hash"))
+_RECENT_FAILURES = (
+    sa.select(failures_table.c.failed_at)
+    .where(
+        failures_table.c.address == sa.bindparam("address"),
+        failures_table.c.failed_at > sa.bindparam("since"),
+    )
+    .order_by(failures_table.c.failed_at.desc())
+    .limit(MAX_FAILURES_PER_ADDRESS)
+    .subquery("recent")
+)
+# When the address has used up its attempts, the oldest of them: the window ends a
+# FAILURE_WINDOW_SECONDS after it. NULL while it may try.
+_BLOCKED_SINCE = (
+    sa.select(
+        sa.case((sa.func.count() >= MAX_FAILURES_PER_ADDRESS, sa.func.min(_RECENT_FAILURES.c.failed_at)))
+    )
+    .select_from(_RECENT_FAILURES)
+    .scalar_subquery()
+)
+# The address's state and the token's row in one round trip: one row, its token columns NULL
+# when no token has the hash.
+_ADMISSION = sa.select(_BLOCKED_SINCE.label("blocked_since"), *tokens_table.c).select_from(
+    sa.select(sa.literal(1).label("one"))
+    .subquery("one")
+    .outerjoin(tokens_table, tokens_table.c.token_hash == sa.bindparam("token_hash"))
+)
 
 
 def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
@@ -224,7 +250,11 @@ def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
     token_hash = _hash(token)
     with connect(engine) as conn:
         row = conn.execute(_BY_HASH, {"token_hash": token_hash}).first()
-    if row is None or not hmac.compare_digest(row.token_hash, token_hash):
+    return _matched(engine, row, token_hash, now)
+
+
+def _matched(engine: Engine, row: sa.Row | None, token_hash: str, now: float) -> TokenRecord | None:
+    if row is None or row.token_hash is None or not hmac.compare_digest(row.token_hash, token_hash):
         return None
     record = _record(row)
     if record.state(now) == "active" and (
@@ -237,23 +267,32 @@ def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
     return record
 
 
+def _wait(blocked_since: float | None, now: float) -> float:
+    return 0.0 if blocked_since is None else max(0.0, blocked_since + FAILURE_WINDOW_SECONDS - now)
+
+
 def blocked_for(engine: Engine, address: str, now: float) -> float:
     """Return the seconds until ``address`` may try a token again (0 when it may now)."""
-    since = now - FAILURE_WINDOW_SECONDS
     with connect(engine) as conn:
-        recent = (
-            conn.execute(
-                sa.select(failures_table.c.failed_at)
-                .where(failures_table.c.address == address, failures_table.c.failed_at > since)
-                .order_by(failures_table.c.failed_at.desc())
-                .limit(MAX_FAILURES_PER_ADDRESS)
-            )
-            .scalars()
-            .all()
-        )
-    if len(recent) < MAX_FAILURES_PER_ADDRESS:
-        return 0.0
-    return max(0.0, recent[-1] + FAILURE_WINDOW_SECONDS - now)
+        since = conn.execute(
+            sa.select(_BLOCKED_SINCE), {"address": address[:64], "since": now - FAILURE_WINDOW_SECONDS}
+        ).scalar()
+    return _wait(since, now)
+
+
+def admit(engine: Engine, address: str, token: str, now: float) -> tuple[float, TokenRecord | None]:
+    """Return the seconds until ``address`` may try a token again (0 when it may now) and, when
+    it may and ``token`` is given, what :func:`authenticate` returns for it; both read in one
+    statement, a request's one round trip to the accounts database (a live token's last use
+    written once a minute aside)."""
+    token_hash = _hash(token)
+    parameters = {"address": address[:64], "since": now - FAILURE_WINDOW_SECONDS, "token_hash": token_hash}
+    with connect(engine) as conn:
+        row = conn.execute(_ADMISSION, parameters).one()
+    wait = _wait(row.blocked_since, now)
+    if wait > 0 or not token:
+        return wait, None
+    return 0.0, _matched(engine, row, token_hash, now)
 
 
 def record_failure(engine: Engine, address: str, now: float) -> None:

@@ -151,10 +151,7 @@ class TokenGate:
 
     def _admit(self, address: str, token: str, now: float) -> tuple[float, store.TokenRecord | None]:
         """The address's wait and the token's record, in one call of the async path."""
-        wait = store.blocked_for(self.accounts, address, now)
-        if wait > 0 or not token:
-            return wait, None
-        return 0.0, store.authenticate(self.accounts, token, now)
+        return store.admit(self.accounts, address, token, now)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
