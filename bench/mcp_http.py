@@ -4,24 +4,26 @@ It loads N entries (as :mod:`bench.mcp` does: 12 Zipf words each, one namespace)
 a prefix of their own on ``--database-url`` (default: the local PostgreSQL), makes one access
 token in the accounts database (``--accounts``: the same server database, so the token check
 takes the async path, or ``sqlite``, the default file in the instance folder, checked in a
-worker thread), and starts a real uvicorn process serving
-``clawmem.integrations.mcp.http:environment_app`` with ``--workers`` workers. Then:
+worker thread), and starts ``--processes`` real uvicorn processes (of ``--workers`` workers
+each) serving ``clawmem.integrations.mcp.http:environment_app``, each on a port of its own with
+the clients spread evenly over them, as a load balancer in front would (workers of one process
+share its socket, and keep-alive connections then pile up on one of them). Then:
 
-- where a request's time goes (``--profile``, on by default): in a process of its own, the same
+- where a request's time goes (on unless ``--no-profile``): in a process of its own, the same
   app in-process, warm, one request at a time: the token check alone, ``recall`` alone (on the
   async path), the SDK's ``call_tool`` (argument validation, the typed result), and a whole
-  request through the ASGI app (HTTP, JSON-RPC, transport), medians;
+  request through the ASGI app (HTTP, JSON-RPC, transport): wall medians, CPU means;
 - the load: locust, headless through its Python API, ``--users`` clients (``FastHttpUser``)
   each calling ``recall`` over HTTP, a uniform wait of 0 to ``2 * --wait`` seconds between
   calls; ``--warmup`` seconds first (each worker builds its recall index), then ``--seconds``
   counted: requests/s, p50/p95/p99, errors (a status other than 200, a JSON-RPC or tool error),
-  and the server's CPU per request.
+  the servers' CPU per request and the cores each used, and those of locust and the database.
 
 The target (issue 36): 200 clients, p95 <= 50 ms and no error at 100,000 entries on PostgreSQL.
-Tables, token and failed attempts are removed at the end. Never part of the test suite.
+Tables and token are removed at the end. Never part of the test suite.
 
     .venv/bin/python -m bench.mcp_http [--entries 100000] [--users 200] [--seconds 60]
-        [--workers 2] [--wait 1.0] [--accounts database|sqlite] [--database-url URL]
+        [--processes 4] [--workers 1] [--wait 1.0] [--accounts database|sqlite] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -101,15 +103,17 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def server_cpu_seconds(process: subprocess.Popen[bytes]) -> dict[int, float]:
-    """Return the CPU seconds used so far by uvicorn and by each of its workers, by pid."""
+def server_cpu_seconds(processes: list[subprocess.Popen[bytes]]) -> dict[int, float]:
+    """Return the CPU seconds used so far by each process that serves (a uvicorn process
+    without workers, or each worker of one with workers), by pid."""
     import psutil
 
-    parent = psutil.Process(process.pid)
     used = {}
-    for found in [parent, *parent.children(recursive=True)]:
-        times = found.cpu_times()
-        used[found.pid] = times.user + times.system
+    for process in processes:
+        parent = psutil.Process(process.pid)
+        for found in parent.children(recursive=True) or [parent]:
+            times = found.cpu_times()
+            used[found.pid] = times.user + times.system
     return used
 
 
@@ -129,8 +133,9 @@ def percentile(values: list[float], share: int) -> float:
     return statistics.quantiles(values, n=100)[share - 1] if len(values) > 1 else values[0]
 
 
-def run_load(url: str, token: str, messages: list[str], options: argparse.Namespace) -> dict[str, Any]:
-    """Run ``options.users`` locust clients calling ``recall``: warm-up, then the counted load."""
+def run_load(urls: list[str], token: str, messages: list[str], options: argparse.Namespace) -> dict[str, Any]:
+    """Run ``options.users`` locust clients calling ``recall``, spread evenly over ``urls`` (the
+    uvicorn processes, as a load balancer would): warm-up, then the counted load."""
     import gevent
     from locust import between, task
     from locust.contrib.fasthttp import FastHttpUser
@@ -145,7 +150,7 @@ def run_load(url: str, token: str, messages: list[str], options: argparse.Namesp
     class McpClient(FastHttpUser):
         """An MCP client calling ``recall`` with its token, a wait between calls."""
 
-        host = url
+        abstract = True
         wait_time = between(0, 2 * options.wait)
         network_timeout = 30.0
         connection_timeout = 30.0
@@ -173,19 +178,26 @@ def run_load(url: str, token: str, messages: list[str], options: argparse.Namesp
             if exception is not None:
                 errors[str(exception)[:60]] = errors.get(str(exception)[:60], 0) + 1
 
-    environment = Environment(user_classes=[McpClient], stop_timeout=30)
+    shares = [
+        options.users // len(urls) + (number < options.users % len(urls)) for number in range(len(urls))
+    ]
+    classes = [
+        type(f"McpClient{number}", (McpClient,), {"host": url, "fixed_count": share})
+        for number, (url, share) in enumerate(zip(urls, shares, strict=True))
+    ]
+    environment = Environment(user_classes=classes, stop_timeout=30)
     environment.events.request.add_listener(record)
     runner = environment.create_local_runner()
     runner.start(options.users, spawn_rate=max(1, options.users / 5))
     gevent.sleep(options.warmup)
     counting = True
-    started, cpu = time.perf_counter(), server_cpu_seconds(options.server)
+    started, cpu = time.perf_counter(), server_cpu_seconds(options.servers)
     own, database = time.process_time(), database_cpu_seconds()
     gevent.sleep(options.seconds)
     counting = False
-    elapsed, after = time.perf_counter() - started, server_cpu_seconds(options.server)
+    elapsed, after = time.perf_counter() - started, server_cpu_seconds(options.servers)
     own, database = time.process_time() - own, database_cpu_seconds() - database
-    per_process = sorted(after[pid] - cpu.get(pid, 0.0) for pid in after if pid != options.server.pid)
+    per_process = sorted(after[pid] - cpu.get(pid, 0.0) for pid in after)
     runner.quit()
     runner.greenlet.join()
     times = [response_time for response_time, _ in counted]
@@ -283,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="counted load (default 60)")
     parser.add_argument("--warmup", type=float, default=15.0, help="load before counting (default 15)")
     parser.add_argument("--wait", type=float, default=1.0, help="mean seconds between a client's calls")
-    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers (default 2)")
+    parser.add_argument("--processes", type=int, default=4, help="uvicorn processes (default 4)")
+    parser.add_argument("--workers", type=int, default=1, help="workers of each (default 1)")
     parser.add_argument("--accounts", choices=("database", "sqlite"), default="database")
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--no-profile", dest="profile", action="store_false")
@@ -299,6 +312,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not 1 <= args.users <= 2000 or not 1 <= args.seconds <= 600 or not 1 <= args.workers <= 8:
         raise SystemExit("--users are 1-2000, --seconds 1-600 and --workers 1-8")
+    if not 1 <= args.processes <= 8 or args.processes > args.users:
+        raise SystemExit("--processes are 1-8, and no more than --users")
     run(args)
 
 
@@ -319,7 +334,8 @@ def run(args: argparse.Namespace) -> None:
         )
         accounts = create_engine(accounts_url)
         create_tables(engine, prefix)
-        server = None
+        servers: list[subprocess.Popen[bytes]] = []
+        urls: list[str] = []
         try:
             started = time.perf_counter()
             mcp_bench.load(engine, prefix, args.entries)
@@ -345,21 +361,26 @@ def run(args: argparse.Namespace) -> None:
                     cwd=ROOT, env=env, check=True,
                 )  # fmt: skip
                 print(f"after the profile: {load_average()}")
-            server, port = start_server(env, args.workers, Path(directory) / "uvicorn.log")
-            args.server = server
+            for number in range(args.processes):
+                log = Path(directory) / f"uvicorn{number}.log"
+                process, port = start_server(env, args.workers, log)
+                servers.append(process)
+                urls.append(f"http://127.0.0.1:{port}")
+            args.servers = servers
             messages = mcp_bench.texts(500, mcp_bench.WORDS_PER_MESSAGE, seed=args.entries + 1)
             import locust  # noqa: F401  (after the loading: it patches the standard library for gevent)
 
-            result = run_load(f"http://127.0.0.1:{port}", token, messages, args)
+            result = run_load(urls, token, messages, args)
+            serving = f"{args.processes} uvicorn processes of {args.workers} worker(s)"
             print(
-                f"{args.users} clients recalling over HTTP ({args.workers} uvicorn workers, token check "
-                f"on {accounts.dialect.name}, mean wait {args.wait:g} s), {args.seconds:g} s counted:"
+                f"{args.users} clients recalling over HTTP ({serving}, token check on "
+                f"{accounts.dialect.name}, mean wait {args.wait:g} s), {args.seconds:g} s counted:"
             )
             rate = f"{result['per_second']:.1f}/s"
             print(f"  requests {result['requests']:,}   {rate}   errors {result['errors']}")
             print(f"  p50 {result['p50']:.1f} ms   p95 {result['p95']:.1f} ms   p99 {result['p99']:.1f} ms")
             cores = ", ".join(f"{share:.2f}" for share in result["worker_cores"])
-            print(f"  server CPU per request {result['cpu_ms']:.2f} ms; cores used by each worker: {cores}")
+            print(f"  server CPU per request {result['cpu_ms']:.2f} ms; cores used by each server: {cores}")
             print(
                 f"  cores used by locust (this process) {result['client_cores']:.2f}, "
                 f"by the database server {result['database_cores']:.2f}"
@@ -367,8 +388,8 @@ def run(args: argparse.Namespace) -> None:
             for kind, count in result["kinds"].items():
                 print(f"  error: {kind} x{count}")
         finally:
-            if server is not None:
-                stop_server(server)
+            for process in servers:
+                stop_server(process)
             drop_tables(engine, prefix)
             with accounts.begin() as conn:
                 conn.execute(sa.delete(store.tokens_table).where(store.tokens_table.c.name == name))
