@@ -48,10 +48,10 @@ tokens_table = sa.Table(
     sa.Column("namespace", sa.String(100)),
     sa.Column("subject", sa.String(191)),
     sa.Column("read_only", sa.Boolean, nullable=False),
-    sa.Column("created_at", sa.Float, nullable=False),
-    sa.Column("expires_at", sa.Float),
-    sa.Column("last_used_at", sa.Float),
-    sa.Column("revoked_at", sa.Float),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double),
+    sa.Column("last_used_at", sa.Double),
+    sa.Column("revoked_at", sa.Double),
 )
 
 failures_table = sa.Table(
@@ -59,7 +59,7 @@ failures_table = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("address", sa.String(64), nullable=False),
-    sa.Column("failed_at", sa.Float, nullable=False),
+    sa.Column("failed_at", sa.Double, nullable=False),
     sa.Index("dashboard_mcp_token_failures_lookup", "address", "failed_at"),
 )
 
@@ -110,12 +110,34 @@ def default_accounts_url(instance_path: str | Path) -> str:
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the token tables if they are missing (several processes may race: IF NOT EXISTS)."""
+    """Create the token tables if they are missing (several processes may race: IF NOT EXISTS),
+    and widen the times of tables an earlier version made on MySQL/MariaDB (see
+    :func:`_widen_times`)."""
     with engine.begin() as conn:
         for table in metadata.sorted_tables:
             conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
             for index in table.indexes:
                 conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    if engine.dialect.name in ("mysql", "mariadb"):
+        _widen_times(engine)
+
+
+def _widen_times(engine: Engine) -> None:
+    """Make the times DOUBLE where an earlier version made them FLOAT: MySQL's FLOAT keeps about
+    six digits, so a Unix time read back was off by up to an hour and a half, and failed attempts
+    fell out of the rate limit's window at once."""
+    inspector = sa.inspect(engine)
+    quote = engine.dialect.identifier_preparer.quote
+    for table in metadata.sorted_tables:
+        narrow = [
+            column["name"]
+            for column in inspector.get_columns(table.name)
+            if isinstance(column["type"], sa.Float) and not isinstance(column["type"], sa.Double)
+        ]
+        for name in narrow:
+            null = "NULL" if table.c[name].nullable else "NOT NULL"
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} MODIFY {quote(name)} DOUBLE {null}")
 
 
 def _hash(token: str) -> str:
