@@ -16,6 +16,7 @@ stateless, so any worker serves any request, and only ``POST /mcp`` is served: a
 redirected) and any other address 404. Every answer carries ``Cache-Control: no-store``,
 ``nosniff`` and headers that forbid framing; a token store that cannot be read gets 503 in one
 line, never a traceback.
+
 After the first recall of each token scope (which builds its namespace's recall index), the
 process collects once and freezes what it holds (``gc.freeze``), so the collector's full passes
 no longer walk the index while requests wait.
