@@ -6,11 +6,13 @@ nothing is read or written."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,10 +27,12 @@ import sqlalchemy as sa
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from clawmem.integrations import aio
+from clawmem.integrations.mcp.http import LOOPBACK_ORIGINS, TOKEN_SCOPE, TokenGate
 from clawmem.sql import tokens as store
 from clawmem.sql.engine import engine_for
 from clawmem.sql.schema import drop_tables
-from tests.conftest import SQL_BACKENDS, sql_url
+from tests.conftest import SQL_BACKENDS, backend_url, sql_url
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +69,7 @@ class Served:
         return made.stdout.strip()
 
 
-def _serve(tmp: Path, database_url: str, prefix: str) -> Served:
+def _serve(tmp: Path, database_url: str, prefix: str, extra: dict[str, str] | None = None) -> Served:
     instance = tmp / "instance"
     env = {
         "PATH": "/usr/bin:/bin",
@@ -73,6 +77,7 @@ def _serve(tmp: Path, database_url: str, prefix: str) -> Served:
         "CLAW_DATABASE_URL": database_url,
         "CLAW_TABLE_PREFIX": prefix,
         "CLAW_INSTANCE_PATH": str(instance),
+        **(extra or {}),
     }
     port = _free_port()
     with (tmp / "server.log").open("ab") as log:
@@ -323,3 +328,92 @@ def test_another_address_needs_allow_remote(tmp_path: Path) -> None:
     )
     assert scoped.returncode == 2 and "token" in scoped.stderr
     assert not os.path.exists(tmp_path / "i")  # refused before anything was made
+
+
+@pytest.fixture(params=["mysql", "postgres"])
+def accounts_database(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """A server database as the dashboard's accounts database, and a unique token name on it
+    (the token tables have no prefix; this test's rows are deleted at the end)."""
+    url, name, started = backend_url(request.param), f"t-{uuid.uuid4().hex[:12]}", time.time()
+    accounts = engine_for(url)
+    store.create_tables(accounts)
+    yield url, name
+    with accounts.begin() as conn:
+        conn.execute(sa.delete(store.tokens_table).where(store.tokens_table.c.name == name))
+        failures = store.failures_table  # the server's one bad attempt, from loopback
+        conn.execute(
+            sa.delete(failures).where(failures.c.address == "127.0.0.1", failures.c.failed_at >= started - 1)
+        )
+
+
+def test_tokens_kept_in_a_server_accounts_database_admit_and_are_revoked(
+    tmp_path: Path, accounts_database: tuple[str, str]
+) -> None:
+    url, name = accounts_database
+    server = _serve(
+        tmp_path, f"sqlite:///{tmp_path / 'memory.db'}", "claw_", {store.ACCOUNTS_URL_VARIABLE: url}
+    )
+    try:
+        token = server.token(name)
+        assert not (server.instance / "dashboard.db").exists()  # kept where the dashboard's admins are
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        assert call(server.url, token, listing).status_code == 200
+        assert call(server.url, "clawmem_not-a-token", listing).status_code == 401
+        assert server.clawmem("tokens", "revoke", name).returncode == 0
+        refused = call(server.url, token, listing)
+        assert refused.status_code == 401 and "revoked" in refused.json()["error"]
+    finally:
+        _stop(server)
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_the_token_check_runs_on_the_loop_where_the_accounts_database_has_an_async_driver(
+    tmp_path: Path, backend: str
+) -> None:
+    url = sql_url(backend, tmp_path)
+    accounts = engine_for(url)
+    store.create_tables(accounts)
+    name, made = f"t-{uuid.uuid4().hex[:12]}", time.time()
+    token = store.create_token(accounts, name, made, namespace="shop")
+    stored = store.find_token(accounts, name)
+    assert stored is not None and abs(stored.created_at - made) < 0.01  # times kept to the second
+    admitted: list[Any] = []
+    statements: list[int] = []
+
+    async def inner(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        admitted.append(scope[TOKEN_SCOPE])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if store.tokens_table.name in statement or store.failures_table.name in statement:
+            statements.append(threading.get_ident())
+
+    async def requests() -> tuple[int, list[int]]:
+        gate = TokenGate(inner, accounts, time.time, LOOPBACK_ORIGINS)
+        transport = httpx2.ASGITransport(app=gate, client=(f"test-{name}", 1))
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            codes = [
+                (await client.post("/mcp", headers={"authorization": f"Bearer {value}"})).status_code
+                for value in (token, "clawmem_not-a-token")
+            ]
+            for _ in range(store.MAX_FAILURES_PER_ADDRESS - 1):
+                await aio.run(gate.on_loop, store.record_failure, accounts, f"test-{name}", time.time())
+            blocked = await client.post("/mcp", headers={"authorization": f"Bearer {token}"})
+            codes.append(blocked.status_code)  # even the good token waits out the window
+        await aio.close_engines()
+        return threading.get_ident(), codes
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        loop_thread, codes = asyncio.run(requests())
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+        with accounts.begin() as conn:
+            conn.execute(sa.delete(store.tokens_table).where(store.tokens_table.c.name == name))
+            failures = store.failures_table
+            conn.execute(sa.delete(failures).where(failures.c.address == f"test-{name}"))
+    assert codes == [204, 401, 429]
+    assert [record.name for record in admitted] == [name] and admitted[0].namespace == "shop"
+    assert statements  # the hash lookup, the rate limit, the failure recorded
+    assert all((thread == loop_thread) is (backend != "sqlite") for thread in statements)

@@ -28,12 +28,15 @@ def _moment(stamp: float | None, never: str = "never") -> str:
 def _accounts(create: bool) -> tuple[object, str | None]:
     """Return the accounts engine, or ``None`` and why when a reading command finds no database."""
     instance = Path(current_site().settings.instance_path)
+    url = store.accounts_url(instance)
+    if url != store.default_accounts_url(instance):  # CLAW_SQLALCHEMY_DATABASE_URI: the dashboard's
+        return engine_for(url), None
     path = instance / "dashboard.db"
     if not create and not path.exists():
         return None, f"no accounts database at {path}: no token has been made"
     if create:
         os.makedirs(instance, mode=0o700, exist_ok=True)
-    return engine_for(store.accounts_url(instance)), None
+    return engine_for(url), None
 
 
 @click.group("tokens")

@@ -559,14 +559,25 @@ def newest_messages(
     """Return the newest ``limit`` messages of one conversation whose role is among ``roles``
     (every one with ``None``), oldest first; only those rows are read, newest first by the
     (conversation_id, created_at) index."""
+    select = _newest_messages_statement(prefix, shape, tuple(roles), limit is not None)
+    parameters: dict[str, Any] = {"conversation_id": conversation_id}
+    if limit is None:
+        return _messages(conn.execute(select, parameters))
+    return _messages(reversed(conn.execute(select, {**parameters, "limit": limit}).all()))
+
+
+@functools.lru_cache(maxsize=64)
+def _newest_messages_statement(prefix: str, shape: str, roles: tuple[str, ...], limited: bool) -> sa.Select:
+    # Built once per table and roles: a session reads its history every turn, and building the
+    # statement cost about as much as SQLAlchemy's cached compile of it.
     table = tables(prefix).messages
     select = sa.select(*row_columns(table, shape)).where(
-        table.c.conversation_id == conversation_id, table.c.role.in_(list(roles))
+        table.c.conversation_id == sa.bindparam("conversation_id"), table.c.role.in_(list(roles))
     )
-    if limit is None:
-        return _messages(conn.execute(select.order_by(table.c.created_at, table.c.id)))
-    select = select.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(limit)
-    return _messages(reversed(conn.execute(select).all()))
+    if not limited:
+        return select.order_by(table.c.created_at, table.c.id)
+    newest_first = select.order_by(table.c.created_at.desc(), table.c.id.desc())
+    return newest_first.limit(sa.bindparam("limit", type_=sa.Integer))
 
 
 def pop_newest_message(

@@ -4,13 +4,20 @@ A token is printed once when it is made; only its SHA-256 is stored, beside its 
 (a namespace, a subject, read-only), when it was made, when it was last used and when it
 expires. Failed attempts are recorded per client address, so every worker process of the server
 shares one rate limit, as the dashboard's sign-ins do. Nothing here touches the site's three
-tables: the accounts database is ``<instance>/dashboard.db`` (:func:`accounts_url`).
+tables: the accounts database is the dashboard's (:func:`accounts_url`), ``<instance>/dashboard.db``
+unless ``CLAW_SQLALCHEMY_DATABASE_URI`` names another.
+
+The reads and writes of a request's check go through :func:`clawmem.sql.engine.connect` and
+:func:`~clawmem.sql.engine.write_transaction`, so on the async path
+(:mod:`clawmem.integrations.aio`) an accounts database on PostgreSQL or MariaDB is checked over
+its asyncio driver, on the server's event loop.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -20,12 +27,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from clawmem.rules import validate_namespace
+from clawmem.sql.engine import connect, write_transaction
 
 TOKEN_PREFIX = "clawmem_"
 NAME_RULE = re.compile(r"[A-Za-z0-9._@-]{1,80}")
 FAILURE_WINDOW_SECONDS = 15 * 60
 MAX_FAILURES_PER_ADDRESS = 30  # failed token attempts per client address within the window
 TOUCH_SECONDS = 60  # last_used_at is written at most once a minute per token
+# The dashboard's own setting for its accounts database (Flask's SQLALCHEMY_DATABASE_URI, read
+# from the environment under the CLAW_ prefix): the tokens live where its admins do.
+ACCOUNTS_URL_VARIABLE = "CLAW_SQLALCHEMY_DATABASE_URI"
 
 metadata = sa.MetaData()
 
@@ -37,10 +48,10 @@ tokens_table = sa.Table(
     sa.Column("namespace", sa.String(100)),
     sa.Column("subject", sa.String(191)),
     sa.Column("read_only", sa.Boolean, nullable=False),
-    sa.Column("created_at", sa.Float, nullable=False),
-    sa.Column("expires_at", sa.Float),
-    sa.Column("last_used_at", sa.Float),
-    sa.Column("revoked_at", sa.Float),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double),
+    sa.Column("last_used_at", sa.Double),
+    sa.Column("revoked_at", sa.Double),
 )
 
 failures_table = sa.Table(
@@ -48,7 +59,7 @@ failures_table = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("address", sa.String(64), nullable=False),
-    sa.Column("failed_at", sa.Float, nullable=False),
+    sa.Column("failed_at", sa.Double, nullable=False),
     sa.Index("dashboard_mcp_token_failures_lookup", "address", "failed_at"),
 )
 
@@ -88,17 +99,45 @@ class TokenRecord:
 
 
 def accounts_url(instance_path: str | Path) -> str:
-    """Return the URL of the dashboard's accounts database in ``instance_path``."""
+    """Return the URL of the dashboard's accounts database: ``CLAW_SQLALCHEMY_DATABASE_URI`` when
+    it is set (as the dashboard reads it), else ``dashboard.db`` in ``instance_path``."""
+    return os.environ.get(ACCOUNTS_URL_VARIABLE) or default_accounts_url(instance_path)
+
+
+def default_accounts_url(instance_path: str | Path) -> str:
+    """Return the URL of the SQLite accounts database in ``instance_path``, the default one."""
     return f"sqlite:///{Path(instance_path) / 'dashboard.db'}"
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the token tables if they are missing (several processes may race: IF NOT EXISTS)."""
+    """Create the token tables if they are missing (several processes may race: IF NOT EXISTS),
+    and widen the times of tables an earlier version made on MySQL/MariaDB (see
+    :func:`_widen_times`)."""
     with engine.begin() as conn:
         for table in metadata.sorted_tables:
             conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
             for index in table.indexes:
                 conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    if engine.dialect.name in ("mysql", "mariadb"):
+        _widen_times(engine)
+
+
+def _widen_times(engine: Engine) -> None:
+    """Make the times DOUBLE where an earlier version made them FLOAT: MySQL's FLOAT keeps about
+    six digits, so a Unix time read back was off by up to an hour and a half, and failed attempts
+    fell out of the rate limit's window at once."""
+    inspector = sa.inspect(engine)
+    quote = engine.dialect.identifier_preparer.quote
+    for table in metadata.sorted_tables:
+        narrow = [
+            column["name"]
+            for column in inspector.get_columns(table.name)
+            if isinstance(column["type"], sa.Float) and not isinstance(column["type"], sa.Double)
+        ]
+        for name in narrow:
+            null = "NULL" if table.c[name].nullable else "NOT NULL"
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} MODIFY {quote(name)} DOUBLE {null}")
 
 
 def _hash(token: str) -> str:
@@ -195,6 +234,32 @@ def revoke_token(engine: Engine, name: str, now: float) -> bool:
 
 
 _BY_HASH = sa.select(tokens_table).where(tokens_table.c.token_hash == sa.bindparam("token_hash"))
+_RECENT_FAILURES = (
+    sa.select(failures_table.c.failed_at)
+    .where(
+        failures_table.c.address == sa.bindparam("address"),
+        failures_table.c.failed_at > sa.bindparam("since"),
+    )
+    .order_by(failures_table.c.failed_at.desc())
+    .limit(MAX_FAILURES_PER_ADDRESS)
+    .subquery("recent")
+)
+# When the address has used up its attempts, the oldest of them: the window ends a
+# FAILURE_WINDOW_SECONDS after it. NULL while it may try.
+_BLOCKED_SINCE = (
+    sa.select(
+        sa.case((sa.func.count() >= MAX_FAILURES_PER_ADDRESS, sa.func.min(_RECENT_FAILURES.c.failed_at)))
+    )
+    .select_from(_RECENT_FAILURES)
+    .scalar_subquery()
+)
+# The address's state and the token's row in one round trip: one row, its token columns NULL
+# when no token has the hash.
+_ADMISSION = sa.select(_BLOCKED_SINCE.label("blocked_since"), *tokens_table.c).select_from(
+    sa.select(sa.literal(1).label("one"))
+    .subquery("one")
+    .outerjoin(tokens_table, tokens_table.c.token_hash == sa.bindparam("token_hash"))
+)
 
 
 def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
@@ -205,43 +270,56 @@ def authenticate(engine: Engine, token: str, now: float) -> TokenRecord | None:
     written at most once a minute.
     """
     token_hash = _hash(token)
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         row = conn.execute(_BY_HASH, {"token_hash": token_hash}).first()
-    if row is None or not hmac.compare_digest(row.token_hash, token_hash):
+    return _matched(engine, row, token_hash, now)
+
+
+def _matched(engine: Engine, row: sa.Row | None, token_hash: str, now: float) -> TokenRecord | None:
+    if row is None or row.token_hash is None or not hmac.compare_digest(row.token_hash, token_hash):
         return None
     record = _record(row)
     if record.state(now) == "active" and (
         record.last_used_at is None or now - record.last_used_at > TOUCH_SECONDS
     ):
-        with engine.begin() as conn:
+        with write_transaction(engine) as conn:
             conn.execute(
                 tokens_table.update().where(tokens_table.c.name == record.name).values(last_used_at=now)
             )
     return record
 
 
+def _wait(blocked_since: float | None, now: float) -> float:
+    return 0.0 if blocked_since is None else max(0.0, blocked_since + FAILURE_WINDOW_SECONDS - now)
+
+
 def blocked_for(engine: Engine, address: str, now: float) -> float:
     """Return the seconds until ``address`` may try a token again (0 when it may now)."""
-    since = now - FAILURE_WINDOW_SECONDS
-    with engine.connect() as conn:
-        recent = (
-            conn.execute(
-                sa.select(failures_table.c.failed_at)
-                .where(failures_table.c.address == address, failures_table.c.failed_at > since)
-                .order_by(failures_table.c.failed_at.desc())
-                .limit(MAX_FAILURES_PER_ADDRESS)
-            )
-            .scalars()
-            .all()
-        )
-    if len(recent) < MAX_FAILURES_PER_ADDRESS:
-        return 0.0
-    return max(0.0, recent[-1] + FAILURE_WINDOW_SECONDS - now)
+    with connect(engine) as conn:
+        since = conn.execute(
+            sa.select(_BLOCKED_SINCE), {"address": address[:64], "since": now - FAILURE_WINDOW_SECONDS}
+        ).scalar()
+    return _wait(since, now)
+
+
+def admit(engine: Engine, address: str, token: str, now: float) -> tuple[float, TokenRecord | None]:
+    """Return the seconds until ``address`` may try a token again (0 when it may now) and, when
+    it may and ``token`` is given, what :func:`authenticate` returns for it; both read in one
+    statement, a request's one round trip to the accounts database (a live token's last use
+    written once a minute aside)."""
+    token_hash = _hash(token)
+    parameters = {"address": address[:64], "since": now - FAILURE_WINDOW_SECONDS, "token_hash": token_hash}
+    with connect(engine) as conn:
+        row = conn.execute(_ADMISSION, parameters).one()
+    wait = _wait(row.blocked_since, now)
+    if wait > 0 or not token:
+        return wait, None
+    return 0.0, _matched(engine, row, token_hash, now)
 
 
 def record_failure(engine: Engine, address: str, now: float) -> None:
     """Record one failed token attempt of ``address`` (and forget those older than the window)."""
-    with engine.begin() as conn:
+    with write_transaction(engine) as conn:
         conn.execute(
             failures_table.delete().where(failures_table.c.failed_at <= now - FAILURE_WINDOW_SECONDS)
         )
