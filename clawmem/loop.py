@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import importlib.util
 import threading
+import time
 from collections.abc import Iterator
 
 from sqlalchemy.util import await_only
@@ -24,6 +25,15 @@ def on_async_path() -> bool:
     """Return whether the caller runs on the async path (inside :func:`clawmem.integrations.aio.run`, on
     the loop)."""
     return ASYNC_PATH.get() and in_greenlet()
+
+
+def pause(seconds: float) -> None:
+    """Wait ``seconds``: on the async path letting the loop run the other tasks meanwhile, else
+    sleeping the thread."""
+    if on_async_path():
+        await_only(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
 
 
 @contextlib.contextmanager

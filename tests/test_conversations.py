@@ -247,6 +247,28 @@ def test_two_first_appends_of_one_new_id_both_land(engine: Any, prefix: str, clo
     assert log.get("new").user_id in ("alice", "bob")
 
 
+def test_forty_new_conversations_begun_at_once_are_all_stored(log: ConversationLog) -> None:
+    # Each first append looks for its row (on InnoDB the empty look locks the gap where the row
+    # would go) then inserts it: many at once deadlock, and every victim's rerun must get through.
+    start = threading.Barrier(40, timeout=20)
+    failures: list[BaseException] = []
+
+    def begin(number: int) -> None:
+        try:
+            start.wait()
+            log.append(f"c{number}", turn(f"question {number}", f"answer {number}"))
+        except BaseException as exc:  # reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=begin, args=(number,)) for number in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not failures and not any(thread.is_alive() for thread in threads)
+    assert log.counts() == {"conversations": 40, "messages": 80}
+
+
 # -- load() and the summary checkpoint -------------------------------------------------------
 
 

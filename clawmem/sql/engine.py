@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import functools
 import os
+import random
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -17,12 +18,15 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import NoSuchModuleError
 
 from clawmem.errors import ConfigError
-from clawmem.loop import ASYNC_PATH
+from clawmem.loop import ASYNC_PATH, pause
 from clawmem.settings import CONNECT_TIMEOUT_SECONDS, SQL_READ_TIMEOUT_SECONDS
 
 _WRITE = "clawmem_write"
 _T = TypeVar("_T")
-_RETRIES = 5
+_RETRIES = 8
+# The first rerun waits up to this long, each later one up to twice as long as the one before:
+# victims rerun at once met again (forty new conversations at once on InnoDB used up five reruns).
+_BACKOFF_SECONDS = 0.002
 _MYSQL_DEADLOCK = 1213
 _POSTGRES_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
 # backend: the driver clawmem is tested with, and the package extra that installs it
@@ -508,11 +512,13 @@ def is_deadlock(exc: BaseException) -> bool:
 
 def retry_deadlocks(operation: Callable[[], _T]) -> _T:
     """Run ``operation`` (one whole transaction) again when the database picked it as a deadlock
-    victim; the rollback undid it entirely, so a rerun is safe."""
+    victim; the rollback undid it entirely, so a rerun is safe. Each rerun waits a random time,
+    up to twice as long as the last, so writers that met once do not meet again at once."""
     for attempt in range(_RETRIES):
         try:
             return operation()
         except sa.exc.DBAPIError as exc:
             if not is_deadlock(exc) or attempt == _RETRIES - 1:
                 raise
+        pause(random.uniform(0, _BACKOFF_SECONDS * 2**attempt))
     raise AssertionError("unreachable")
