@@ -170,7 +170,8 @@ def _wait_for(ready: Any, process: subprocess.Popen[bytes], log: Path) -> None:
         time.sleep(0.1)  # waiting for a process to start
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
+    """Return whether something accepts connections on 127.0.0.1:``port``."""
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
     except OSError:
@@ -204,8 +205,8 @@ def start_host(
     server = host.spawn("mcp", [*CLAWMEM, "mcp", "--http", f"127.0.0.1:{mcp}"])
     host.mcp = f"http://127.0.0.1:{mcp}"
     host.start_worker(options.worker_threads)
-    _wait_for(lambda: _listening(web), gunicorn, host_folder / "gunicorn.log")
-    _wait_for(lambda: _listening(mcp), server, host_folder / "mcp.log")
+    _wait_for(lambda: listening(web), gunicorn, host_folder / "gunicorn.log")
+    _wait_for(lambda: listening(mcp), server, host_folder / "mcp.log")
 
 
 # -- talking to a host -----------------------------------------------------------------------------

@@ -46,6 +46,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from bench.cluster import listening
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = os.environ.get("CLAW_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 START_SECONDS = 120
@@ -64,14 +66,6 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-    except OSError:
-        return False
-    return True
-
-
 def start_server(env: dict[str, str], workers: int, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     """Start uvicorn serving the environment's app with ``workers`` workers; return it and its port."""
     port = _free_port()
@@ -85,7 +79,7 @@ def start_server(env: dict[str, str], workers: int, log: Path) -> tuple[subproce
             command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, process_group=0
         )
     deadline = time.monotonic() + START_SECONDS
-    while not _listening(port):
+    while not listening(port):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise SystemExit(f"uvicorn did not come up: {log.read_text(errors='replace')[-400:]}")
