@@ -195,6 +195,12 @@ def test_semantic_and_hybrid_equal_their_brute_force_definitions(stemming, corpu
     semantic = scorer.semantic(memory, message, ["sub", "main"], 0, stemming)
     got = [(c.namespace, c.key) for c in semantic.first(100)]
     assert got == [(ns, key) for ns, key, _ in semantic_order]
+    # the words each matched, shown and never scored, are taken as weighted takes them
+    entry_words_of = {(ns, key): reference_entry_words(key, text, stemming) for ns, key, text in stored}
+    assert semantic.matched(semantic.first(100)) == [
+        tuple(w for w in reference_asked_words(message, stemming) if w in entry_words_of[c.namespace, c.key])
+        for c in semantic.first(100)
+    ]
     # hybrid: z-scores over weighted's and semantic's first DEPTH, an absent entry given the
     # lowest score its list could hold (0 when the list is not cut, else the list's last)
     keyword = reference_weighted(message, stored, stemming)

@@ -54,7 +54,7 @@ from clawmem.recall.semantic_index import IndexedSemantic, Source
 from clawmem.recall.sources import Readable, conforms, serving_driver
 from clawmem.recall.timing import Period, asks_when, entry_time, named_periods
 from clawmem.recall.weighted_index import IndexedWeighted
-from clawmem.recall.words import NO_STEMMING, asked_words, entry_words, keywords
+from clawmem.recall.words import NO_STEMMING, asked_words, entry_words
 from clawmem.text import utf8_len
 
 # Chosen by leave-one-conversation-out on LoCoMo's dev split (python -m bench.tune, stemming
@@ -151,16 +151,18 @@ class SemanticScorer:
     def semantic(
         self, memory: Readable, message: str, namespaces: Sequence[str], now: int, stemming: str = NO_STEMMING
     ) -> Ranking:
-        """Rank the embedded entries by cosine to the message (the words each matched are taken
-        under ``stemming``; the vectors are of the texts as written): from the vectors held when
-        every namespace is served by a driver with a word index and no turn embeds, else as
-        :meth:`semantic_scan` does (the two rank alike)."""
+        """Rank the embedded entries by cosine to the message (the words each matched, shown and
+        never scored, are taken as ``weighted`` takes them, under ``stemming`` and less
+        :data:`~clawmem.recall.words.QUESTION_WORDS`; the vectors are of the texts as written):
+        from the vectors held when every namespace is served by a driver with a word index and no
+        turn embeds, else as :meth:`semantic_scan` does (the two rank alike)."""
         if not self.embed_on_read:
             sources = indexed_sources(memory, namespaces, stemming)
             if sources is not None:
                 query = self.store.query(message)
                 held = self._followed(sources, now)
-                return IndexedSemantic(keywords(message, stemming), query, held, now, COSINE_DIGITS, stemming)
+                words = asked_words(message, stemming)
+                return IndexedSemantic(words, query, held, now, COSINE_DIGITS, stemming)
         return self.semantic_scan(memory, message, namespaces, now, stemming)
 
     def semantic_scan(
@@ -169,7 +171,7 @@ class SemanticScorer:
         """Rank the embedded entries by cosine to the message from a full read of the namespaces
         (the reference; with ``embed_on_read``, the entries read without a vector are embedded)."""
         entries = read_entries(memory, namespaces, stemming)
-        words = keywords(message, stemming)
+        words = asked_words(message, stemming)
         scored = self._semantic(memory, message, entries, namespaces, now)
         held = {(entry.namespace, entry.key): entry.words for entry in entries}
         for item in scored:
