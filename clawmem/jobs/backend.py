@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -165,7 +164,7 @@ def open_huey(settings: Settings) -> Any:
                 return connection
 
         Path(location.where).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return _unrevoked(SqliteHuey)(
+        return SqliteHuey(
             location.name, filename=location.where, results=False, utc=True, storage_class=QueueFile
         )
     try:
@@ -178,43 +177,7 @@ def open_huey(settings: Settings) -> Any:
         socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
         socket_timeout=REDIS_READ_TIMEOUT_SECONDS,
     )
-    return _unrevoked(RedisHuey)(
-        location.name, connection_pool=pool, results=False, utc=True, clean_name=False
-    )
-
-
-def _unrevoked(base: type) -> type:
-    """Return ``base`` (a Huey class) that never looks up or clears the revocation of a task
-    declared ``revocable=False`` (``huey.task(..., revocable=False)``): before each run Huey
-    reads whether the task was revoked and after it deletes that mark, two round trips to the
-    queue's storage. A queued turn is never revoked through Huey (it is cancelled under its
-    claim, see :mod:`clawmem.jobs.recovery`), so a turn skips both."""
-
-    class QueueHuey(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._unrevoked = threading.local()  # the revocation mark the running task skips
-
-        def is_revoked(self, task: Any, timestamp: Any = None, peek: bool = True) -> bool:
-            if getattr(task, "revocable", True) is False:
-                return False
-            return bool(super().is_revoked(task, timestamp, peek))
-
-        def execute(self, task: Any, timestamp: Any = None) -> Any:
-            if getattr(task, "revocable", True) is not False:
-                return super().execute(task, timestamp)
-            self._unrevoked.mark = task.revoke_id
-            try:
-                return super().execute(task, timestamp)
-            finally:
-                self._unrevoked.mark = None
-
-        def delete(self, key: str) -> Any:
-            if key is not None and key == getattr(self._unrevoked, "mark", None):
-                return False  # the mark of a task that is never revoked: nothing to delete
-            return super().delete(key)
-
-    return QueueHuey
+    return RedisHuey(location.name, connection_pool=pool, results=False, utc=True, clean_name=False)
 
 
 class PayloadSeal:

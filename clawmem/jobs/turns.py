@@ -92,8 +92,7 @@ class TurnQueue:
         self.retry_delay = retry_delay
         self._claws = threading.local()
         self.leases = LeaseKeeper(self.book, lease_seconds, site.clock)
-        # Never revoked through Huey (see clawmem.jobs.backend): a turn is cancelled under its claim.
-        self.task = huey.task(name=TURN_TASK, revocable=False)(self._run_task)
+        self.task = huey.task(name=TURN_TASK)(self._run_task)
 
     @classmethod
     def from_settings(
