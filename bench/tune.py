@@ -73,17 +73,19 @@ class Asked:
     asks_when: bool = False  # the message asks when (timing.asks_when)
 
 
-def collect(path: Path, stemming: str) -> list[Asked]:
-    """Return every dev question of the eval file at ``path`` with its signals."""
+def collect(path: Path, stemming: str, embedder: str = "") -> list[Asked]:
+    """Return every dev question of the eval file at ``path`` with its signals, the cosines
+    those of ``embedder`` (``CLAW_RECALL_EMBEDDER``'s form)."""
     with path.open(encoding="utf-8") as lines:
         entries, questions = parse(lines)
     entries = [entry for entry in entries if entry.namespace in DEV]
     questions = [question for question in questions if question.namespace in DEV]
     memory = load_entries(entries)
-    embed_entries(memory, entries)
+    embed_entries(memory, entries, embedder=embedder)
     now = time.time()
     times = {(e.namespace, e.key): entry_time(e.key, None, e.metadata) for e in entries}
-    store = default_scorer().store_for(memory)
+    scorer = default_scorer(embedder)
+    store = scorer.store_for(memory)
     held = {}
     for namespace in sorted(DEV):
         read = sorted(read_entries(memory, [namespace], stemming), key=lambda entry: entry.key)
@@ -103,7 +105,7 @@ def collect(path: Path, stemming: str) -> list[Asked]:
                 if item is not None and word in item.matched:
                     column[position] = item.weights[item.matched.index(word)]
             idf.append(column)
-        query = default_scorer().store.query(question.message)
+        query = scorer.store.query(question.message)
         cosines = store.cosines(question.namespace, [(e.key, e.text) for e in read], query)
         cosine = np.array([c if c is not None else math.nan for c in cosines], dtype=float)
         wanted = np.array([e.key in question.keys for e in read])
@@ -370,8 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", type=Path, help="bench.locomo --split dev's output")
     parser.add_argument("--stemming", choices=RECALL_STEMMINGS, default="english")
+    parser.add_argument(
+        "--embedder", default="", help="as CLAW_RECALL_EMBEDDER: '' (default), minilm, module:callable"
+    )
     options = parser.parse_args(argv)
-    asked = collect(options.file, options.stemming)
+    asked = collect(options.file, options.stemming, options.embedder)
     if not asked:
         print(f"{options.file}: no question of conversations 0-4", file=sys.stderr)
         return 2

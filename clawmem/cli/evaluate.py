@@ -100,6 +100,7 @@ def evaluate_command(
             entries, questions = parse(lines)
     except (EvalFileError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{file}: {exc}") from None
+    embedder = current_site().settings.recall_embedder
     if entries:
         memory = load_entries(entries)
         k, default_namespace = top_k or 3, "default"
@@ -107,7 +108,7 @@ def evaluate_command(
             # Without the extra, each semantic scoring says so below, skipped or refused.
             bar = click.progressbar(length=len(entries), label="embedding", file=sys.stderr)
             with bar, contextlib.suppress(EmbedderUnavailable):
-                embed_entries(memory, entries, bar.update)
+                embed_entries(memory, entries, bar.update, embedder)
     else:
         site = current_site()
         memory = site.memory
@@ -122,7 +123,7 @@ def evaluate_command(
                     memory,
                     questions,
                     scoring,
-                    ranker_for(scoring, stemming=stemming),
+                    ranker_for(scoring, embedder, stemming),
                     k,
                     default_namespace,
                     bar.update,

@@ -116,10 +116,13 @@ def parse(lines: Iterable[str]) -> tuple[list[EvalEntry], list[Question]]:
 
 
 def embed_entries(
-    memory: object, entries: Sequence[EvalEntry], progress: Callable[[int], None] | None = None
+    memory: object,
+    entries: Sequence[EvalEntry],
+    progress: Callable[[int], None] | None = None,
+    embedder: str = "",
 ) -> int:
-    """Give each entry of an eval file held by ``memory`` its vector in the
-    process's scorer (the one the ``semantic`` and ``hybrid`` rankers ask), calling
+    """Give each entry of an eval file held by ``memory`` its vector in the process's scorer of
+    ``embedder`` (``CLAW_RECALL_EMBEDDER``: the one the ``semantic`` and ``hybrid`` rankers ask), calling
     ``progress`` per batch; return how many were embedded. Raises
     :class:`~clawmem.errors.EmbedderUnavailable` without the ``semantic`` extra."""
     from clawmem.recall.fusion import default_scorer
@@ -127,7 +130,7 @@ def embed_entries(
     texts: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
     for entry in entries:
         texts[entry.namespace].append((entry.key, text_of(entry.value)))
-    store = default_scorer().store_for(memory)
+    store = default_scorer(embedder).store_for(memory)
     return sum(store.embed_missing(namespace, own, on_batch=progress) for namespace, own in texts.items())
 
 
