@@ -71,7 +71,7 @@ def _safetensors(data: bytes) -> dict[str, np.ndarray]:
             continue  # position_ids (I64) is not needed: positions are 0, 1, 2, ...
         start, end = spec["data_offsets"]
         tensor = np.frombuffer(body[start:end], dtype=types[spec["dtype"]]).reshape(spec["shape"])
-        tensors[name.removeprefix("bert.")] = tensor.astype(np.float32)
+        tensors[name.removeprefix("bert.")] = tensor.astype(np.float32, copy=False)  # a view of F32
     return tensors
 
 
