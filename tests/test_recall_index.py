@@ -45,6 +45,21 @@ def test_a_report_read_after_the_index_changed_still_describes_its_turn(clock: F
     assert len(result.decisions) == 3000 and result.zero_overlap == 0
 
 
+def test_a_slice_of_the_decisions_computes_only_what_it_shows(clock: FakeClock) -> None:
+    # The MCP server lists a recall's first 25 candidates: reading ahead to 50 ranked and
+    # matched twice what it shows. Reading on past a slice still gives the scan's decisions.
+    memory = ArrayMemory(clock=clock)
+    for number in range(300):
+        memory.set(f"k{number:05d}", f"tea {'green' if number % 3 else 'black'} w{number % 7}", "notes")
+    message = "green tea w2"
+    result = MessageAugmenter(memory, top_k=3, namespace="notes", announce=False).augment(message)
+    expected = MessageAugmenter(memory, top_k=3, namespace="notes", ranker=scan_ranking).augment(message)
+    assert result.decisions[:25] == list(expected.decisions)[:25]
+    assert repr(result.decisions) == "Decisions(300 candidates, 25 computed)"
+    assert result.decisions[30] == list(expected.decisions)[30]
+    assert list(result.decisions) == list(expected.decisions)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["array", "sql-sqlite"])
 def test_common_words_scored_from_their_marks_recall_as_a_scan(

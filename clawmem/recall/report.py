@@ -139,14 +139,15 @@ class Decisions(Sequence[EntryDecision]):
     def __len__(self) -> int:
         return self._hits
 
-    def _extend(self, stop: int) -> None:
+    def _extend(self, stop: int, ahead: bool = True) -> None:
         if self._planned is not None:
             self._known, self._planned = self._planned(), None
         if stop <= len(self._known) or self._ranking is None:
             return
         start = len(self._known)
-        # Read ahead: reading one by one would rank the first n again for every n.
-        stop = min(max(stop, 2 * start, 50), self._hits)
+        # Read ahead when reading one by one, which would rank the first n again for every n;
+        # a slice (the MCP server's 25 candidates) says where it stops, so nothing past it.
+        stop = min(max(stop, 2 * start, 50) if ahead else stop, self._hits)
         more = self._ranking.first(stop)[start:]
         for position, (candidate, words) in enumerate(
             zip(more, self._ranking.matched(more), strict=True), start
@@ -168,7 +169,7 @@ class Decisions(Sequence[EntryDecision]):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             positions = range(*index.indices(self._hits))
-            self._extend(max(positions, default=-1) + 1)
+            self._extend(max(positions, default=-1) + 1, ahead=False)
             return [self._known[position] for position in positions]
         position = index + self._hits if index < 0 else index
         if not 0 <= position < self._hits:
