@@ -95,3 +95,18 @@ def test_eval_embeds_and_scores_with_the_embedder_the_site_names(tmp_path: Path,
     made = embedders.COUNTED[before:]
     assert len(made) == 1  # one scorer, used for the entries and the question alike
     assert set(made[0].texts) >= {"my dog is called Rex", "it rained all day"}
+
+
+def test_eval_refuses_an_embedder_that_cannot_load_in_one_line(tmp_path: Path, monkeypatch):
+    path = tmp_path / "eval.jsonl"
+    lines = [
+        {"namespace": "n", "key": "a", "value": "hi there"},
+        {"namespace": "n", "message": "hi", "keys": ["a"]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    monkeypatch.setenv("CLAW_RECALL_EMBEDDER", "bogus")
+    done = CliRunner().invoke(main, ["eval", str(path), "--scoring", "semantic"])
+    assert done.exit_code == 1 and done.exception is not None and isinstance(done.exception, SystemExit)
+    assert done.output.strip() == "Error: an embedder is 'minilm' or named as module:callable, got 'bogus'"
+    # Scorings that embed nothing do not load it.
+    assert CliRunner().invoke(main, ["eval", str(path), "--scoring", "weighted"]).exit_code == 0

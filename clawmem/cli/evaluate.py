@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from clawmem.errors import EmbedderUnavailable, EvalFileError
+from clawmem.errors import ConfigError, EmbedderUnavailable, EvalFileError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.vector_writes import SEMANTIC_SCORINGS
 from clawmem.recall.eval import EvalEntry, embed_entries, evaluate, parse, table
@@ -101,6 +101,13 @@ def evaluate_command(
     except (EvalFileError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{file}: {exc}") from None
     embedder = current_site().settings.recall_embedder
+    if embedder.strip() and any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
+        from clawmem.recall.fusion import default_scorer
+
+        try:  # a named embedder that cannot load stops here, in one line
+            default_scorer(embedder)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
     if entries:
         memory = load_entries(entries)
         k, default_namespace = top_k or 3, "default"
