@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from clawmem.errors import ConfigError, EmbedderUnavailable, EvalFileError
+from clawmem.cli.audit import one_line_errors
+from clawmem.errors import EmbedderUnavailable, EvalFileError
 from clawmem.memory.array import ArrayMemory
 from clawmem.memory.vector_writes import SEMANTIC_SCORINGS
 from clawmem.recall.eval import EvalEntry, embed_entries, evaluate, parse, table
@@ -84,6 +85,7 @@ def load_entries(entries: list[EvalEntry]) -> EvalMemory:
     default=None,
     help="Also print each scoring's figures per question category (the lines' 'category').",
 )
+@one_line_errors
 def evaluate_command(
     file: Path, scorings: tuple[str, ...], top_k: int | None, stemming: str | None, by: str | None
 ) -> None:
@@ -101,17 +103,15 @@ def evaluate_command(
     except (EvalFileError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{file}: {exc}") from None
     embedder = current_site().settings.recall_embedder
-    if embedder.strip() and any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
+    embeds = any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS)
+    if embeds and embedder.strip():
         from clawmem.recall.fusion import default_scorer
 
-        try:  # a named embedder that cannot load stops here, in one line
-            default_scorer(embedder)
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
+        default_scorer(embedder)  # a named embedder that cannot load stops here, before any reading
     if entries:
         memory = load_entries(entries)
         k, default_namespace = top_k or 3, "default"
-        if any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS):
+        if embeds:
             # Without the extra, each semantic scoring says so below, skipped or refused.
             bar = click.progressbar(length=len(entries), label="embedding", file=sys.stderr)
             with bar, contextlib.suppress(EmbedderUnavailable):
