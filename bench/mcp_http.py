@@ -14,7 +14,10 @@ share its socket, and keep-alive connections then pile up on one of them). Then:
   async path), the SDK's ``call_tool`` (argument validation, the typed result), and a whole
   request through the ASGI app (HTTP, JSON-RPC, transport): wall medians, CPU means;
 - the load: locust, headless through its Python API, ``--users`` clients (``FastHttpUser``)
-  each calling ``recall`` over HTTP, a uniform wait of 0 to ``2 * --wait`` seconds between
+  each calling ``recall`` over HTTP (``--protocol``: ``legacy``, as a client after the
+  ``initialize`` handshake, each call served in a session of its own; or ``modern``, the
+  stateless revision's per-request envelope that the MCP SDK's client speaks by default, each
+  call one exchange), a uniform wait of 0 to ``2 * --wait`` seconds between
   calls; ``--warmup`` seconds first (each worker builds its recall index), then ``--seconds``
   counted: requests/s, p50/p95/p99, errors (a status other than 200, a JSON-RPC or tool error),
   the servers' CPU per request and the cores each used, and those of locust and the database.
@@ -24,6 +27,7 @@ Tables and token are removed at the end. Never part of the test suite.
 
     .venv/bin/python -m bench.mcp_http [--entries 100000] [--users 200] [--seconds 60]
         [--processes 4] [--workers 1] [--wait 1.0] [--accounts database|sqlite] [--database-url URL]
+        [--protocol legacy|modern]
 """
 
 from __future__ import annotations
@@ -54,10 +58,28 @@ START_SECONDS = 120
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def recall_body(message: str) -> bytes:
-    """Return the JSON-RPC ``tools/call`` of ``recall`` for ``message``."""
-    call = {"name": "recall", "arguments": {"message": message}}
+def recall_body(message: str, protocol: str = "legacy") -> bytes:
+    """Return the JSON-RPC ``tools/call`` of ``recall`` for ``message``: as a client after the
+    ``initialize`` handshake sends it (``legacy``), or with the per-request envelope of the
+    stateless revision (``modern``) that the MCP SDK's own client speaks by default."""
+    call: dict[str, Any] = {"name": "recall", "arguments": {"message": message}}
+    if protocol == "modern":
+        from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+        from mcp_types.version import LATEST_MODERN_VERSION
+
+        call["_meta"] = {PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION, CLIENT_CAPABILITIES_META_KEY: {}}
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}).encode()
+
+
+def recall_headers(token: str, protocol: str = "legacy") -> dict[str, str]:
+    """Return the headers of a ``recall`` call with ``token`` in ``protocol`` (see :func:`recall_body`)."""
+    headers = {**HEADERS, "authorization": f"Bearer {token}"}
+    if protocol == "modern":
+        from mcp_types.version import LATEST_MODERN_VERSION
+
+        headers["mcp-protocol-version"] = LATEST_MODERN_VERSION
+        headers.update({"mcp-method": "tools/call", "mcp-name": "recall"})
+    return headers
 
 
 def _free_port() -> int:
@@ -136,7 +158,8 @@ def run_load(urls: list[str], token: str, messages: list[str], options: argparse
     from locust.env import Environment
 
     chooser = random.Random(7)
-    bodies = [recall_body(message) for message in messages]
+    bodies = [recall_body(message, options.protocol) for message in messages]
+    headers = recall_headers(token, options.protocol)
     counted: list[tuple[float, bool]] = []
     errors: dict[str, int] = {}
     counting = False
@@ -151,7 +174,6 @@ def run_load(urls: list[str], token: str, messages: list[str], options: argparse
 
         @task
         def recall(self) -> None:
-            headers = {**HEADERS, "authorization": f"Bearer {token}"}
             with self.client.post(
                 "/mcp", data=chooser.choice(bodies), headers=headers, name="recall", catch_response=True
             ) as response:
@@ -213,7 +235,9 @@ def run_load(urls: list[str], token: str, messages: list[str], options: argparse
 # -- where a request's time goes (run in a process of its own: locust patches the standard library)
 
 
-async def _profile(settings: Any, accounts_url: str, token: str, messages: list[str], calls: int) -> None:
+async def _profile(
+    settings: Any, accounts_url: str, token: str, messages: list[str], calls: int, protocol: str
+) -> None:
     import httpx2
 
     from clawmem.ids import new_id
@@ -228,21 +252,23 @@ async def _profile(settings: Any, accounts_url: str, token: str, messages: list[
     transport = httpx2.ASGITransport(app=gate, client=("127.0.0.1", 1))
     timings: dict[str, list[float]] = {name: [] for name in ("token", "recall", "call_tool", "request")}
     cpu: dict[str, list[float]] = {name: [] for name in timings}
-    headers = {**HEADERS, "authorization": f"Bearer {token}"}
+    headers = recall_headers(token, protocol)
     async with (
         gate.inner.router.lifespan_context(gate.inner),
         httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client,
     ):
         for warm in messages[:3]:  # both indexes built, the pools' connections open
             await aio.run(on_loop, tools.recall, new_id(), warm, None)
-            assert (await client.post("/mcp", content=recall_body(warm), headers=headers)).status_code == 200
+            answer = await client.post("/mcp", content=recall_body(warm, protocol), headers=headers)
+            assert answer.status_code == 200 and "result" in answer.json(), answer.text[:200]
         for number in range(calls):
             message = messages[number % len(messages)]
+            body = recall_body(message, protocol)
             steps = (
                 ("token", lambda: aio.run(gate.on_loop, gate._admit, "127.0.0.1", token, time.time())),
                 ("recall", lambda m=message: aio.run(on_loop, tools.recall, new_id(), m, None)),
                 ("call_tool", lambda m=message: server.call_tool("recall", {"message": m})),
-                ("request", lambda m=message: client.post("/mcp", content=recall_body(m), headers=headers)),
+                ("request", lambda b=body: client.post("/mcp", content=b, headers=headers)),
             )
             for name, step in steps:
                 started, used = time.perf_counter(), time.process_time()
@@ -252,7 +278,7 @@ async def _profile(settings: Any, accounts_url: str, token: str, messages: list[
         await aio.close_engines()
     wall = {name: statistics.median(values) for name, values in timings.items()}
     used = {name: statistics.mean(values) for name, values in cpu.items()}
-    print(f"one request at a time, in-process, warm, {calls} requests: wall median ms, CPU mean ms")
+    print(f"one {protocol} request at a time, in-process, warm, {calls} requests: wall median, CPU mean (ms)")
     rows = (
         (f"token check ({aio.path_name(gate.on_loop)})", "token", None),
         (f"recall ({aio.path_name(on_loop)})", "recall", None),
@@ -272,7 +298,7 @@ def profile_main(args: argparse.Namespace) -> None:
 
     settings = Settings(instance_path=args.instance, database_url=args.database_url, table_prefix=args.prefix)
     messages = mcp_bench.texts(200, mcp_bench.WORDS_PER_MESSAGE, seed=args.entries + 1)
-    asyncio.run(_profile(settings, args.accounts_url, args.token, messages, args.calls))
+    asyncio.run(_profile(settings, args.accounts_url, args.token, messages, args.calls, args.protocol))
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -293,6 +319,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="workers of each (default 1)")
     parser.add_argument("--accounts", choices=("database", "sqlite"), default="database")
     parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument(
+        "--protocol",
+        choices=("legacy", "modern"),
+        default="legacy",
+        help="legacy: calls after the initialize handshake; modern: a per-request envelope (default legacy)",
+    )
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--calls", type=int, default=200, help="requests timed by the profile")
     parser.add_argument("--profile-only", action="store_true", help=argparse.SUPPRESS)
@@ -350,7 +382,7 @@ def run(args: argparse.Namespace) -> None:
                         sys.executable, "-m", "bench.mcp_http", "--profile-only", "--instance", str(instance),
                         "--prefix", prefix, "--accounts-url", accounts_url, "--token", token,
                         "--database-url", args.database_url, "--entries", str(args.entries),
-                        "--calls", str(args.calls),
+                        "--calls", str(args.calls), "--protocol", args.protocol,
                     ],
                     cwd=ROOT, env=env, check=True,
                 )  # fmt: skip
@@ -367,7 +399,7 @@ def run(args: argparse.Namespace) -> None:
             result = run_load(urls, token, messages, args)
             serving = f"{args.processes} uvicorn processes of {args.workers} worker(s)"
             print(
-                f"{args.users} clients recalling over HTTP ({serving}, token check on "
+                f"{args.users} {args.protocol} clients recalling over HTTP ({serving}, token check on "
                 f"{accounts.dialect.name}, mean wait {args.wait:g} s), {args.seconds:g} s counted:"
             )
             rate = f"{result['per_second']:.1f}/s"
