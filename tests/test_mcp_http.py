@@ -26,6 +26,8 @@ import pytest
 import sqlalchemy as sa
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from clawmem.integrations import aio
 from clawmem.integrations.mcp.http import LOOPBACK_ORIGINS, TOKEN_SCOPE, TokenGate
@@ -246,6 +248,47 @@ def test_a_malformed_json_rpc_body_gets_a_json_rpc_error(served: Served) -> None
     assert broken.json()["error"]["code"] == -32700  # parse error
     not_a_request = call(served.url, token, {"hello": "world"})
     assert not_a_request.status_code == 400 and "error" in not_a_request.json()
+
+
+def modern(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Return ``body`` in the per-request envelope of the modern (stateless) protocol revision,
+    and its headers, as the MCP SDK's own client sends a call after ``server/discover``."""
+    params = body.get("params", {})
+    meta = {PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION, CLIENT_CAPABILITIES_META_KEY: {}}
+    headers = {"mcp-protocol-version": LATEST_MODERN_VERSION, "mcp-method": body["method"]}
+    if "name" in params:
+        headers["mcp-name"] = params["name"]
+    return {**body, "params": {**params, "_meta": meta}}, headers
+
+
+def test_a_malformed_body_on_the_modern_protocol_gets_a_json_rpc_error(served: Served) -> None:
+    token = served.token("malformed-modern")
+    _, headers = modern(tool_call("get", {"key": "k"}))
+    broken = call(served.url, token, b'{"jsonrpc": "2.0", "id": 1, "method": ', **headers)
+    assert broken.json()["error"]["code"] == -32700  # parse error
+    bare = call(served.url, token, tool_call("get", {"key": "k"}), **headers)  # no envelope
+    assert "_meta" in bare.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "modern"])
+def test_a_plain_http_call_is_held_to_its_tokens_scope_on_either_protocol(
+    served: Served, protocol: str
+) -> None:
+    token = served.token(f"shop-reader-{protocol}", "--namespace", "shop", "--read-only")
+
+    def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        body, headers = tool_call(name, arguments), {}
+        if protocol == "modern":
+            body, headers = modern(body)
+        answer = call(served.url, token, body, **headers)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["result"]
+
+    written = tool("remember", {"key": f"note-{protocol}", "value": "leaked"})
+    assert written["isError"] and "read-only" in written["content"][0]["text"]
+    outside = tool("get", {"key": "k", "namespace": "other"})
+    assert outside["isError"] and "outside this server's scope" in outside["content"][0]["text"]
+    assert tool("get", {"key": f"note-{protocol}"})["structuredContent"]["found"] is False
 
 
 def test_an_oversized_body_gets_413_before_it_is_read_whole(served: Served) -> None:
