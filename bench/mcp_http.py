@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from bench.cluster import listening
 
@@ -56,6 +58,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = os.environ.get("CLAW_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 START_SECONDS = 120
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+# What the modern protocol's client adds to a recall: the revision and the call, named in headers.
+MODERN_HEADERS = {
+    "mcp-protocol-version": LATEST_MODERN_VERSION,
+    "mcp-method": "tools/call",
+    "mcp-name": "recall",
+}
 
 
 def recall_body(message: str, protocol: str = "legacy") -> bytes:
@@ -64,22 +72,13 @@ def recall_body(message: str, protocol: str = "legacy") -> bytes:
     stateless revision (``modern``) that the MCP SDK's own client speaks by default."""
     call: dict[str, Any] = {"name": "recall", "arguments": {"message": message}}
     if protocol == "modern":
-        from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
-        from mcp_types.version import LATEST_MODERN_VERSION
-
         call["_meta"] = {PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION, CLIENT_CAPABILITIES_META_KEY: {}}
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}).encode()
 
 
 def recall_headers(token: str, protocol: str = "legacy") -> dict[str, str]:
     """Return the headers of a ``recall`` call with ``token`` in ``protocol`` (see :func:`recall_body`)."""
-    headers = {**HEADERS, "authorization": f"Bearer {token}"}
-    if protocol == "modern":
-        from mcp_types.version import LATEST_MODERN_VERSION
-
-        headers["mcp-protocol-version"] = LATEST_MODERN_VERSION
-        headers.update({"mcp-method": "tools/call", "mcp-name": "recall"})
-    return headers
+    return {**HEADERS, "authorization": f"Bearer {token}", **(MODERN_HEADERS if protocol == "modern" else {})}
 
 
 def _free_port() -> int:
