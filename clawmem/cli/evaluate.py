@@ -102,8 +102,10 @@ def evaluate_command(
             entries, questions = parse(lines)
     except (EvalFileError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"{file}: {exc}") from None
-    embedder = current_site().settings.recall_embedder
-    embeds = any(scoring in SEMANTIC_SCORINGS for scoring in scorings or RECALL_SCORINGS)
+    site = current_site()
+    settings, chosen = site.settings, scorings or RECALL_SCORINGS
+    embedder = settings.recall_embedder
+    embeds = any(scoring in SEMANTIC_SCORINGS for scoring in chosen)
     if embeds and embedder.strip():
         from clawmem.recall.fusion import default_scorer
 
@@ -117,13 +119,12 @@ def evaluate_command(
             with bar, contextlib.suppress(EmbedderUnavailable):
                 embed_entries(memory, entries, bar.update, embedder)
     else:
-        site = current_site()
         memory = site.memory
-        k, default_namespace = top_k or site.settings.recall_top_k, site.settings.recall_namespace
+        k, default_namespace = top_k or settings.recall_top_k, settings.recall_namespace
     if stemming is None:
-        stemming = current_site().settings.recall_stemming
+        stemming = settings.recall_stemming
     results = []
-    for scoring in scorings or RECALL_SCORINGS:
+    for scoring in chosen:
         with click.progressbar(length=len(questions), label=scoring, file=sys.stderr) as bar:
             try:
                 results += evaluate(

@@ -140,7 +140,7 @@ class MiniLM:
 
         parts = ("attention.self.query", "attention.self.key", "attention.self.value")
         return _Layer(
-            qkv=np.ascontiguousarray(np.concatenate([matrix(part) for part in parts], axis=1)),
+            qkv=np.concatenate([matrix(part) for part in parts], axis=1),
             qkv_bias=np.concatenate([get(f"{part}.bias") for part in parts]),
             out=matrix("attention.output.dense"),
             out_bias=get("attention.output.dense.bias"),
